@@ -1,0 +1,3 @@
+from transit.cli import main
+
+raise SystemExit(main())
