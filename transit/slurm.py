@@ -6,11 +6,15 @@ Two sections: the allocation a launcher runs in and the commands that start work
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from transit.errors import UsageError
 
@@ -97,3 +101,224 @@ def submit(command: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Job facts (sacct/squeue JSON, used by `transit report`)
 # ---------------------------------------------------------------------------------------------
+
+# Slurm's JSON differs between releases: 22.05 (data_parser v0.0.38) writes job states as strings and
+# times as plain integers; 23.11+ (v0.0.40+, 24.11 writes v0.0.42) writes states as lists and many
+# numbers as {"set": bool, "infinite": bool, "number": n}. Every reader below accepts both.
+
+SLURM_QUERY_TIMEOUT_S = 15
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What Slurm knows about one job; None fields are facts Slurm did not give."""
+
+    job_id: str
+    source: str  # "sacct" (accounting) or "squeue" (controller memory, recent jobs only)
+    name: str | None = None
+    state: str | None = None
+    start_unix: int | None = None
+    end_unix: int | None = None
+    elapsed_s: int | None = None
+    nodelist: str | None = None
+    num_nodes: int | None = None
+    num_gpus: int | None = None
+
+
+def _number(value: Any) -> int | None:
+    """An integer from a plain number or a {"set", "infinite", "number"} object; None if unset."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return _number(value.get("number"))
+    return None
+
+
+def _timestamp(value: Any) -> int | None:
+    """A Unix time; Slurm writes 0 for "not yet"."""
+    number = _number(value)
+    return number if number else None
+
+
+def _state(value: Any) -> str | None:
+    """A job state from a string ("COMPLETED"), a list (["CANCELLED", "..."]) or {"current": ...}."""
+    if isinstance(value, dict):
+        return _state(value.get("current"))
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list):
+        names = [v for v in value if isinstance(v, str) and v]
+        return "+".join(names) or None
+    return None
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _gpus_from_tres(entries: dict[str, int]) -> int | None:
+    """GPU count from TRES names: "gres/gpu" when present, else the sum of typed "gres/gpu:<type>"."""
+    if "gres/gpu" in entries:
+        return entries["gres/gpu"]
+    typed = [count for name, count in entries.items() if name.startswith("gres/gpu:")]
+    return sum(typed) if typed else None
+
+
+def _tres_from_string(tres: Any) -> dict[str, int]:
+    """Parse "cpu=4,mem=2M,node=2,billing=4,gres/gpu=8" (numbers only; sizes like 2M are skipped)."""
+    entries: dict[str, int] = {}
+    if not isinstance(tres, str):
+        return entries
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if count.isdigit():
+            entries[name.strip()] = int(count)
+    return entries
+
+
+def _tres_from_list(tres: Any) -> dict[str, int]:
+    """Parse sacct's [{"type": "gres", "name": "gpu", "count": 8}, ...] into {"gres/gpu": 8}."""
+    entries: dict[str, int] = {}
+    if not isinstance(tres, list):
+        return entries
+    for item in tres:
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            continue
+        count = _number(item.get("count"))
+        if count is None:
+            continue
+        name = item["type"] + (f"/{item['name']}" if _string(item.get("name")) else "")
+        entries[name] = count
+    return entries
+
+
+def _matching_job(document: Any, job_id: str) -> dict[str, Any] | None:
+    """The entry of document["jobs"] whose job_id is job_id (sacct may list array/het siblings)."""
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    if not isinstance(jobs, list):
+        return None
+    for job in jobs:
+        if isinstance(job, dict) and str(_number(job.get("job_id"))) == str(job_id):
+            return job
+    return None
+
+
+def parse_sacct_json(document: Any, job_id: str) -> JobFacts | None:
+    """JobFacts from the output of ``sacct --json -j JOBID``; None when the job is not in it."""
+    job = _matching_job(document, job_id)
+    if job is None:
+        return None
+    times = job.get("time") if isinstance(job.get("time"), dict) else {}
+    tres = job.get("tres") if isinstance(job.get("tres"), dict) else {}
+    return JobFacts(
+        job_id=str(job_id),
+        source="sacct",
+        name=_string(job.get("name")),
+        state=_state(job.get("state")),
+        start_unix=_timestamp(times.get("start")),
+        end_unix=_timestamp(times.get("end")),
+        elapsed_s=_number(times.get("elapsed")),
+        nodelist=_string(job.get("nodes")),
+        num_nodes=_number(job.get("allocation_nodes")),
+        num_gpus=_gpus_from_tres(_tres_from_list(tres.get("allocated"))),
+    )
+
+
+def parse_squeue_json(document: Any, job_id: str, now_unix: float | None = None) -> JobFacts | None:
+    """JobFacts from the output of ``squeue --json -j JOBID``; None when the job is not in it.
+
+    squeue has no elapsed time: it is end - start for a finished job, now - start for a running one.
+    """
+    job = _matching_job(document, job_id)
+    if job is None:
+        return None
+    state = _state(job.get("job_state"))
+    start = _timestamp(job.get("start_time"))
+    end = _timestamp(job.get("end_time"))
+    elapsed = None
+    if start is not None:
+        running = state is not None and ("RUNNING" in state or "COMPLETING" in state)
+        until = (time.time() if now_unix is None else now_unix) if running or end is None else end
+        elapsed = max(0, int(until) - start)
+    return JobFacts(
+        job_id=str(job_id),
+        source="squeue",
+        name=_string(job.get("name")),
+        state=state,
+        start_unix=start,
+        end_unix=end,
+        elapsed_s=elapsed,
+        nodelist=_string(job.get("nodes")),
+        num_nodes=_number(job.get("node_count")),
+        num_gpus=_gpus_from_tres(_tres_from_string(job.get("tres_alloc_str"))),
+    )
+
+
+def _query_json(command: Sequence[str]) -> Any:
+    """Run a Slurm command that prints JSON; None if it is missing, fails or prints no JSON."""
+    try:
+        result = subprocess.run(list(command), capture_output=True, text=True, check=False,
+                                timeout=SLURM_QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def job_facts(job_id: str) -> JobFacts | None:
+    """Slurm's facts about a job: from accounting (sacct) if it has them, else from the controller
+    (squeue, which forgets a job MinJobAge seconds after it ends), else None."""
+    facts = parse_sacct_json(_query_json(["sacct", "--json", "-j", str(job_id)]), job_id)
+    if facts is None:
+        facts = parse_squeue_json(_query_json(["squeue", "--json", "-j", str(job_id)]), job_id)
+    return facts
+
+
+def _plugstack_files(path: str, depth: int = 0) -> list[str]:
+    """plugstack.conf and the files its ``include`` lines name (globs), in order."""
+    files = [path]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if depth < 4 and len(words) == 2 and words[0] == "include":
+            for included in sorted(glob.glob(words[1])):
+                files.extend(_plugstack_files(included, depth + 1))
+    return files
+
+
+def plugstack_report_dir() -> str | None:
+    """The ``report_dir=`` argument of spank_transit.so in the running cluster's plugstack.conf
+    (found through ``scontrol show config``); None when Slurm does not answer or it is not set."""
+    try:
+        result = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                                check=False, timeout=SLURM_QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    plugstack = None
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "PlugStackConfig":
+            plugstack = value.strip()
+    if result.returncode != 0 or not plugstack:
+        return None
+    for path in _plugstack_files(plugstack):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                words = line.split("#", 1)[0].split()
+                if len(words) >= 2 and "spank_transit" in words[1]:
+                    for word in words[2:]:
+                        if word.startswith("report_dir="):
+                            return word.removeprefix("report_dir=")
+    return None
