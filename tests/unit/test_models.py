@@ -1,0 +1,83 @@
+"""Model shapes: parameter counts against published figures and hand-computed cases."""
+
+import pytest
+
+from transit.errors import UsageError
+from transit.models import PRESETS, ModelSpec, preset
+
+# A model small enough to count by hand.
+TINY = ModelSpec("tiny", layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, vocab=100)
+
+
+def test_tiny_parameter_count_by_hand():
+    # q 64x64, k and v 64x32 each (2 kv heads of 16), o 64x64
+    assert TINY.attention_params == 4096 + 2 * 2048 + 4096
+    assert TINY.layer_params() == 12288 + 3 * 64 * 128 + 2 * 64
+    assert TINY.total_params() == 2 * 100 * 64 + 2 * TINY.layer_params() + 64
+
+
+@pytest.mark.parametrize("name, published", [
+    ("llama3-8b", 8_030_261_248),  # Meta-Llama-3-8B safetensors total
+    ("llama3-70b", 70_553_706_496),  # Meta-Llama-3-70B safetensors total
+])
+def test_llama_parameter_counts_match_published_totals(name, published):
+    assert preset(name).total_params() == published
+
+
+@pytest.mark.parametrize("name, total_b, active_b", [
+    ("qwen3-32b", 32.8, 32.8),
+    ("qwen3-30b-a3b", 30.5, 3.3),
+    ("llama4-scout", 108, 17.2),  # 109B/17B in the model card, which also counts the vision parts
+])
+def test_moe_and_qwen_totals_and_active_parameters(name, total_b, active_b):
+    model = preset(name)
+    assert model.total_params() / 1e9 == pytest.approx(total_b, rel=0.02)
+    assert model.total_params(active_only=True) / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+def test_moe_layer_counts_all_experts_but_tokens_use_only_active_ones():
+    moe = ModelSpec("moe", layers=1, hidden=8, ffn=4, heads=2, kv_heads=2, vocab=10, experts=4,
+                    active_experts=1, shared_experts=1)
+    expert = 3 * 8 * 4
+    attention_and_norms = 4 * 8 * 8 + 2 * 8
+    assert moe.layer_params() == attention_and_norms + 5 * expert + 8 * 4  # + router
+    assert moe.layer_params(active_only=True) == attention_and_norms + 2 * expert + 8 * 4
+
+
+def test_flops_per_token_by_hand():
+    seq = 16
+    matmul_params = TINY.total_params() - 100 * 64  # the input embedding is a lookup
+    assert TINY.model_flops_per_token(seq) == 6 * matmul_params + 12 * 2 * 4 * 16 * seq
+
+
+def test_activation_bytes_by_hand():
+    tokens = 10
+    # 4h (two norms, in and out) + 2*q_out (q, attention output) + 2*kv_out (k, v) + 4*ffn, bf16
+    per_token = 4 * 64 + 2 * 64 + 2 * 32 + 4 * 128
+    assert TINY.layer_activation_bytes(tokens) == tokens * per_token * 2
+    assert TINY.layer_activation_bytes(tokens, tp=2) == tokens * per_token
+    assert TINY.layer_input_bytes(tokens) == tokens * 64 * 2
+    assert TINY.logits_bytes(tokens) == tokens * 100 * 10
+
+
+def test_all_presets_are_reachable_case_insensitively():
+    for name in PRESETS:
+        assert preset(name.upper()) is PRESETS[name]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"layers": 0}, "layers must be a positive"),
+    ({"heads": 6, "kv_heads": 4}, "multiple of kv heads"),
+    ({"hidden": 60, "heads": 8, "kv_heads": 8}, "give --head-dim"),
+    ({"experts": 4, "active_experts": 5}, "active experts"),
+    ({"shared_experts": 1}, "dense model"),
+])
+def test_bad_dimensions_are_usage_errors(kwargs, message):
+    dims = {"layers": 2, "hidden": 64, "ffn": 128, "heads": 4, "kv_heads": 2, "vocab": 100} | kwargs
+    with pytest.raises(UsageError, match=message):
+        ModelSpec("bad", **dims)
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(UsageError, match="llama3-8b"):
+        preset("gpt-5")
