@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""A tiny, real, deterministic training run for tests and the sbatch templates.
+
+Started by torchrun (one process per GPU, or per CPU slot with gloo). The batch settings come
+from the environment that `transit launch` exports: TRANSIT_GLOBAL_BATCH sequences per
+optimizer step, TRANSIT_LOCAL_BATCH per rank per micro-batch, TRANSIT_GRAD_ACCUM micro-batches.
+Each optimizer step consumes the same sequences whatever the world size (sequence i of step s is
+generated from the seed and its global index), so runs on different node counts with the same
+global batch follow the same loss trajectory up to floating-point summation order.
+
+The mean loss of every optimizer step is printed and written by rank 0 as JSON to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+VOCAB = 64
+SEQ_LEN = 16
+WIDTH = 32
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON file for the loss of every optimizer step")
+    parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    parser.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
+                        help="DistributedDataParallel or FSDP2 fully_shard (default ddp)")
+    parser.add_argument("--seed", type=int, default=1234)
+    return parser.parse_args()
+
+
+def batch_settings(world_size: int) -> tuple[int, int, int]:
+    try:
+        global_batch, local_batch, accumulation = (int(os.environ[name]) for name in (
+            "TRANSIT_GLOBAL_BATCH", "TRANSIT_LOCAL_BATCH", "TRANSIT_GRAD_ACCUM"))
+    except KeyError as missing:
+        sys.exit(f"train_tiny: {missing} is not set; start this script through `transit launch`")
+    if global_batch != local_batch * accumulation * world_size:
+        sys.exit(f"train_tiny: global batch {global_batch} != local batch {local_batch} x accumulation "
+                 f"{accumulation} x world size {world_size}")
+    return global_batch, local_batch, accumulation
+
+
+def sequences(seed: int, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences first..first+count-1: random tokens whose next token is a fixed function of them."""
+    inputs = torch.empty(count, SEQ_LEN, dtype=torch.long)
+    for row in range(count):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + first + row)
+        inputs[row] = torch.randint(0, VOCAB, (SEQ_LEN,), generator=generator)
+    return inputs, (inputs * 7 + 3) % VOCAB
+
+
+def build_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)  # identical initial weights on every rank and every world size
+    return nn.Sequential(nn.Embedding(VOCAB, WIDTH), nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
+                         nn.Linear(4 * WIDTH, VOCAB))
+
+
+def main() -> int:
+    args = parse_args()
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    global_batch, local_batch, accumulation = batch_settings(world_size)
+
+    model = build_model(args.seed).to(device)
+    if args.parallel == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss_fn = nn.CrossEntropyLoss()
+
+    losses = []
+    for step in range(args.steps):
+        step_loss = torch.zeros((), device=device)
+        for micro in range(accumulation):
+            first = step * global_batch + (micro * world_size + rank) * local_batch
+            inputs, targets = (t.to(device) for t in sequences(args.seed, first, local_batch))
+            last = micro == accumulation - 1
+            if args.parallel == "ddp" and not last:
+                with model.no_sync():  # gradients are all-reduced once, on the last micro-batch
+                    loss = loss_fn(model(inputs).flatten(0, 1), targets.flatten()) / accumulation
+                    loss.backward()
+            else:
+                if args.parallel == "fsdp":
+                    model.set_requires_gradient_sync(last)
+                loss = loss_fn(model(inputs).flatten(0, 1), targets.flatten()) / accumulation
+                loss.backward()
+            step_loss += loss.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(step_loss, op=dist.ReduceOp.SUM)
+        losses.append(step_loss.item() / world_size)
+        if rank == 0:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+
+    if rank == 0:
+        result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
+                  "world_size": world_size, "parallel": args.parallel, "seed": args.seed, "losses": losses}
+        with open(args.out, "w") as out:
+            json.dump(result, out, indent=2)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
