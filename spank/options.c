@@ -14,9 +14,11 @@
 
 struct transit_opts transit_opts;
 
-/* What sbatch/salloc export for --transit so that srun steps inside inherit it. A bare
- * `--transit` is exported as an empty value, which srun then hands to our callback. */
+/* sbatch and salloc export --transit to the srun steps inside as this variable. Slurm formats
+ * a bare `--transit` (no value) there as "(null)" (22.05) or "", and srun then passes that
+ * string to our callback, and forwards it to slurmstepd. */
 #define TRANSIT_ALLOC_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_transit_transit"
+#define SLURM_NULL_VALUE "(null)"
 
 enum { OPT_POLICY = 1, OPT_MEM_LIMIT, OPT_REPORT_DIR };
 
@@ -103,12 +105,16 @@ static int commit(const struct transit_opts *next, const char *opt, const char *
     return 0;
 }
 
-/* True when an empty --transit value stands for a bare `--transit`: in slurmstepd (srun already
- * validated it), or when it is the value sbatch/salloc exported for a bare `--transit`. */
-static bool empty_means_default(int remote)
+/* True when the --transit value stands for a bare `--transit`: no value, or Slurm's rendering of
+ * "no value" as inherited from sbatch/salloc (checked in srun; slurmstepd gets what srun accepted). */
+static bool is_bare(const char *optarg, int remote)
 {
+    if (!optarg)
+        return true;
+    if (optarg[0] != '\0' && strcmp(optarg, SLURM_NULL_VALUE) != 0)
+        return false;
     const char *inherited = getenv(TRANSIT_ALLOC_ENV);
-    return remote || (inherited && inherited[0] == '\0');
+    return remote || (inherited && !strcmp(inherited, optarg));
 }
 
 int transit_opt_policy(int val, const char *optarg, int remote)
@@ -118,7 +124,7 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     next.requested = true;
     next.off = false;
     next.policy[0] = '\0';
-    if (!optarg || (optarg[0] == '\0' && empty_means_default(remote)))
+    if (is_bare(optarg, remote))
         return commit(&next, "transit", "");
     if (optarg[0] == '\0') {
         slurm_error("transit: --transit= needs a value: base, prefetch, advise or off "
