@@ -65,6 +65,16 @@ def current_allocation(env: Mapping[str, str] | None = None) -> Allocation:
     return Allocation(job_id=job_id, hostnames=hostnames)
 
 
+def node_address(hostname: str) -> str:
+    """The address Slurm reaches `hostname` at (NodeAddr), which need not be a DNS name."""
+    result = subprocess.run(["scontrol", "show", "node", "-o", hostname], capture_output=True, text=True,
+                            check=False)
+    for field in result.stdout.split():
+        if field.startswith("NodeAddr="):
+            return field.removeprefix("NodeAddr=")
+    raise UsageError(f"scontrol show node {hostname} gave no NodeAddr: {result.stderr.strip()}")
+
+
 def gpus_on_node(env: Mapping[str, str] | None = None) -> int | None:
     """GPUs this node was given, from SLURM_GPUS_ON_NODE or CUDA_VISIBLE_DEVICES; None if unknown."""
     env = os.environ if env is None else env
