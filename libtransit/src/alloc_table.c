@@ -1,0 +1,116 @@
+/* alloc_table.c - open-addressing hash table (linear probing, backward-shift deletion). */
+#include "alloc_table.h"
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INITIAL_SLOTS 1024u /* a training process holds a few hundred to a few thousand blocks */
+
+static transit_alloc *slots; /* key 0 marks an empty slot: no allocation lives at address 0 */
+static size_t nslots, nlive;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t slot_of(uint64_t key, size_t n)
+{
+    key ^= key >> 33; /* fmix64: device pointers share their high bits and low zero bits */
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & (n - 1);
+}
+
+static int grow(void)
+{
+    size_t n = nslots ? nslots * 2 : INITIAL_SLOTS;
+    transit_alloc *fresh = calloc(n, sizeof *fresh);
+    if (!fresh)
+        return -1;
+    for (size_t i = 0; i < nslots; i++) {
+        if (!slots[i].key)
+            continue;
+        size_t j = slot_of(slots[i].key, n);
+        while (fresh[j].key)
+            j = (j + 1) & (n - 1);
+        fresh[j] = slots[i];
+    }
+    free(slots);
+    slots = fresh;
+    nslots = n;
+    return 0;
+}
+
+TRANSIT_INTERNAL int transit_alloc_insert(const transit_alloc *a)
+{
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    if ((nlive + 1) * 4 > nslots * 3 && grow()) { /* keep the load under 3/4 */
+        rc = -1;
+        goto out;
+    }
+    size_t i = slot_of(a->key, nslots);
+    while (slots[i].key && slots[i].key != a->key)
+        i = (i + 1) & (nslots - 1);
+    if (!slots[i].key)
+        nlive++;
+    slots[i] = *a;
+out:
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+TRANSIT_INTERNAL int transit_alloc_remove(uint64_t key, transit_alloc *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    if (!nslots || !key)
+        goto out;
+    size_t i = slot_of(key, nslots);
+    while (slots[i].key && slots[i].key != key)
+        i = (i + 1) & (nslots - 1);
+    if (!slots[i].key)
+        goto out;
+    found = 1;
+    if (out)
+        *out = slots[i];
+    /* Backward-shift deletion keeps every probe chain unbroken without tombstones. */
+    size_t hole = i;
+    for (size_t j = (i + 1) & (nslots - 1); slots[j].key; j = (j + 1) & (nslots - 1)) {
+        size_t home = slot_of(slots[j].key, nslots);
+        if (((j - home) & (nslots - 1)) >= ((j - hole) & (nslots - 1))) {
+            slots[hole] = slots[j];
+            hole = j;
+        }
+    }
+    memset(&slots[hole], 0, sizeof slots[hole]);
+    nlive--;
+out:
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+TRANSIT_INTERNAL size_t transit_alloc_count(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = nlive;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+void transit_alloc_foreach(transit_alloc_kind kind, void (*fn)(const transit_alloc *, void *), void *ctx)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nslots; i++)
+        if (slots[i].key && slots[i].kind == kind)
+            fn(&slots[i], ctx);
+    pthread_mutex_unlock(&lock);
+}
+
+TRANSIT_INTERNAL void transit_alloc_reset(void)
+{
+    /* Called in a fork child, where the parent's lock may have been held: start afresh. */
+    pthread_mutex_init(&lock, NULL);
+    free(slots);
+    slots = NULL;
+    nslots = nlive = 0;
+}

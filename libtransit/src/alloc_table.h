@@ -1,0 +1,28 @@
+/* alloc_table.h - every live allocation TRANSIT made or counted, keyed by address (or VMM
+ * handle). The advise policy walks it; frees are matched against it. */
+#ifndef TRANSIT_ALLOC_TABLE_H
+#define TRANSIT_ALLOC_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TRANSIT_ALLOC_MANAGED = 1, TRANSIT_ALLOC_VMM = 2 } transit_alloc_kind;
+
+typedef struct transit_alloc {
+    uint64_t key;  /* device pointer, or VMM handle */
+    uint64_t size;
+    int device;
+    transit_alloc_kind kind;
+} transit_alloc;
+
+/* 0 on success, -1 when out of memory. A key already present is replaced. */
+int transit_alloc_insert(const transit_alloc *a);
+/* Removes key; returns 1 and fills *out (if non-NULL) when found, else 0. */
+int transit_alloc_remove(uint64_t key, transit_alloc *out);
+size_t transit_alloc_count(void);
+/* Calls fn for each live allocation of `kind`, under the table lock: fn must not allocate. */
+void transit_alloc_foreach(transit_alloc_kind kind, void (*fn)(const transit_alloc *, void *), void *ctx);
+/* Forgets everything (after fork: the child has no CUDA context). */
+void transit_alloc_reset(void);
+
+#endif

@@ -1,0 +1,307 @@
+/* hooks_driver.c - the driver entry points TRANSIT replaces, and the two doors through which
+ * programs reach the driver without linking it: dlsym and cuGetProcAddress. Never
+ * cuGetExportTable (private, and not needed). VMM calls (cuMemCreate/cuMemRelease) pass
+ * through and are only counted. */
+#include "cuda_api.h"
+#include "hooks.h"
+#include "internal.h"
+#include "memory.h"
+#include "state.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+
+#define HOOK __attribute__((visibility("default")))
+
+/* cudaGetDriverEntryPoint is deprecated in CUDA 13 but programs still call it. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#define PITCH_ALIGNMENT 512
+
+static CUresult fail(const transit_driver_api *drv, CUresult r)
+{
+    const char *name = NULL;
+    if (!__atomic_load_n(&transit_g.cuda_active, __ATOMIC_RELAXED)) {
+        if (drv && drv->GetErrorName)
+            drv->GetErrorName(r, &name);
+        transit_note_cuda_error(name ? name : "CUresult error");
+    }
+    return r;
+}
+
+static const transit_driver_api *driver_for_hook(void)
+{
+    transit_ensure_active();
+    const transit_driver_api *drv = transit_driver();
+    if (!drv)
+        transit_note_cuda_error("libcuda.so.1 not loadable");
+    return drv;
+}
+
+static CUresult alloc_managed(const transit_driver_api *drv, CUdeviceptr *dptr, size_t size)
+{
+    CUdevice dev;
+    CUresult r = drv->CtxGetDevice(&dev);
+    if (r != CUDA_SUCCESS)
+        return fail(drv, r);
+    if (transit_mem_need_budget(dev)) {
+        size_t free_b, total_b;
+        if ((r = drv->MemGetInfo(&free_b, &total_b)) != CUDA_SUCCESS)
+            return fail(drv, r);
+        transit_mem_set_budget(dev, free_b, total_b);
+    }
+    if (transit_mem_admit(dev, size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = drv->MemAllocManaged(dptr, size, CU_MEM_ATTACH_GLOBAL)) != CUDA_SUCCESS)
+        return fail(drv, r);
+    transit_mem_allocated(*dptr, size, dev);
+    return CUDA_SUCCESS;
+}
+
+static bool capturing(const transit_driver_api *drv, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return drv->StreamIsCapturing && drv->StreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    return drv ? alloc_managed(drv, dptr, bytesize) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                 unsigned int element_size)
+{
+    (void)element_size;
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    *pitch = (width + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT;
+    return alloc_managed(drv, dptr, *pitch * height);
+}
+
+HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dptr)
+        transit_mem_freed(dptr);
+    return drv->MemFree(dptr);
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (capturing(drv, stream) && drv->MemAllocAsync) /* must stay a graph node */
+        return drv->MemAllocAsync(dptr, size, stream);
+    return alloc_managed(drv, dptr, size);
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream stream)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dptr && transit_mem_freed(dptr))
+        return drv->MemFree(dptr);
+    return drv->MemFreeAsync ? drv->MemFreeAsync(dptr, stream) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    return alloc_async(dptr, size, stream);
+}
+HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    return alloc_async(dptr, size, stream);
+}
+HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+    return free_async(dptr, stream);
+}
+HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+    return free_async(dptr, stream);
+}
+
+HOOK CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = drv->MemGetInfo(free_bytes, total_bytes);
+    if (r != CUDA_SUCCESS)
+        return fail(drv, r);
+    transit_note_cuda_ok();
+    if (transit_limit_mode())
+        transit_mem_limit_info(free_bytes, total_bytes);
+    return r;
+}
+
+HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                          unsigned long long flags)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv || !drv->MemCreate)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = drv->MemCreate(handle, size, prop, flags);
+    if (r == CUDA_SUCCESS && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        transit_vmm_created(*handle, size, prop->location.id);
+    return r;
+}
+
+HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    const transit_driver_api *drv = driver_for_hook();
+    if (!drv || !drv->MemRelease)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    transit_vmm_released(handle);
+    return drv->MemRelease(handle);
+}
+
+static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status)
+{
+    const transit_driver_api *drv = transit_driver(); /* no activation: a lookup is not CUDA use */
+    if (!drv || !drv->GetProcAddress)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = drv->GetProcAddress(symbol, pfn, version, flags, status);
+    if (r == CUDA_SUCCESS && pfn && *pfn) {
+        void *hook = transit_driver_hook(symbol, version);
+        if (hook)
+            *pfn = hook;
+    }
+    return r;
+}
+
+HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *status)
+{
+    return proc_address(symbol, pfn, version, flags, status);
+}
+
+/* The CUDA 11/12 form, without the status argument (cuda.h maps the name to _v2). */
+#undef cuGetProcAddress
+HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    return proc_address(symbol, pfn, version, flags, NULL);
+}
+
+/* cuGetProcAddress names: the base name plus the first CUDA version whose ABI the hook has. */
+static const struct {
+    const char *symbol;
+    int since;
+    void *hook;
+} driver_hooks[] = {
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2},
+    {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2},
+    {"cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2},
+    {"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync},
+    {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync},
+    {"cuMemCreate", 10020, (void *)cuMemCreate},
+    {"cuMemRelease", 10020, (void *)cuMemRelease},
+    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2},
+    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress},
+};
+
+void *transit_driver_hook(const char *symbol, int cuda_version)
+{
+    if (!symbol || symbol[0] != 'c' || symbol[1] != 'u')
+        return NULL;
+    for (size_t i = 0; i < sizeof driver_hooks / sizeof driver_hooks[0]; i++)
+        if (cuda_version >= driver_hooks[i].since && strcmp(symbol, driver_hooks[i].symbol) == 0)
+            return driver_hooks[i].hook;
+    return NULL;
+}
+
+/* Exported names, as dlsym sees them. Runtime names are here too because programs that load
+ * libcudart with dlopen reach cudaMalloc through dlsym(handle, ...), past LD_PRELOAD. */
+extern cudaError_t cudaMalloc(void **, size_t);
+extern cudaError_t cudaFree(void *);
+extern cudaError_t cudaMallocPitch(void **, size_t *, size_t, size_t);
+extern cudaError_t cudaMemGetInfo(size_t *, size_t *);
+extern cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+extern cudaError_t cudaFreeAsync(void *, cudaStream_t);
+extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
+extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
+extern cudaError_t cudaGetDriverEntryPoint(const char *, void **, unsigned long long,
+                                           enum cudaDriverEntryPointQueryResult *);
+extern cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **, unsigned int, unsigned long long,
+                                                    enum cudaDriverEntryPointQueryResult *);
+
+static const struct {
+    const char *name;
+    void *hook;
+} exported_hooks[] = {
+    {"cuMemAlloc_v2", (void *)cuMemAlloc_v2},
+    {"cuMemFree_v2", (void *)cuMemFree_v2},
+    {"cuMemAllocPitch_v2", (void *)cuMemAllocPitch_v2},
+    {"cuMemGetInfo_v2", (void *)cuMemGetInfo_v2},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync},
+    {"cuMemAllocAsync_ptsz", (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync},
+    {"cuMemFreeAsync_ptsz", (void *)cuMemFreeAsync_ptsz},
+    {"cuMemCreate", (void *)cuMemCreate},
+    {"cuMemRelease", (void *)cuMemRelease},
+    {"cuGetProcAddress", (void *)cuGetProcAddress},
+    {"cuGetProcAddress_v2", (void *)cuGetProcAddress_v2},
+    {"cudaMalloc", (void *)cudaMalloc},
+    {"cudaFree", (void *)cudaFree},
+    {"cudaMallocPitch", (void *)cudaMallocPitch},
+    {"cudaMemGetInfo", (void *)cudaMemGetInfo},
+    {"cudaMallocAsync", (void *)cudaMallocAsync},
+    {"cudaFreeAsync", (void *)cudaFreeAsync},
+    {"cudaMallocAsync_ptsz", (void *)cudaMallocAsync_ptsz},
+    {"cudaFreeAsync_ptsz", (void *)cudaFreeAsync_ptsz},
+    {"cudaGetDriverEntryPoint", (void *)cudaGetDriverEntryPoint},
+    {"cudaGetDriverEntryPointByVersion", (void *)cudaGetDriverEntryPointByVersion},
+};
+
+void *transit_exported_hook(const char *name)
+{
+    if (!name || name[0] != 'c' || name[1] != 'u')
+        return NULL;
+    for (size_t i = 0; i < sizeof exported_hooks / sizeof exported_hooks[0]; i++)
+        if (strcmp(name, exported_hooks[i].name) == 0)
+            return exported_hooks[i].hook;
+    return NULL;
+}
+
+/* dlsym(RTLD_NEXT, name) means "after the caller", but glibc would see libtransit as the
+ * caller. Walk the link map from the real caller's object instead, keeping only a symbol
+ * defined by each object itself (dlsym on a handle also searches its dependencies). */
+static void *next_after(const void *caller, const char *name)
+{
+    Dl_info info;
+    struct link_map *self = NULL;
+    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
+        return NULL;
+    for (struct link_map *l = self->l_next; l; l = l->l_next) {
+        void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+        void *sym;
+        struct link_map *owner = NULL;
+        if (!h)
+            continue;
+        sym = transit_real_dlsym(h, name);
+        dlclose(h);
+        if (sym && dladdr1(sym, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == l)
+            return sym;
+    }
+    return NULL;
+}
+
+HOOK void *dlsym(void *handle, const char *name)
+{
+    void *hook = transit_exported_hook(name);
+    if (hook)
+        return hook;
+    if (handle == RTLD_NEXT)
+        return next_after(__builtin_return_address(0), name);
+    return transit_real_dlsym(handle, name);
+}

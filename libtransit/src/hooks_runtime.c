@@ -1,0 +1,182 @@
+/* hooks_runtime.c - the CUDA runtime entry points TRANSIT replaces (exported; LD_PRELOAD puts
+ * them ahead of libcudart). Device allocations become managed allocations. */
+#include "cuda_api.h"
+#include "hooks.h"
+#include "internal.h"
+#include "memory.h"
+#include "state.h"
+
+#define HOOK __attribute__((visibility("default")))
+
+/* cudaGetDriverEntryPoint is deprecated in CUDA 13 but programs still call it. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#define PITCH_ALIGNMENT 512 /* cudaMallocPitch's row alignment on every current GPU */
+
+static cudaError_t fail(const transit_runtime_api *rt, cudaError_t e)
+{
+    if (!__atomic_load_n(&transit_g.cuda_active, __ATOMIC_RELAXED))
+        transit_note_cuda_error(rt->GetErrorName ? rt->GetErrorName(e) : "cudaError");
+    return e;
+}
+
+static const transit_runtime_api *runtime_for_hook(void)
+{
+    transit_ensure_active();
+    const transit_runtime_api *rt = transit_runtime();
+    if (!rt)
+        transit_note_cuda_error("libcudart not found in the process");
+    return rt;
+}
+
+static cudaError_t malloc_managed(const transit_runtime_api *rt, void **ptr, size_t size)
+{
+    int dev;
+    cudaError_t e = rt->GetDevice(&dev);
+    if (e != cudaSuccess)
+        return fail(rt, e);
+    if (transit_mem_need_budget(dev)) {
+        size_t free_b, total_b;
+        if ((e = rt->MemGetInfo(&free_b, &total_b)) != cudaSuccess)
+            return fail(rt, e);
+        transit_mem_set_budget(dev, free_b, total_b);
+    }
+    if (size == 0) { /* cudaMalloc(0) succeeds with NULL; cudaMallocManaged(0) would not */
+        *ptr = NULL;
+        return cudaSuccess;
+    }
+    if (transit_mem_admit(dev, size))
+        return cudaErrorMemoryAllocation;
+    if ((e = rt->MallocManaged(ptr, size, cudaMemAttachGlobal)) != cudaSuccess)
+        return fail(rt, e);
+    transit_mem_allocated((uint64_t)(uintptr_t)*ptr, size, dev);
+    return cudaSuccess;
+}
+
+static bool capturing(const transit_runtime_api *rt, cudaStream_t stream)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return rt->StreamIsCapturing && rt->StreamIsCapturing(stream, &status) == cudaSuccess &&
+           status != cudaStreamCaptureStatusNone;
+}
+
+HOOK cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    return rt ? malloc_managed(rt, devPtr, size) : cudaErrorInitializationError;
+}
+
+HOOK cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    if (!rt)
+        return cudaErrorInitializationError;
+    *pitch = (width + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT;
+    return malloc_managed(rt, devPtr, *pitch * height);
+}
+
+HOOK cudaError_t cudaFree(void *devPtr)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    if (!rt)
+        return cudaErrorInitializationError;
+    if (devPtr)
+        transit_mem_freed((uint64_t)(uintptr_t)devPtr); /* before the address can be reused */
+    cudaError_t e = rt->Free(devPtr);
+    if (e != cudaSuccess)
+        return fail(rt, e);
+    transit_note_cuda_ok();
+    return e;
+}
+
+/* Stream-ordered allocation becomes a plain managed allocation, except inside graph capture,
+ * where the allocation must stay a graph node. */
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    if (!rt)
+        return cudaErrorInitializationError;
+    if (capturing(rt, stream) && rt->MallocAsync)
+        return rt->MallocAsync(devPtr, size, stream);
+    return malloc_managed(rt, devPtr, size);
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    if (!rt)
+        return cudaErrorInitializationError;
+    if (devPtr && transit_mem_freed((uint64_t)(uintptr_t)devPtr))
+        return rt->Free(devPtr); /* managed memory has no stream-ordered free */
+    return rt->FreeAsync ? rt->FreeAsync(devPtr, stream) : cudaErrorNotSupported;
+}
+
+HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+    return malloc_async(devPtr, size, stream);
+}
+HOOK cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
+{
+    return malloc_async(devPtr, size, stream);
+}
+HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
+{
+    return free_async(devPtr, stream);
+}
+HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
+{
+    return free_async(devPtr, stream);
+}
+
+HOOK cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    if (!rt)
+        return cudaErrorInitializationError;
+    cudaError_t e = rt->MemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return fail(rt, e);
+    transit_note_cuda_ok();
+    if (transit_limit_mode())
+        transit_mem_limit_info(free_bytes, total_bytes);
+    return e;
+}
+
+/* PyTorch reaches the driver (cuMemCreate, ...) through these: hand out TRANSIT's hooks. */
+static cudaError_t entry_point(const char *symbol, void **fn, unsigned int version, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *status)
+{
+    const transit_runtime_api *rt = runtime_for_hook();
+    cudaError_t e;
+    if (!rt || !rt->GetDriverEntryPointByVersion)
+        return cudaErrorInitializationError;
+    e = rt->GetDriverEntryPointByVersion(symbol, fn, version, flags, status);
+    if (e == cudaSuccess && fn && *fn) {
+        void *hook = transit_driver_hook(symbol, (int)version);
+        if (hook)
+            *fn = hook;
+    }
+    return e;
+}
+
+HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+}
+HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn, unsigned long long flags,
+                                              enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+}
+HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(symbol, fn, version, flags, status);
+}
+HOOK cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn, unsigned int version,
+                                                       unsigned long long flags,
+                                                       enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(symbol, fn, version, flags, status);
+}

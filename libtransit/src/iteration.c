@@ -1,0 +1,102 @@
+/* iteration.c - see iteration.h. Step times are kept in a bounded ring for mean and median. */
+#include "iteration.h"
+#include "internal.h"
+#include "state.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEP_TIMES_KEPT 4096
+
+static const char *const method_names[] = {"none", "api", "python-hook", "kernel-period"};
+
+static int primary; /* transit_iter_method */
+static uint64_t count;  /* marks by the primary method */
+static uint64_t by_method[4];
+static double last_mark;
+static double step_times[STEP_TIMES_KEPT]; /* step i (1-based) at [(i-1) % KEPT] */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lower is more explicit. */
+static int precedence(int m)
+{
+    return m == TRANSIT_ITER_API ? 0 : m == TRANSIT_ITER_PYHOOK ? 1 : m == TRANSIT_ITER_KERNEL_PERIOD ? 2 : 3;
+}
+
+int transit_iteration_mark(transit_iter_method m)
+{
+    int taken = 0;
+    pthread_mutex_lock(&lock);
+    by_method[m]++;
+    if (precedence((int)m) < precedence(primary)) { /* a more explicit source: restart from it */
+        primary = (int)m;
+        count = 0;
+    }
+    if ((int)m == primary) {
+        double now = transit_now();
+        count++;
+        if (count > 1)
+            step_times[(count - 2) % STEP_TIMES_KEPT] = now - last_mark;
+        last_mark = now;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return taken;
+}
+
+uint64_t transit_iteration_count(void)
+{
+    return __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+}
+
+transit_iter_method transit_iteration_method(void)
+{
+    return (transit_iter_method)__atomic_load_n(&primary, __ATOMIC_ACQUIRE);
+}
+
+void transit_iteration_reset(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    primary = TRANSIT_ITER_NONE;
+    count = 0;
+    memset(by_method, 0, sizeof by_method);
+    last_mark = 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Step k runs from mark k to mark k+1; steps within the warm-up are left out. */
+void transit_iteration_stats_json(jbuf *b, unsigned warmup)
+{
+    static double sorted[STEP_TIMES_KEPT]; /* static: this may run in a signal handler */
+    uint64_t marks = transit_iteration_count();
+    uint64_t steps = marks > 1 ? marks - 1 : 0;
+    uint64_t first = warmup; /* index of the first step after warm-up */
+    size_t n = 0;
+    double sum = 0;
+    for (uint64_t s = steps > STEP_TIMES_KEPT ? steps - STEP_TIMES_KEPT : 0; s < steps; s++) {
+        if (s < first)
+            continue;
+        sorted[n] = step_times[s % STEP_TIMES_KEPT];
+        sum += sorted[n++];
+    }
+    jb_printf(b,
+              "\"iterations\": {\"count\": %" PRIu64 ", \"method\": \"%s\", \"warmup\": %u, \"by_method\": {\"api\": %" PRIu64
+              ", \"python-hook\": %" PRIu64 ", \"kernel-period\": %" PRIu64 "}, ",
+              marks, method_names[transit_iteration_method()], warmup, by_method[TRANSIT_ITER_API],
+              by_method[TRANSIT_ITER_PYHOOK], by_method[TRANSIT_ITER_KERNEL_PERIOD]);
+    if (n) {
+        qsort(sorted, n, sizeof sorted[0], cmp_double);
+        double p50 = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+        jb_printf(b, "\"steps_measured\": %zu, \"step_time_mean_s\": %.6f, \"step_time_p50_s\": %.6f}, ", n,
+                  sum / (double)n, p50);
+    } else {
+        jb_printf(b, "\"steps_measured\": 0, \"step_time_mean_s\": null, \"step_time_p50_s\": null}, ");
+    }
+}

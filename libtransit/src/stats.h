@@ -1,0 +1,14 @@
+/* stats.h - the per-process statistics file (schema "transit.rank/1"). */
+#ifndef TRANSIT_STATS_H
+#define TRANSIT_STATS_H
+
+#include "json.h"
+
+/* Registers the exit hook and the SIGTERM/SIGINT handlers (at activation). */
+void transit_stats_install(void);
+/* Renders the whole document into b. */
+void transit_stats_render(jbuf *b, const char *exit_reason);
+/* Writes $TRANSIT_OUT/rank<R>.<host>.<pid>.json atomically (temp file + rename). */
+void transit_stats_write(const char *exit_reason);
+
+#endif

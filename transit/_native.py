@@ -1,0 +1,104 @@
+"""cffi binding to libtransit's public API (and the internal functions the tests exercise)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from cffi import FFI
+
+from transit.errors import UsageError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+LIB_PATH = PACKAGE_DIR / "lib" / "libtransit.so"
+HOOK_DIR = PACKAGE_DIR / "pyhook"
+
+_CDEF = """
+const char *transit_version(void);
+void transit_mark_iteration(void);
+void transit_pyhook_mark_iteration(void);
+char *transit_stats_json(void);
+void transit_free(void *p);
+
+typedef struct transit_task_request {
+    const char *policy; const char *mem_limit; const char *out_dir; const char *lib_path;
+    const char *hook_dir; const char *ld_preload; const char *pythonpath;
+} transit_task_request;
+typedef struct transit_env_var { const char *name; char *value; } transit_env_var;
+int transit_task_env(const transit_task_request *req, transit_env_var *vars, char *err, size_t errlen);
+void transit_task_env_free(transit_env_var *vars, int n);
+
+/* internal, for tests */
+int transit_parse_size(const char *var, const char *text, uint64_t *out, char *err, size_t errlen);
+typedef struct transit_alloc { uint64_t key; uint64_t size; int device; int kind; } transit_alloc;
+int transit_alloc_insert(const transit_alloc *a);
+int transit_alloc_remove(uint64_t key, transit_alloc *out);
+size_t transit_alloc_count(void);
+void transit_alloc_reset(void);
+"""
+TASK_ENV_MAX = 8
+
+ffi = FFI()
+ffi.cdef(_CDEF)
+
+
+def lib_path() -> Path:
+    """Absolute path of the built libtransit.so (for LD_PRELOAD)."""
+    if not LIB_PATH.is_file():
+        raise UsageError(
+            f"libtransit is not built: {LIB_PATH} is missing; run `pip install .` "
+            "or `cmake -S . -B build && cmake --build build && cmake --install build --prefix .`"
+        )
+    return LIB_PATH
+
+
+@functools.cache
+def lib():  # noqa: ANN201 - a cffi library object
+    return ffi.dlopen(str(lib_path()))
+
+
+def version() -> str:
+    return ffi.string(lib().transit_version()).decode()
+
+
+def stats() -> str:
+    """This process's statistics document (JSON text)."""
+    p = lib().transit_stats_json()
+    try:
+        return ffi.string(p).decode()
+    finally:
+        lib().transit_free(p)
+
+
+def _c(text: str | None):  # noqa: ANN202 - cffi char* or NULL
+    return ffi.new("char[]", text.encode()) if text is not None else ffi.NULL
+
+
+def task_env(
+    policy: str | None,
+    mem_limit: str | None,
+    out_dir: str | None,
+    ld_preload: str | None,
+    pythonpath: str | None,
+) -> dict[str, str]:
+    """The environment a TRANSIT task gets: the one rule shared with the Slurm plugin."""
+    keep = [_c(policy), _c(mem_limit), _c(out_dir), _c(str(lib_path())), _c(str(HOOK_DIR)),
+            _c(ld_preload), _c(pythonpath)]
+    req = ffi.new("transit_task_request *", keep)
+    vars_ = ffi.new("transit_env_var[]", TASK_ENV_MAX)
+    err = ffi.new("char[]", 512)
+    n = lib().transit_task_env(req, vars_, err, 512)
+    if n < 0:
+        raise UsageError(ffi.string(err).decode())
+    try:
+        return {ffi.string(vars_[i].name).decode(): ffi.string(vars_[i].value).decode() for i in range(n)}
+    finally:
+        lib().transit_task_env_free(vars_, n)
+
+
+def parse_size(text: str) -> int:
+    out = ffi.new("uint64_t *")
+    err = ffi.new("char[]", 512)
+    if lib().transit_parse_size(b"size", text.encode(), out, err, 512):
+        raise UsageError(ffi.string(err).decode())
+    return int(out[0])
