@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +20,7 @@ class Setup:
     reduction: float
     placement: str = "pack"
     backfill: bool = False
-    factors: Factors = Factors()
+    factors: Factors = field(default_factory=Factors)
     baseline_racks: int | None = None    # replay the baseline on another cluster size
 
     @property
