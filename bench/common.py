@@ -1,0 +1,220 @@
+"""What every benchmark runner shares: batch settings, the memory cap, NVML polling, timing
+statistics and the result file with its provenance (command, commit, device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+RESULT_SCHEMA = "transit.bench/1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+# Device memory a process uses outside PyTorch's caching allocator and that grows after start:
+# NCCL buffers (cuMem, outside the allocator) and lazily loaded kernel modules. Kept out of the
+# allocator's budget so that the NVML peak of a capped run stays at or under the cap.
+NON_ALLOCATOR_MARGIN_BYTES = 3 * GIB // 2
+NVML_POLL_INTERVAL_S = 0.02
+SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'24G', '512M', '1.5T' or a plain byte count, the same syntax as TRANSIT_MEM_LIMIT."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in SIZE_SUFFIXES:
+        return int(float(text[:-1]) * SIZE_SUFFIXES[text[-1]])
+    return int(text)
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    global_batch: int
+    local_batch: int
+    grad_accum: int
+    source: str  # "environment" when any TRANSIT_* batch variable was used, else "arguments"
+
+
+def resolve_batch(world: int, global_batch: int | None, local_batch: int | None,
+                  grad_accum: int | None) -> BatchSettings:
+    """Global batch = local batch x accumulation x world size; the launcher's environment wins.
+
+    Any two of the three determine the third; all three must agree.
+    """
+    env = {name: os.environ.get(f"TRANSIT_{name}") for name in ("GLOBAL_BATCH", "LOCAL_BATCH", "GRAD_ACCUM")}
+    source = "environment" if any(env.values()) else "arguments"
+    g = int(env["GLOBAL_BATCH"]) if env["GLOBAL_BATCH"] else global_batch
+    b = int(env["LOCAL_BATCH"]) if env["LOCAL_BATCH"] else local_batch
+    a = int(env["GRAD_ACCUM"]) if env["GRAD_ACCUM"] else grad_accum
+    if b is None and g is not None and a is not None:
+        b = g // (a * world)
+    if a is None and g is not None and b is not None:
+        a = g // (b * world)
+    if a is None:
+        a = 1
+    if g is None and b is not None:
+        g = b * a * world
+    if g is None or b is None or g != b * a * world or b < 1:
+        raise SystemExit(f"batch settings disagree: global {g} != local {b} x accumulation {a} x world {world}")
+    return BatchSettings(global_batch=g, local_batch=b, grad_accum=a, source=source)
+
+
+class NvmlMonitor:
+    """Polls NVML in a thread for this process's device memory and the device's used memory.
+
+    Two readings, both kept: the process's usedGpuMemory (what NVML charges to our pid) and the
+    device's used memory minus its value before this process touched CUDA (`baseline`). The
+    first is the one compared with the cap; the second is the fallback where NVML does not
+    report per-process usage (some containers hide pids).
+    """
+
+    def __init__(self, device_index: int) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = self._handle_for_torch_device(device_index)
+        self.baseline_used = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        self.process_peak: int | None = None
+        self.device_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="nvml-monitor", daemon=True)
+        self._thread.start()
+
+    def _handle_for_torch_device(self, device_index: int):
+        # Before CUDA is initialised: map the visible index to a physical one by CUDA_VISIBLE_DEVICES.
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            entry = visible.split(",")[device_index].strip()
+            if entry.startswith("GPU-"):
+                return self._nvml.nvmlDeviceGetHandleByUUID(entry)
+            return self._nvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return self._nvml.nvmlDeviceGetHandleByIndex(device_index)
+
+    def process_used(self) -> int | None:
+        try:
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except self._nvml.NVMLError:
+            return None
+        for proc in procs:
+            if proc.pid == os.getpid():
+                return proc.usedGpuMemory  # None where the driver does not say
+        return None
+
+    def device_used_over_baseline(self) -> int:
+        return self._nvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.baseline_used
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(NVML_POLL_INTERVAL_S)
+
+    def sample(self) -> None:
+        used = self.process_used()
+        if used is not None:
+            self.process_peak = max(self.process_peak or 0, used)
+        self.device_peak = max(self.device_peak, self.device_used_over_baseline())
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        peak, source = (
+            (self.process_peak, "nvml-process") if self.process_peak is not None
+            else (self.device_peak, "nvml-device-minus-baseline")
+        )
+        return {
+            "nvml_process_peak_bytes": self.process_peak,
+            "nvml_device_used_peak_minus_baseline_bytes": self.device_peak,
+            "peak_bytes": peak,
+            "peak_source": source,
+            "driver_version": self._nvml.nvmlSystemGetDriverVersion(),
+        }
+
+
+def apply_memory_cap(cap_bytes: int, device: torch.device, monitor: NvmlMonitor) -> dict:
+    """Keep a non-TRANSIT run's device memory under `cap_bytes` (the emulated capacity L).
+
+    PyTorch's allocator gets L minus what this process already holds outside it (the CUDA
+    context, read from NVML now) minus a margin for what grows outside it later.
+    """
+    torch.zeros(1, device=device)  # creates the context so NVML sees it
+    monitor.sample()
+    context = monitor.process_used()
+    if context is None:
+        context = monitor.device_used_over_baseline()
+    total = torch.cuda.get_device_properties(device).total_memory
+    budget = cap_bytes - context - NON_ALLOCATOR_MARGIN_BYTES
+    fraction = budget / total
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return {"cap_bytes": cap_bytes, "context_bytes": context, "allocator_budget_bytes": budget,
+            "allocator_fraction": fraction, "non_allocator_margin_bytes": NON_ALLOCATOR_MARGIN_BYTES}
+
+
+def step_stats(step_times: list[float], warmup: int) -> dict:
+    measured = step_times[warmup:]
+    return {
+        "all_s": step_times,
+        "warmup_steps": warmup,
+        "measured_steps": len(measured),
+        "mean_s": statistics.fmean(measured) if measured else None,
+        "p50_s": statistics.median(measured) if measured else None,
+    }
+
+
+def tflops_per_gpu(flops_per_step: int, seconds: float | None, gpus: int) -> float | None:
+    return flops_per_step / seconds / gpus / 1e12 if seconds else None
+
+
+def git_commit() -> str | None:
+    """The commit, from git where the tree is a checkout, else from BENCH_GIT_COMMIT (device copies)."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=False,
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return os.environ.get("BENCH_GIT_COMMIT")
+
+
+def provenance() -> dict:
+    """Command, commit and device: what every result file carries."""
+    device = None
+    if torch.cuda.is_available():
+        device = {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
+                  "cuda": torch.version.cuda}
+    return {
+        # The driver scripts export BENCH_COMMAND with the full launch line (transit run / torchrun).
+        "command": os.environ.get("BENCH_COMMAND") or shlex.join([sys.executable, *sys.argv]),
+        "git_commit": git_commit(),
+        "device": device,
+        "hostname": platform.node(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "transit_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TRANSIT_")},
+        "ld_preload": os.environ.get("LD_PRELOAD"),
+        "unix_time": time.time(),
+    }
+
+
+def host_rss_peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def write_json(path: str | Path, doc: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)

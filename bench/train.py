@@ -1,0 +1,270 @@
+"""Train the benchmark model with FSDP2 and write one JSON result (rank 0).
+
+Launch with torchrun, one process per GPU (or CPU processes with gloo for tests):
+
+    torchrun --standalone --nproc-per-node 2 bench/train.py --model bench --local-batch 4 --out r.json
+    transit run --policy advise --mem-limit 24G --out DIR -- \
+        torchrun --standalone --nproc-per-node 1 bench/train.py --model bench --global-batch 8 --local-batch 4
+
+Mixed precision as TorchTitan does it: fp32 parameters sharded by `fully_shard`, bf16 compute,
+fp32 gradient reduction; every block recomputed in backward; fused (or foreach) AdamW.
+`--offload fsdp-cpu` is FSDP2's CPUOffloadPolicy (TorchTitan's enable_cpu_offload). Batch
+settings come from TRANSIT_GLOBAL_BATCH / TRANSIT_LOCAL_BATCH / TRANSIT_GRAD_ACCUM when the
+launcher sets them, else from the arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    RESULT_SCHEMA,
+    NvmlMonitor,
+    apply_memory_cap,
+    host_rss_peak_bytes,
+    parse_size,
+    provenance,
+    resolve_batch,
+    step_stats,
+    tflops_per_gpu,
+    write_json,
+)
+from model import (
+    Transformer,
+    apply_activation_checkpointing,
+    config_by_name,
+    count_params,
+    flops_per_step,
+    loss_fn,
+    synthetic_batch,
+)
+
+LEARNING_RATE = 3e-4
+ADAM_BETAS = (0.9, 0.95)
+WEIGHT_DECAY = 0.1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="bench", help="model config name (bench/model.py)")
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step, all ranks together")
+    p.add_argument("--local-batch", type=int, help="sequences per micro-batch per rank")
+    p.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps, warm-up included")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing statistics")
+    p.add_argument("--time-budget", type=float, default=0.0,
+                   help="stop after the first measured step that ends past this many seconds (0: none)")
+    p.add_argument("--offload", choices=("none", "fsdp-cpu"), default="none")
+    p.add_argument("--optimizer", choices=("fused", "foreach"), default="fused")
+    p.add_argument("--no-activation-checkpointing", action="store_true")
+    p.add_argument("--mem-cap", type=parse_size,
+                   help="cap device memory at this size through PyTorch's allocator (non-TRANSIT systems)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels (for bitwise loss comparisons)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--label", default="fsdp2", help="system name recorded in the result")
+    p.add_argument("--out", help="result JSON path (rank 0 writes it)")
+    return p.parse_args(argv)
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    if "RANK" not in os.environ:
+        raise SystemExit("train.py runs under torchrun (e.g. torchrun --standalone --nproc-per-node 1 ...)")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def build_model(args: argparse.Namespace, device: torch.device, world: int) -> Transformer:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    # Same full initial weights on every rank and for every system: seeded init on the device,
+    # then sharded (fast; the fp32 model fits under every cap before sharding).
+    with torch.device("meta"):
+        model = Transformer(config_by_name(args.model))
+    model.to_empty(device=device)
+    torch.manual_seed(args.seed)
+    model.init_weights()
+    if not args.no_activation_checkpointing:
+        apply_activation_checkpointing(model)
+    fsdp_kwargs = {
+        "mesh": init_device_mesh(device.type, (world,)),
+        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+        # Pinned host memory needs a GPU; the CPU-only tests run the same path unpinned.
+        "offload_policy": (CPUOffloadPolicy(pin_memory=device.type == "cuda") if args.offload == "fsdp-cpu"
+                           else OffloadPolicy()),
+    }
+    for block in model.layers:
+        fully_shard(block, **fsdp_kwargs)
+    fully_shard(model, **fsdp_kwargs)
+    return model
+
+
+def build_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:
+    impl = {"fused": True} if args.optimizer == "fused" else {"foreach": True}
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=ADAM_BETAS,
+                             weight_decay=WEIGHT_DECAY, **impl)
+
+
+def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Bytes of this rank's training state that live in host memory (FSDP2 CPU offload).
+
+    Counted from the live tensors after a step: sharded parameters, their gradients and the
+    optimizer states (0-dim step counters left out), each storage once.
+    """
+    from torch.distributed.tensor import DTensor
+
+    seen: set[int] = set()
+
+    def host_bytes(t: torch.Tensor | None) -> int:
+        if t is None:
+            return 0
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if local.device.type != "cpu" or local.dim() == 0 or local.data_ptr() in seen:
+            return 0
+        seen.add(local.data_ptr())
+        return local.numel() * local.element_size()
+
+    params = list(model.parameters())
+    out = {
+        "params": sum(host_bytes(p) for p in params),
+        "grads": sum(host_bytes(p.grad) for p in params),
+        "optimizer": sum(host_bytes(v) for state in optimizer.state.values() for v in state.values()
+                         if isinstance(v, torch.Tensor)),
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def train(args: argparse.Namespace) -> dict | None:
+    rank, world, device = init_distributed()
+    on_gpu = device.type == "cuda"
+    monitor = NvmlMonitor(device.index) if on_gpu else None
+    cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and on_gpu) else None
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    batch = resolve_batch(world, args.global_batch, args.local_batch, args.grad_accum)
+    cfg = config_by_name(args.model)
+    model = build_model(args, device, world)
+    optimizer = build_optimizer(args, model)
+    # Data first, outside the timed region: the global batch of each step, sliced per rank and micro-batch.
+    batches = [synthetic_batch(cfg, args.seed, step, batch.global_batch) for step in range(args.steps)]
+
+    def micro_batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = (micro * world + rank) * batch.local_batch
+        inputs, targets = batches[step]
+        rows = slice(start, start + batch.local_batch)
+        return inputs[rows].to(device, non_blocking=True), targets[rows].to(device, non_blocking=True)
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    step_times: list[float] = []
+    losses: list[float] = []
+    offloaded: dict | None = None
+    stopped_by_budget = False
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(batch.grad_accum):
+            inputs, targets = micro_batch(step, micro)
+            loss = loss_fn(model(inputs), targets) / batch.grad_accum
+            loss.backward()
+            loss_sum += loss.detach()
+        optimizer.step()
+        if offloaded is None:
+            offloaded = host_state_bytes(model, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+        step_times.append(time.perf_counter() - t0)
+        dist.all_reduce(loss_sum)  # SUM: gloo has no AVG
+        losses.append(loss_sum.item() / world)
+        if rank == 0:
+            print(f"step {step}: loss {losses[-1]:.4f} time {step_times[-1]:.3f}s", flush=True)
+        over_budget = torch.tensor(
+            float(args.time_budget > 0 and step >= args.warmup and time.perf_counter() - start > args.time_budget),
+            device=device)
+        dist.all_reduce(over_budget, op=dist.ReduceOp.MAX)
+        if over_budget.item() and step + 1 < args.steps:
+            stopped_by_budget = True
+            break
+
+    memory: dict = {"host_rss_peak_bytes": host_rss_peak_bytes()}
+    if on_gpu:
+        memory |= monitor.stop()
+        memory["torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        memory["torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+    per_rank: list[dict] = [None] * world  # type: ignore[list-item]
+    dist.all_gather_object(per_rank, {"rank": rank, "memory": memory, "host_state_bytes": offloaded})
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+
+    flops = flops_per_step(cfg, batch.global_batch)
+    timing = step_stats(step_times, args.warmup)
+    peaks = [r["memory"].get("peak_bytes") for r in per_rank]
+    return {
+        "schema": RESULT_SCHEMA,
+        "system": args.label,
+        "runner": "bench/train.py",
+        **provenance(),
+        "config": {
+            "model": args.model, "model_config": cfg.to_dict(), "params": count_params(cfg)["total"],
+            "world_size": world, "global_batch": batch.global_batch, "local_batch": batch.local_batch,
+            "grad_accum": batch.grad_accum, "batch_source": batch.source,
+            "tokens_per_step": batch.global_batch * cfg.seq_len,
+            "offload": args.offload, "optimizer": f"AdamW({args.optimizer})",
+            "activation_checkpointing": not args.no_activation_checkpointing,
+            "precision": "fp32 params, bf16 compute, fp32 reduce (FSDP2 MixedPrecisionPolicy)",
+            "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
+            "time_budget_s": args.time_budget,
+        },
+        "flops_per_step": flops,
+        "tflops_per_gpu": tflops_per_gpu(flops, timing["mean_s"], world),
+        "tflops_per_gpu_p50": tflops_per_gpu(flops, timing["p50_s"], world),
+        "step_time": timing,
+        "stopped_by_time_budget": stopped_by_budget,
+        "losses": losses,
+        "memory_cap": cap,
+        "memory": {
+            "per_rank": [r["memory"] for r in per_rank],
+            "peak_bytes_max": max(peaks) if all(p is not None for p in peaks) else None,
+            "within_cap": (max(peaks) <= cap["cap_bytes"]) if cap and all(p is not None for p in peaks) else None,
+        },
+        "offloaded_bytes_per_gpu": max(r["host_state_bytes"]["total"] for r in per_rank),
+        "offload_breakdown_per_rank": [r["host_state_bytes"] for r in per_rank],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = train(args)
+    if result is not None:
+        if args.out:
+            write_json(args.out, result)
+        print(f"{result['system']}: {result['tflops_per_gpu'] or 0:.1f} TFLOPS/GPU, "
+              f"step {result['step_time']['mean_s'] or 0:.3f}s mean, peak {result['memory']['peak_bytes_max']}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
