@@ -1,0 +1,110 @@
+"""The slurm tier runs against a real local cluster: scripts/dev-cluster (munge, slurmctld and
+four slurmd on this host, the TRANSIT SPANK plugin in its plugstack.conf).
+
+The session starts the cluster when it is not up and points SLURM_CONF at it. The tier is skipped
+only when the Slurm/munge binaries are missing; a cluster that fails to start fails the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
+CLUSTER_DIR = REPO / ".dev-cluster"
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol")
+JOB_TIMEOUT_S = 120
+FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slurm)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The running dev cluster, as the plugin on it is configured."""
+
+    slurm_conf: Path
+    lib: str  # plugstack.conf lib=
+    hook_dir: str  # plugstack.conf hook_dir=, or its default <dir of lib>/../pyhook
+    report_dir: Path  # plugstack.conf report_dir=
+
+    def env(self, **overrides: str | None) -> dict[str, str]:
+        """This process's environment for a Slurm command; a None value removes the variable."""
+        env = dict(os.environ, SLURM_CONF=str(self.slurm_conf))
+        for key in [k for k in env if k.startswith(("TRANSIT_", "SLURM_SPANK", "_SLURM_SPANK"))]:
+            del env[key]
+        for key, value in overrides.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def run(self, args: Sequence[str], env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), capture_output=True, text=True, check=False,
+                              env=env or self.env(), cwd=cwd, timeout=JOB_TIMEOUT_S)
+
+    def jobs_named(self, name: str) -> list[str]:
+        """Ids of every job with this name that slurmctld still remembers (MinJobAge=300 s)."""
+        out = self.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i"])
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    def wait_job(self, job_id: str) -> str:
+        """Waits for a job to finish; returns its final state."""
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while time.monotonic() < deadline:
+            out = self.run(["scontrol", "show", "job", "-o", job_id])
+            state = next((f.split("=", 1)[1] for f in out.stdout.split() if f.startswith("JobState=")), "")
+            if state in FINISHED_STATES:
+                return state
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} did not finish within {JOB_TIMEOUT_S}s")
+
+
+def unique_job_name() -> str:
+    return f"transit-test-{uuid.uuid4().hex[:12]}"
+
+
+def _plugstack_args(plugstack: Path) -> dict[str, str]:
+    for line in plugstack.read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[1].endswith("spank_transit.so"):
+            return dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    raise AssertionError(f"spank_transit.so is not in {plugstack}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    missing = [b for b in SLURM_BINARIES if not shutil.which(b)]
+    if missing:
+        pytest.skip(f"Slurm/munge binaries missing: {', '.join(missing)} (apt-get install slurm-wlm munge)")
+    up = subprocess.run([str(DEV_CLUSTER), "up"], capture_output=True, text=True, check=False)
+    if up.returncode != 0:
+        pytest.fail(f"scripts/dev-cluster up failed:\n{up.stdout}{up.stderr}", pytrace=False)
+    # Code under test that calls Slurm from this process (transit.slurm) finds the cluster too.
+    os.environ["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
+    args = _plugstack_args(CLUSTER_DIR / "etc" / "plugstack.conf")
+    lib = args["lib"]
+    yield Cluster(
+        slurm_conf=CLUSTER_DIR / "etc" / "slurm.conf",
+        lib=lib,
+        hook_dir=args.get("hook_dir", f"{os.path.dirname(lib)}/../pyhook"),
+        report_dir=Path(args["report_dir"]),
+    )
