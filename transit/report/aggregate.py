@@ -1,0 +1,415 @@
+"""From stats files to the report: one row per rank, totals per node and per job, iteration stats."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from transit.report.load import DUPLICATE_RANK, MISSING_RANK, RankFile, ReportWarning
+from transit.report.thresholds import SMALL_MIGRATION_BYTES
+from transit.report.units import compact_ranges
+from transit.slurm import JobFacts
+
+# Migration size buckets of the stats schema, with the size each one stays under.
+HISTOGRAM_BUCKETS: dict[str, float] = {
+    "<4K": 4 * 1024,
+    "4K-64K": 64 * 1024,
+    "64K-1M": 1024 * 1024,
+    "1M-2M": 2 * 1024 * 1024,
+    ">2M": float("inf"),
+}
+
+
+def _from(path: str, default: Any = None) -> Any:
+    """A RankRow field read from the stats document at a dotted path."""
+    return field(default=default, metadata={"path": path})
+
+
+@dataclass
+class RankRow:
+    """One rank's figures. Counters missing from a file read as 0, facts missing read as None."""
+
+    file: str = ""
+    job_id: str | None = _from("identity.job_id")
+    step: str | None = _from("identity.step_id")
+    rank: int | None = _from("identity.rank")
+    world_size: int | None = _from("identity.world_size")
+    node: str | None = _from("identity.node")
+    local_rank: int | None = _from("identity.local_rank")
+    device: int | None = _from("identity.device")
+    gpu_name: str | None = _from("identity.gpu_name")
+    policy: str | None = _from("config.policy")
+    mode: str | None = _from("config.mode")
+    limit_bytes: int | None = _from("config.limit_bytes")
+    cuda_active: bool = _from("cuda_active", False)
+    cuda_error: str | None = _from("cuda_error")
+    start_unix: float | None = _from("time.start_unix")
+    end_unix: float | None = _from("time.end_unix")
+    exit_reason: str | None = _from("time.exit_reason")
+    allocations: int = _from("allocations.count", 0)
+    managed_peak_bytes: int = _from("allocations.managed_bytes_peak", 0)
+    vmm_bytes: int = _from("allocations.vmm_bytes", 0)
+    refused: int = _from("allocations.refused", 0)
+    refused_bytes: int = _from("allocations.refused_bytes", 0)
+    device_total_bytes: int | None = _from("memory.device_total_bytes")
+    resident_peak_bytes: int = _from("memory.resident_peak_bytes", 0)
+    overshoot_peak_bytes: int = _from("memory.overshoot_peak_bytes", 0)
+    spilled_peak_bytes: int = _from("memory.spilled_peak_bytes", 0)
+    htod_bytes: int = _from("migrations.htod.bytes", 0)
+    htod_count: int = _from("migrations.htod.count", 0)
+    htod_histogram: dict[str, int] = field(
+        default_factory=dict, metadata={"path": "migrations.htod.histogram"}
+    )
+    dtoh_bytes: int = _from("migrations.dtoh.bytes", 0)
+    dtoh_count: int = _from("migrations.dtoh.count", 0)
+    dtoh_histogram: dict[str, int] = field(
+        default_factory=dict, metadata={"path": "migrations.dtoh.histogram"}
+    )
+    unrequested_bytes: int = _from("migrations.unrequested_bytes", 0)
+    gpu_page_faults: int = _from("faults.gpu_page_faults", 0)
+    thrashing: int = _from("faults.thrashing", 0)
+    remote_map_bytes: int = _from("faults.remote_map_bytes", 0)
+    prefetch_calls: int = _from("prefetch.calls", 0)
+    prefetch_bytes: int = _from("prefetch.bytes", 0)
+    advise_calls: int = _from("advise.calls", 0)
+    evictions: int = _from("evictions.count", 0)
+    eviction_bytes: int = _from("evictions.bytes", 0)
+    iterations: int = _from("iterations.count", 0)
+    iteration_method: str | None = _from("iterations.method")
+    warmup_iterations: int = _from("iterations.warmup", 0)
+    step_time_mean_s: float | None = _from("iterations.step_time_mean_s")
+    step_time_p50_s: float | None = _from("iterations.step_time_p50_s")
+    recorder_state: str | None = _from("recorder.state")
+    dropped_records: int = _from("recorder.dropped_records", 0)
+    library_warnings: list[str] = field(default_factory=list, metadata={"path": "warnings"})
+    timeline: list[dict[str, Any]] = field(default_factory=list, metadata={"path": "timeline"})
+
+    @property
+    def label(self) -> str:
+        return "?" if self.rank is None else str(self.rank)
+
+    @property
+    def cap_bytes(self) -> int | None:
+        """The device capacity this rank ran against: the limit, else the whole GPU."""
+        return self.limit_bytes if self.mode == "limit" and self.limit_bytes else self.device_total_bytes
+
+    @property
+    def small_htod_share(self) -> float | None:
+        return small_share(self.htod_histogram)
+
+    def intervals(self) -> list[Interval]:
+        """The timeline as intervals between samples. The sample counters are cumulative since the
+        rank started, so bytes migrated in an interval are the difference of two samples."""
+        samples = [s for s in self.timeline if isinstance(s, dict)]
+        return [
+            Interval(
+                t=_float(after.get("t")) or 0.0,
+                iteration=_int(after.get("iteration")) or 0,
+                htod_bytes=(_int(after.get("htod_bytes")) or 0) - (_int(before.get("htod_bytes")) or 0),
+                dtoh_bytes=(_int(after.get("dtoh_bytes")) or 0) - (_int(before.get("dtoh_bytes")) or 0),
+                resident_bytes=_int(after.get("resident_bytes")) or 0,
+            )
+            for before, after in itertools.pairwise(samples)
+        ]
+
+
+@dataclass(frozen=True)
+class Interval:
+    t: float  # seconds since the rank started, at the end of the interval
+    iteration: int
+    htod_bytes: int
+    dtoh_bytes: int
+    resident_bytes: int
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _lookup(stats: dict[str, Any], path: str) -> Any:
+    value: Any = stats
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _coerce(value: Any, default: Any, annotation: str) -> Any:
+    """Keep a value only if it has the field's type; a wrong type reads as missing."""
+    if annotation.startswith("int"):
+        number = _int(value)
+        return default if number is None else number
+    if annotation.startswith("float"):
+        return _float(value)
+    if annotation.startswith("bool"):
+        return value if isinstance(value, bool) else default
+    if annotation.startswith("str"):
+        return value if isinstance(value, str) else (str(value) if _int(value) is not None else None)
+    if annotation.startswith("dict"):
+        return {k: v for k, v in value.items() if _int(v) is not None} if isinstance(value, dict) else {}
+    if annotation.startswith("list"):
+        return list(value) if isinstance(value, list) else []
+    raise TypeError(annotation)
+
+
+# libtransit writes -1 for an identity number it could not learn (no RANK/SLURM_PROCID, no device).
+UNKNOWN_WHEN_NEGATIVE = ("rank", "world_size", "local_rank", "device")
+
+
+def rank_row(rank_file: RankFile) -> RankRow:
+    values: dict[str, Any] = {"file": str(rank_file.path)}
+    for f in fields(RankRow):
+        if "path" in f.metadata:
+            raw = _lookup(rank_file.stats, f.metadata["path"])
+            values[f.name] = _coerce(raw, f.default, str(f.type))
+    for name in UNKNOWN_WHEN_NEGATIVE:
+        if values[name] is not None and values[name] < 0:
+            values[name] = None
+    return RankRow(**values)
+
+
+def small_share(histogram: dict[str, int] | None) -> float | None:
+    """Share of migrations in the buckets under SMALL_MIGRATION_BYTES; None when there were none."""
+    if not histogram:
+        return None
+    total = sum(histogram.values())
+    small = sum(
+        n
+        for bucket, n in histogram.items()
+        if HISTOGRAM_BUCKETS.get(bucket, float("inf")) <= SMALL_MIGRATION_BYTES
+    )
+    return small / total if total else None
+
+
+# Counters that add up across ranks; per node and per job totals are their sums.
+SUMMED = (
+    "allocations",
+    "refused",
+    "refused_bytes",
+    "resident_peak_bytes",
+    "spilled_peak_bytes",
+    "htod_bytes",
+    "htod_count",
+    "dtoh_bytes",
+    "dtoh_count",
+    "unrequested_bytes",
+    "gpu_page_faults",
+    "thrashing",
+    "remote_map_bytes",
+    "prefetch_bytes",
+    "evictions",
+    "eviction_bytes",
+    "dropped_records",
+)
+
+
+@dataclass
+class Totals:
+    """Sums over a set of ranks (a node, or the job). resident_peak_bytes is the sum of each rank's
+    peak, an upper bound on the simultaneous peak."""
+
+    name: str
+    ranks: int
+    gpus: int
+    sums: dict[str, int]
+    htod_histogram: dict[str, int]
+    dtoh_histogram: dict[str, int]
+
+
+def _summed_histogram(histograms: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = defaultdict(int)
+    for histogram in histograms:
+        for bucket, count in histogram.items():
+            total[bucket] += count
+    return dict(total)
+
+
+def totals(name: str, rows: list[RankRow]) -> Totals:
+    gpus = {(row.node, row.device) for row in rows if row.cuda_active and row.device is not None}
+    return Totals(
+        name=name,
+        ranks=len(rows),
+        gpus=len(gpus),
+        sums={key: sum(getattr(row, key) for row in rows) for key in SUMMED},
+        htod_histogram=_summed_histogram([row.htod_histogram for row in rows]),
+        dtoh_histogram=_summed_histogram([row.dtoh_histogram for row in rows]),
+    )
+
+
+@dataclass
+class IterationStats:
+    methods: list[str]
+    iterations_min: int | None
+    iterations_max: int | None
+    step_time_mean_s: float | None  # mean over ranks of each rank's mean step time
+    step_time_p50_s: float | None  # median over ranks of each rank's median step time
+    step_time_min_s: float | None  # fastest rank's mean step time
+    step_time_max_s: float | None  # slowest rank's mean step time
+    slowest_rank: int | None
+
+
+def iteration_stats(rows: list[RankRow]) -> IterationStats:
+    timed = [row for row in rows if row.step_time_mean_s is not None]
+    p50s = [row.step_time_p50_s for row in rows if row.step_time_p50_s is not None]
+    counts = [row.iterations for row in rows if row.cuda_active]
+    slowest = max(timed, key=lambda row: row.step_time_mean_s or 0.0) if timed else None
+    means = [row.step_time_mean_s for row in timed if row.step_time_mean_s is not None]
+    return IterationStats(
+        methods=sorted({row.iteration_method for row in rows if row.iteration_method}),
+        iterations_min=min(counts) if counts else None,
+        iterations_max=max(counts) if counts else None,
+        step_time_mean_s=statistics.fmean(means) if means else None,
+        step_time_p50_s=statistics.median(p50s) if p50s else None,
+        step_time_min_s=min(means) if means else None,
+        step_time_max_s=max(means) if means else None,
+        slowest_rank=slowest.rank if slowest else None,
+    )
+
+
+@dataclass
+class JobHeader:
+    """The job as a whole: Slurm's facts where it has them, the stats files' otherwise."""
+
+    job_id: str | None
+    name: str | None
+    state: str | None
+    elapsed_s: float | None
+    nodelist: str | None
+    num_nodes: int
+    num_gpus: int
+    policy: str | None
+    mode: str | None
+    limit_bytes: int | None
+    source: str  # "sacct", "squeue" or "stats-files"
+
+
+def _one_or_mixed(values: set[Any]) -> Any:
+    """The value all ranks share; "mixed" when they disagree (a job should never do that)."""
+    values.discard(None)
+    if len(values) > 1:
+        return "mixed"
+    return next(iter(values), None)
+
+
+def job_header(job_id: str | None, rows: list[RankRow], facts: JobFacts | None) -> JobHeader:
+    starts = [row.start_unix for row in rows if row.start_unix]
+    ends = [row.end_unix for row in rows if row.end_unix]
+    stats_nodes = sorted({row.node for row in rows if row.node})
+    stats_gpus = len({(row.node, row.device) for row in rows if row.cuda_active and row.device is not None})
+    limit = _one_or_mixed({row.limit_bytes for row in rows})
+    header = JobHeader(
+        job_id=job_id or _one_or_mixed({row.job_id for row in rows}),
+        name=None,
+        state=None,
+        elapsed_s=max(ends) - min(starts) if starts and ends else None,
+        nodelist=",".join(stats_nodes) or None,
+        num_nodes=len(stats_nodes),
+        num_gpus=stats_gpus,
+        policy=_one_or_mixed({row.policy for row in rows}),
+        mode=_one_or_mixed({row.mode for row in rows}),
+        limit_bytes=limit if isinstance(limit, int) else None,
+        source="stats-files",
+    )
+    if facts is not None:
+        header.name = facts.name
+        header.state = facts.state
+        header.source = facts.source
+        header.elapsed_s = facts.elapsed_s if facts.elapsed_s is not None else header.elapsed_s
+        header.nodelist = facts.nodelist or header.nodelist
+        header.num_nodes = facts.num_nodes or header.num_nodes
+        header.num_gpus = facts.num_gpus if facts.num_gpus is not None else header.num_gpus
+    return header
+
+
+def _choose_per_rank(rows: list[RankRow]) -> tuple[list[RankRow], list[ReportWarning]]:
+    """One row per (step, rank). A process that never touched CUDA (a launcher such as the torchrun
+    agent shares SLURM_PROCID with its workers) yields to one that did; otherwise the latest file wins."""
+    by_key: dict[tuple[str | None, int], list[RankRow]] = defaultdict(list)
+    kept = [row for row in rows if row.rank is None]
+    for row in rows:
+        if row.rank is not None:
+            by_key[(row.step, row.rank)].append(row)
+    warnings = []
+    for (step, rank), candidates in by_key.items():
+        active = [row for row in candidates if row.cuda_active]
+        pool = active or candidates
+        if len(pool) > 1:
+            warnings.append(
+                ReportWarning(
+                    DUPLICATE_RANK,
+                    f"step {step} rank {rank} has {len(pool)} stats files "
+                    f"({', '.join(Path(r.file).name for r in pool)}); the one that ended last is reported",
+                )
+            )
+        kept.append(max(pool, key=lambda row: row.end_unix or 0.0))
+    return kept, warnings
+
+
+def _missing_ranks(rows: list[RankRow]) -> list[ReportWarning]:
+    """Per step, ranks below the world size that have no file."""
+    warnings = []
+    steps: dict[str | None, list[RankRow]] = defaultdict(list)
+    for row in rows:
+        if row.rank is not None:
+            steps[row.step].append(row)
+    for step, step_rows in sorted(steps.items(), key=lambda item: str(item[0])):
+        world = max(
+            [row.world_size or 0 for row in step_rows] + [max(row.rank or 0 for row in step_rows) + 1]
+        )
+        missing = sorted(set(range(world)) - {row.rank for row in step_rows if row.rank is not None})
+        if missing:
+            warnings.append(
+                ReportWarning(
+                    MISSING_RANK,
+                    f"step {step}: no stats for rank{'s' if len(missing) > 1 else ''} "
+                    f"{compact_ranges(missing)} of {world} (task killed before exit, or its file was lost)",
+                )
+            )
+    return warnings
+
+
+@dataclass
+class Report:
+    directory: str
+    header: JobHeader
+    ranks: list[RankRow]
+    nodes: list[Totals]
+    job: Totals
+    iterations: IterationStats
+    warnings: list[ReportWarning]
+
+
+def _sort_key(row: RankRow) -> tuple[str, int, int]:
+    return (str(row.step), 1 if row.rank is None else 0, row.rank if row.rank is not None else 0)
+
+
+def build_report(
+    directory: Path,
+    job_id: str | None,
+    rank_files: list[RankFile],
+    facts: JobFacts | None,
+    warnings: list[ReportWarning],
+) -> Report:
+    rows, duplicate_warnings = _choose_per_rank([rank_row(f) for f in rank_files])
+    rows.sort(key=_sort_key)
+    by_node: dict[str, list[RankRow]] = defaultdict(list)
+    for row in rows:
+        by_node[row.node or "?"].append(row)
+    return Report(
+        directory=str(directory),
+        header=job_header(job_id, rows, facts),
+        ranks=rows,
+        nodes=[totals(node, node_rows) for node, node_rows in sorted(by_node.items())],
+        job=totals("job", rows),
+        iterations=iteration_stats(rows),
+        warnings=[*warnings, *duplicate_warnings, *_missing_ranks(rows)],
+    )

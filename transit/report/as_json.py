@@ -1,0 +1,46 @@
+"""The report as one JSON document (schema "transit.report/1"; keys documented in README.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+from transit.report.aggregate import RankRow, Report, Totals
+from transit.report.notes import Note, migrating_interval_share
+
+REPORT_SCHEMA = "transit.report/1"
+
+# RankRow fields left out of "ranks": the timeline is for plots, and can be long.
+OMITTED_RANK_FIELDS = ("timeline",)
+
+
+def _rank(row: RankRow) -> dict[str, Any]:
+    out = {f.name: getattr(row, f.name) for f in fields(RankRow) if f.name not in OMITTED_RANK_FIELDS}
+    out["small_htod_share"] = row.small_htod_share
+    out["migrating_interval_share"] = migrating_interval_share(row)
+    return out
+
+
+def _totals(totals: Totals) -> dict[str, Any]:
+    return {
+        "name": totals.name,
+        "ranks": totals.ranks,
+        "gpus": totals.gpus,
+        **totals.sums,
+        "htod_histogram": totals.htod_histogram,
+        "dtoh_histogram": totals.dtoh_histogram,
+    }
+
+
+def report_json(report: Report, notes: list[Note]) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "directory": report.directory,
+        "job": asdict(report.header),
+        "ranks": [_rank(row) for row in report.ranks],
+        "nodes": [_totals(node) for node in report.nodes],
+        "totals": _totals(report.job),
+        "iterations": asdict(report.iterations),
+        "notes": [asdict(note) for note in notes],
+        "warnings": [asdict(warning) for warning in report.warnings],
+    }

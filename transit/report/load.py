@@ -1,0 +1,156 @@
+"""Where the report's data comes from: the per-rank stats files, and Slurm's facts about the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transit import slurm
+from transit.errors import UsageError
+
+RANK_SCHEMA = "transit.rank/1"
+RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
+JOB_ID_PATTERN = re.compile(r"^\d+(_\d+)?$")  # 1234, or an array task 1234_7
+
+# The development cluster's report directory (scripts/dev-cluster writes report_dir= there).
+DEV_CLUSTER_REPORT_DIR = Path(__file__).resolve().parents[2] / ".dev-cluster" / "reports"
+
+# Named warnings: each problem with the inputs has a code a script can match on.
+EMPTY_FILE = "empty-file"
+TRUNCATED_FILE = "truncated-file"
+UNREADABLE_FILE = "unreadable-file"
+UNKNOWN_SCHEMA = "unknown-schema"
+MISSING_RANK = "missing-rank"
+DUPLICATE_RANK = "duplicate-rank"
+NO_SLURM_FACTS = "no-slurm-facts"
+NO_STATS_FILES = "no-stats-files"
+
+
+@dataclass(frozen=True)
+class ReportWarning:
+    """A problem with the inputs; the report goes on without the part it concerns."""
+
+    code: str
+    message: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class RankFile:
+    path: Path
+    stats: dict[str, Any]
+
+
+class StatsFiles:
+    """The per-rank stats files (schema transit.rank/1) of one job directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def load(self) -> tuple[list[RankFile], list[ReportWarning]]:
+        """Every readable file with the known schema, and one warning per file that is not."""
+        files: list[RankFile] = []
+        warnings: list[ReportWarning] = []
+        paths = sorted(self.directory.glob(RANK_FILE_PATTERN))
+        for path in paths:
+            stats, warning = self._read(path)
+            if warning is not None:
+                warnings.append(warning)
+            if stats is not None:
+                files.append(RankFile(path=path, stats=stats))
+        if not paths:
+            warnings.append(
+                ReportWarning(NO_STATS_FILES, f"no {RANK_FILE_PATTERN} files in {self.directory}")
+            )
+        return files, warnings
+
+    @staticmethod
+    def _read(path: Path) -> tuple[dict[str, Any] | None, ReportWarning | None]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, ReportWarning(UNREADABLE_FILE, f"cannot read {path.name}: {exc}", str(path))
+        if not text.strip():
+            # libtransit writes through temp + rename, so an empty file means the task died oddly
+            return None, ReportWarning(EMPTY_FILE, f"{path.name} is empty; its rank is left out", str(path))
+        try:
+            stats = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, ReportWarning(
+                TRUNCATED_FILE,
+                f"{path.name} is not complete JSON ({exc.msg} at byte {exc.pos}); its rank is left out",
+                str(path),
+            )
+        if not isinstance(stats, dict) or stats.get("schema") != RANK_SCHEMA:
+            schema = stats.get("schema") if isinstance(stats, dict) else type(stats).__name__
+            return None, ReportWarning(
+                UNKNOWN_SCHEMA,
+                f"{path.name} has schema {schema!r}, this report reads {RANK_SCHEMA!r}; "
+                "its rank is left out (a newer transit may read it)",
+                str(path),
+            )
+        return stats, None
+
+
+class SlurmJob:
+    """Slurm's facts about one job (sacct, else squeue), through transit.slurm."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def facts(self) -> tuple[slurm.JobFacts | None, list[ReportWarning]]:
+        facts = slurm.job_facts(self.job_id)
+        if facts is not None:
+            return facts, []
+        return None, [
+            ReportWarning(
+                NO_SLURM_FACTS,
+                f"Slurm has no record of job {self.job_id} (no accounting, and the controller "
+                "has forgotten it or is not running): the header comes from the stats files alone",
+            )
+        ]
+
+
+def default_report_dir(option: str | None) -> Path:
+    """The directory holding one sub-directory per job, first found of:
+    --report-dir, $TRANSIT_REPORT_DIR, report_dir= of spank_transit.so in the running cluster's
+    plugstack.conf, the dev cluster's <repo>/.dev-cluster/reports."""
+    if option:
+        return Path(option)
+    if os.environ.get("TRANSIT_REPORT_DIR"):
+        return Path(os.environ["TRANSIT_REPORT_DIR"])
+    from_plugstack = slurm.plugstack_report_dir()
+    if from_plugstack:
+        return Path(from_plugstack)
+    if DEV_CLUSTER_REPORT_DIR.is_dir():
+        return DEV_CLUSTER_REPORT_DIR
+    raise UsageError(
+        "no report directory: pass --report-dir DIR or set TRANSIT_REPORT_DIR "
+        "(or give the job's directory instead of its id)"
+    )
+
+
+def resolve_target(target: str, report_dir_option: str | None, use_slurm: bool) -> tuple[Path, str | None]:
+    """The job directory and job id (None if unknown) named by TARGET: a directory, or a job id
+    looked up in the report directory."""
+    as_path = Path(target)
+    if as_path.is_dir():
+        return as_path, as_path.name if JOB_ID_PATTERN.match(as_path.name) else None
+    if not JOB_ID_PATTERN.match(target):
+        raise UsageError(
+            f"{target!r} is neither a directory nor a job id (digits, or JOBID_TASK for an array task)"
+        )
+    report_dir = default_report_dir(report_dir_option)
+    job_dir = report_dir / target
+    if job_dir.is_dir():
+        return job_dir, target
+    if use_slurm and slurm.job_facts(target) is not None:
+        raise UsageError(
+            f"job {target} has no TRANSIT stats in {report_dir}: was it run with --transit, "
+            "and is the report directory right (--report-dir)?"
+        )
+    raise UsageError(f"unknown job id {target}: no {job_dir} and Slurm does not know the job")

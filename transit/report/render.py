@@ -1,0 +1,237 @@
+"""The report as rich tables, coloured by the thresholds in thresholds.py."""
+
+from __future__ import annotations
+
+import statistics
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from transit.report.aggregate import RankRow, Report, Totals
+from transit.report.load import ReportWarning
+from transit.report.notes import ADVICE, WARNING, Note
+from transit.report.thresholds import (
+    SMALL_MIGRATION_BYTES,
+    SMALL_MIGRATION_SHARE,
+    STRAGGLER_RATIO,
+    THRASHING_EVENTS,
+)
+from transit.report.units import (
+    format_bytes,
+    format_bytes_short,
+    format_count_short,
+    format_seconds,
+)
+
+GOOD, CAUTION, BAD, MUTED = "green", "yellow", "red", "dim"
+RANKS_LEGEND = (
+    f"Peak: peak bytes resident on the GPU. Spill: peak bytes left on the host. "
+    f"<{format_bytes_short(SMALL_MIGRATION_BYTES)}: share of HtoD migrations under "
+    f"{format_bytes(SMALL_MIGRATION_BYTES)}. 0-copy: bytes the GPU read from host memory in place. "
+    "Step: mean step time (s). Rec.: recorder state. Sizes in binary units (1.5G = 1.5 GiB)."
+)
+NOTE_STYLES = {ADVICE: ("→", "cyan"), WARNING: ("!", "yellow"), "info": ("·", "")}
+
+
+def _cell(text: str, style: str = "") -> Text:
+    return Text(text, style=style)
+
+
+def _table(title: str) -> Table:
+    return Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        show_edge=False,
+    )
+
+
+def _header(report: Report) -> Table:
+    h = report.header
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    title = f"job {h.job_id or '?'}" + (f" ({h.name})" if h.name else "")
+    limit = format_bytes(h.limit_bytes) if h.mode == "limit" else "none (physical mode)"
+    source = {
+        "sacct": "sacct (accounting)",
+        "squeue": "squeue (controller)",
+        "stats-files": "stats files only (Slurm has no record)",
+    }.get(h.source, h.source)
+    for key, value in (
+        ("TRANSIT report", title),
+        ("state", h.state or "-"),
+        ("elapsed", format_seconds(h.elapsed_s)),
+        ("nodes", f"{h.num_nodes}" + (f"  {h.nodelist}" if h.nodelist else "")),
+        ("GPUs", str(h.num_gpus)),
+        ("policy", h.policy or "-"),
+        ("mode / limit", f"{h.mode or '-'} / {limit}"),
+        ("Slurm facts", source),
+        ("stats from", report.directory),
+    ):
+        grid.add_row(key, value)
+    return grid
+
+
+def _ranks_table(report: Report) -> Table:
+    multi_step = len({row.step for row in report.ranks}) > 1
+    timed = [row.step_time_mean_s for row in report.ranks if row.step_time_mean_s]
+    median_step = statistics.median(timed) if timed else None
+    table = _table("Ranks")
+    table.caption = RANKS_LEGEND
+    table.caption_justify = "left"
+    columns = ["Step"] if multi_step else []
+    columns += [
+        "Rank",
+        "Node",
+        "GPU",
+        "Peak",
+        "Spill",
+        "HtoD",
+        f"<{format_bytes_short(SMALL_MIGRATION_BYTES)}",
+        "DtoH",
+        "Faults",
+        "Thrash",
+        "0-copy",
+        "Iters",
+        "Step",
+        "Rec.",
+    ]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("Step", "Node", "Recorder") else "right")
+    for row in report.ranks:
+        cells = [_cell(str(row.step))] if multi_step else []
+        cells += _rank_cells(row, median_step)
+        table.add_row(*cells, style="" if row.cuda_active else MUTED)
+    return table
+
+
+def _rank_cells(row: RankRow, median_step: float | None) -> list[Text]:
+    small = row.small_htod_share
+    small_style = (
+        CAUTION if small is not None and small > SMALL_MIGRATION_SHARE and row.policy != "prefetch" else ""
+    )
+    straggler = bool(
+        median_step and row.step_time_mean_s and row.step_time_mean_s > STRAGGLER_RATIO * median_step
+    )
+    recorder = row.recorder_state or "-"
+    recorder_style = {"degraded": CAUTION, "off": MUTED}.get(recorder, "")
+    if row.dropped_records:
+        recorder, recorder_style = f"{recorder}, {format_count_short(row.dropped_records)} dropped", BAD
+    return [
+        _cell(row.label),
+        _cell(row.node or "?"),
+        _cell("-" if row.device is None or not row.cuda_active else str(row.device)),
+        _cell(format_bytes_short(row.resident_peak_bytes), BAD if row.overshoot_peak_bytes > 0 else ""),
+        _cell(format_bytes_short(row.spilled_peak_bytes), CAUTION if row.spilled_peak_bytes > 0 else ""),
+        _cell(format_bytes_short(row.htod_bytes)),
+        _cell("-" if small is None else f"{small:.0%}", small_style),
+        _cell(format_bytes_short(row.dtoh_bytes)),
+        _cell(format_count_short(row.gpu_page_faults)),
+        _cell(format_count_short(row.thrashing), BAD if row.thrashing >= THRASHING_EVENTS else ""),
+        _cell(format_bytes_short(row.remote_map_bytes)),
+        _cell(format_count_short(row.iterations)),
+        _cell(
+            "-" if row.step_time_mean_s is None else f"{row.step_time_mean_s:.3g}", BAD if straggler else ""
+        ),
+        _cell(recorder, recorder_style),
+    ]
+
+
+def _totals_table(report: Report) -> Table:
+    table = _table("Totals per node and for the job")
+    for name in (
+        "Node",
+        "Ranks",
+        "GPUs",
+        "Peaks",
+        "Spill",
+        "HtoD",
+        "DtoH",
+        "Faults",
+        "Thrash",
+        "0-copy",
+        "Prefetch",
+        "Evict",
+    ):
+        table.add_column(name, justify="left" if name == "Node" else "right")
+
+    def add(totals: Totals, style: str = "") -> None:
+        s = totals.sums
+        table.add_row(
+            totals.name,
+            str(totals.ranks),
+            str(totals.gpus),
+            format_bytes_short(s["resident_peak_bytes"]),
+            format_bytes_short(s["spilled_peak_bytes"]),
+            format_bytes_short(s["htod_bytes"]),
+            format_bytes_short(s["dtoh_bytes"]),
+            format_count_short(s["gpu_page_faults"]),
+            format_count_short(s["thrashing"]),
+            format_bytes_short(s["remote_map_bytes"]),
+            format_bytes_short(s["prefetch_bytes"]),
+            format_bytes_short(s["eviction_bytes"]),
+            style=style,
+        )
+
+    for node in report.nodes:
+        add(node)
+    table.add_section()
+    add(report.job, "bold")
+    return table
+
+
+def _iterations(report: Report) -> Text:
+    it = report.iterations
+    if it.iterations_max is None:
+        return Text("Iterations: no rank used CUDA", style=MUTED)
+    counts = (
+        str(it.iterations_min)
+        if it.iterations_min == it.iterations_max
+        else f"{it.iterations_min}-{it.iterations_max}"
+    )
+    text = Text.assemble(
+        ("Iterations: ", "bold"), f"{counts} per rank, detected by {', '.join(it.methods) or 'nothing'}"
+    )
+    if it.step_time_mean_s is not None:
+        text.append(
+            f"; step time mean {format_seconds(it.step_time_mean_s)}, p50 "
+            f"{format_seconds(it.step_time_p50_s)}, ranks {format_seconds(it.step_time_min_s)}"
+            f" to {format_seconds(it.step_time_max_s)} (slowest: rank {it.slowest_rank})"
+        )
+    return text
+
+
+def _notes(notes: list[Note]) -> list[Text]:
+    lines = [Text("Notes", style="bold")]
+    for note in notes:
+        mark, style = NOTE_STYLES.get(note.level, ("·", ""))
+        lines.append(Text.assemble(f" {mark} ", (f"[{note.code}] ", style or MUTED), note.message))
+    if not notes:
+        lines.append(Text(" nothing to suggest", style=GOOD))
+    return lines
+
+
+def _warnings(warnings: list[ReportWarning]) -> list[Text]:
+    return [
+        Text.assemble(("warning ", "bold yellow"), (f"[{w.code}] ", "yellow"), w.message) for w in warnings
+    ]
+
+
+def render(report: Report, notes: list[Note], console: Console) -> None:
+    console.print(_header(report))
+    console.print()
+    if report.ranks:
+        console.print(_ranks_table(report))
+        console.print()
+        console.print(_totals_table(report))
+        console.print()
+        console.print(_iterations(report))
+        console.print()
+    for line in _notes(notes) + _warnings(report.warnings):
+        console.print(line)

@@ -1,0 +1,24 @@
+"""Every threshold the report judges by, in one place: the notes and the table colours both use them."""
+
+# HtoD migrations smaller than this are "small": faults are moving data a page group at a time.
+SMALL_MIGRATION_BYTES = 64 * 1024
+# When more than this share of a rank's HtoD migrations are small, advise --transit=prefetch.
+SMALL_MIGRATION_SHARE = 0.5
+
+# Any thrashing event (the driver moved the same pages back and forth) suggests --transit=advise.
+THRASHING_EVENTS = 1
+# When at least this share of the post-warm-up timeline intervals still migrate data to the GPU,
+# the working set never settles: suggest --transit=advise (zero-copy instead of migrating again).
+MIGRATING_INTERVAL_SHARE = 0.9
+# ...judged only over at least this many post-warm-up intervals.
+MIN_INTERVALS_FOR_PATTERN = 3
+
+# Peak resident device memory under this share of the cap (the limit, else the GPU) on every rank of
+# a multi-node job: the job would likely fit on fewer nodes.
+UNDERUSED_CAP_SHARE = 0.5
+
+# A rank whose mean step time exceeds the median rank's by this factor is a straggler.
+STRAGGLER_RATIO = 1.25
+
+# Limit mode: migrations TRANSIT did not ask for above this share of all migrated bytes are worth a note.
+UNREQUESTED_MIGRATION_SHARE = 0.05

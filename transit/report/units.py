@@ -1,0 +1,72 @@
+"""How the report writes sizes, durations and lists of ranks."""
+
+from __future__ import annotations
+
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in BYTE_UNITS:
+        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_bytes_short(n: float | None) -> str:
+    """Narrow table cells: binary units with one letter and 3 digits, "1.5G" is 1.5 GiB."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for letter in ("", "K", "M", "G", "T", "P"):
+        if abs(value) < 1024 or letter == "P":
+            if not letter:
+                return f"{value:.0f}"
+            return f"{value:.0f}{letter}" if abs(value) >= 100 else f"{value:.3g}{letter}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 60:
+        return f"{s:.3g} s"
+    minutes, seconds = divmod(int(s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def format_count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def format_count_short(n: int | None) -> str:
+    """Narrow table cells: 350000 -> "350k", 1200000 -> "1.2M"."""
+    if n is None:
+        return "-"
+    for divisor, letter in ((10**9, "G"), (10**6, "M"), (10**3, "k")):
+        if abs(n) >= divisor:
+            value = n / divisor
+            return f"{value:.0f}{letter}" if abs(value) >= 100 else f"{value:.1f}{letter}"
+    return str(n)
+
+
+def compact_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and spans[-1][1] == n - 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def rank_list(numbers: list[int]) -> str:
+    if not numbers:
+        return "ranks without a number"
+    return f"rank{'s' if len(numbers) > 1 else ''} {compact_ranges(numbers)}"
