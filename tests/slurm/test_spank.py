@@ -196,30 +196,31 @@ def _nvidia_paths() -> list[str]:
 # Loads the CUDA runtime into the global namespace, as a linked application would, then calls
 # cudaMalloc through it: the preloaded libtransit's entry point comes first.
 CUDA_TASK = textwrap.dedent("""\
-    import ctypes, sys
+    import ctypes, os, sys
     ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
     ptr = ctypes.c_void_p()
     err = ctypes.CDLL(None).cudaMalloc(ctypes.byref(ptr), 1 << 20)
-    print("CUDA|%s|%d" % (sys.argv[2], err))
+    print("CUDA|%s|%d" % (os.environ["SLURM_JOB_ID"], err))
 """)
 
 
 def test_two_node_job_writes_stats_files(cluster: Cluster) -> None:
     cudart = libcudart()
     python = os.path.realpath(os.sys.executable)
-    out = cluster.run(["srun", "-N2", "-n2", "--transit=advise", python, "-c", CUDA_TASK, cudart, "x"])
+    out = cluster.run(["srun", "-N2", "-n2", "--transit=advise", python, "-c", CUDA_TASK, cudart])
     assert out.returncode == 0, out.stderr
     results = [line.split("|") for line in out.stdout.splitlines() if line.startswith("CUDA|")]
     assert len(results) == 2, out.stdout
-    jobs = cluster.run(["squeue", "-h", "-t", "all", "-o", "%i %o"]).stdout.splitlines()
-    job = max(int(j.split()[0]) for j in jobs if CUDA_TASK.splitlines()[0] in j or python in j)
+    job = results[0][1]
     files = sorted((cluster.report_dir / str(job)).glob("rank*.json"))
     assert [f.name.split(".")[0] for f in files] == ["rank0", "rank1"], files
     gpu = any(int(r[2]) == 0 for r in results)  # cudaMalloc succeeded: a real device
-    for path in files:
-        stats = json.loads(path.read_text())
+    all_stats = [json.loads(path.read_text()) for path in files]
+    assert len({s["identity"]["node"] for s in all_stats}) == 2  # one file from each node
+    for stats in all_stats:
         assert stats["schema"] == "transit.rank/1"
-        assert stats["identity"]["job_id"] == str(job)
+        assert stats["identity"]["job_id"] == job
+        assert stats["identity"]["world_size"] == 2
         assert stats["config"]["policy"] == "advise"
         assert stats["cuda_active"] is gpu
         if not gpu:
