@@ -1,0 +1,53 @@
+"""A process that never touches CUDA sees no effect: same output, same exit code, no stats file."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from transit import _native
+
+
+def preload_env(clean_env: dict[str, str], out) -> dict[str, str]:
+    return dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(out), TRANSIT_POLICY="advise",
+                TRANSIT_MEM_LIMIT="24G")
+
+
+CASES = [
+    ["bash", "-c", "echo hello; ls / >/dev/null; exit 3"],
+    ["bash", "-c", "kill -INT $$; echo not reached"],
+    [sys.executable, "-c", "import json, ctypes, sys; print(json.dumps({'a': 1})); sys.exit(5)"],
+    [sys.executable, "-c", "import multiprocessing as m; p=m.Process(target=print, args=('child',)); p.start(); p.join()"],
+]
+
+
+def test_inert_processes_unchanged(clean_env, tmp_path) -> None:
+    for cmd in CASES:
+        plain = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=60)
+        pre = subprocess.run(cmd, env=preload_env(clean_env, tmp_path), capture_output=True, text=True, timeout=60)
+        assert (pre.returncode, pre.stdout, pre.stderr) == (plain.returncode, plain.stdout, plain.stderr), cmd
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_config_does_not_touch_inert_processes(clean_env, tmp_path) -> None:
+    env = dict(preload_env(clean_env, tmp_path), TRANSIT_POLICY="fast")
+    r = subprocess.run(["bash", "-c", "echo ok"], env=env, capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "ok\n", "")
+
+
+def startup_seconds(env: dict[str, str], runs: int = 15) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def test_no_measurable_cost(clean_env, tmp_path) -> None:
+    plain = startup_seconds(clean_env)
+    pre = startup_seconds(preload_env(clean_env, tmp_path))
+    # Python startup is ~20-40 ms here; the preload adds one small library (no CUDA loaded).
+    assert pre - plain < 0.010, f"preload adds {1000 * (pre - plain):.1f} ms to python startup"

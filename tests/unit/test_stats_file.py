@@ -1,0 +1,81 @@
+"""The per-process stats file: written at exit and on SIGTERM/SIGINT, atomically, even without a GPU."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from transit import _native
+
+CALL_CUDA = "import ctypes; c=ctypes.c_void_p(); rc=ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 4096)"
+
+
+def run_py(code: str, env: dict[str, str], **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def env_for(clean_env, out, **extra) -> dict[str, str]:
+    return dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(out), **extra)
+
+
+def only_stats_file(out) -> dict:
+    files = sorted(out.iterdir())
+    assert [f.suffix for f in files] == [".json"], files  # no temp file left behind
+    return json.loads(files[0].read_text())
+
+
+def test_written_at_exit_without_gpu(cudart, clean_env, tmp_path) -> None:
+    env = env_for(clean_env, tmp_path, TRANSIT_POLICY="advise", TRANSIT_MEM_LIMIT="24G", RANK="3",
+                  SLURM_JOB_ID="77", SLURM_STEP_ID="1")
+    p = run_py(CALL_CUDA.format(cudart=cudart) + "; print(rc)", env)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and int(out) != 0  # the CUDA call failed: no GPU here
+    doc = only_stats_file(tmp_path)
+    assert doc["schema"] == "transit.rank/1"
+    assert doc["cuda_active"] is False and doc["cuda_error"].startswith("cudaError")
+    assert doc["identity"]["rank"] == 3 and doc["identity"]["job_id"] == "77" and doc["identity"]["step_id"] == "1"
+    assert doc["config"] == {"policy": "advise", "mode": "limit", "limit_bytes": 24 * 1024**3, "warmup_iters": 2,
+                             "prefetch_gap_bytes": 131072, "recorder": True}
+    assert doc["time"]["exit_reason"] == "exit"
+    assert doc["allocations"]["count"] == 0 and doc["allocations"]["refused"] == 0
+    assert (tmp_path / f"rank3.{doc['identity']['hostname']}.{doc['identity']['pid']}.json").is_file()
+
+
+@pytest.mark.parametrize(("sig", "reason"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
+def test_written_on_signal(cudart, clean_env, tmp_path, sig, reason) -> None:
+    code = CALL_CUDA.format(cudart=cudart) + "; print('ready', flush=True); import time; time.sleep(60)"
+    p = run_py(code, env_for(clean_env, tmp_path))
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(sig)
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    doc = only_stats_file(tmp_path)
+    assert doc["time"]["exit_reason"] == reason
+
+
+def test_no_file_without_cuda_call(clean_env, tmp_path) -> None:
+    p = run_py("import ctypes; print('no cuda')", env_for(clean_env, tmp_path))
+    p.communicate(timeout=60)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fork_child_writes_nothing_of_its_own(cudart, clean_env, tmp_path) -> None:
+    code = CALL_CUDA.format(cudart=cudart) + "; import os; pid=os.fork(); (os._exit(0) if pid == 0 else os.waitpid(pid, 0))"
+    code = code.replace("os._exit(0)", "__import__('sys').exit(0)")  # the child exits through atexit
+    p = run_py(code, env_for(clean_env, tmp_path))
+    p.communicate(timeout=60)
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and str(p.pid) in files[0].name
+
+
+def test_live_stats_through_the_api() -> None:
+    doc = json.loads(_native.stats())
+    assert doc["schema"] == "transit.rank/1" and doc["time"]["exit_reason"] == "running"
+    assert _native.version() == "0.1.0"
+    time.sleep(0)  # keeps the import used
