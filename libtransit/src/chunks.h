@@ -1,0 +1,45 @@
+/* chunks.h - limit mode's estimate of what is device-resident, in 2 MiB chunks.
+ *
+ * Each chunk that holds device-resident pages (4 KiB granularity) is a node in an LRU list
+ * ordered by the last time data migrated into it (CUPTI HtoD records, TRANSIT's own
+ * prefetches). When the estimate exceeds the emulated capacity L, the policy asks for
+ * victims: the least-recently-migrated chunks, until resident bytes <= target, as address
+ * ranges (adjacent chunks coalesced) to prefetch to the host. Every operation is O(1) per
+ * chunk touched. Memory is fixed at creation (max_chunks nodes); data migrating into a chunk
+ * when all nodes are in use is counted as untracked. Not thread-safe. */
+#ifndef TRANSIT_CHUNKS_H
+#define TRANSIT_CHUNKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "ranges.h"
+
+#define TRANSIT_CHUNK_SHIFT 21 /* 2 MiB: UVM's eviction unit */
+#define TRANSIT_CHUNK_BYTES (1ull << TRANSIT_CHUNK_SHIFT)
+#define TRANSIT_CHUNK_PAGE_SHIFT 12 /* residency is tracked per 4 KiB page */
+
+typedef struct transit_chunks transit_chunks;
+
+/* max_chunks: how many chunks can be resident at once (device memory / 2 MiB is enough).
+ * NULL when out of memory or max_chunks == 0. */
+TRANSIT_INTERNAL transit_chunks *transit_chunks_create(size_t max_chunks);
+TRANSIT_INTERNAL void transit_chunks_destroy(transit_chunks *c);
+/* [addr, addr+bytes) migrated to the device (may span chunks): its pages become resident and
+ * its chunks most recently migrated. Returns the bytes that could not be tracked (0 normally). */
+TRANSIT_INTERNAL uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
+/* [addr, addr+bytes) is no longer on the device: migrated to the host, or its allocation freed.
+ * Chunks left without resident pages are forgotten. */
+TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
+TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
+TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
+/* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are
+ * filled, marks them non-resident, and writes them to out as ranges ascending by address,
+ * adjacent chunks coalesced. Each chunk contributes the span from its first to its last
+ * resident page. Returns the number of ranges written; call again if resident is still above
+ * target (out was full). */
+TRANSIT_INTERNAL size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out,
+                                                    size_t out_cap);
+
+#endif

@@ -1,0 +1,107 @@
+"""cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist) for unit tests.
+
+Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
+functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import cffi
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
+SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c")
+
+CDEF = """
+uint64_t transit_period_hash_name(const char *name);
+typedef struct transit_period transit_period;
+transit_period *transit_period_create(uint32_t history_cap);
+void transit_period_destroy(transit_period *p);
+unsigned transit_period_feed(transit_period *p, uint64_t name_hash, uint32_t *ordinal);
+uint32_t transit_period_length(const transit_period *p);
+uint64_t transit_period_iterations(const transit_period *p);
+uint64_t transit_period_changes(const transit_period *p);
+
+typedef struct transit_range { uint64_t addr; uint64_t bytes; } transit_range;
+typedef struct transit_ranges transit_ranges;
+transit_ranges *transit_ranges_create(uint64_t gap, size_t raw_cap);
+void transit_ranges_destroy(transit_ranges *r);
+void transit_ranges_reset(transit_ranges *r);
+int transit_ranges_add(transit_ranges *r, uint32_t ordinal, uint64_t addr, uint64_t bytes);
+int transit_ranges_finalize(transit_ranges *r);
+int transit_ranges_finalized(const transit_ranges *r);
+const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal, size_t *count);
+size_t transit_ranges_total_count(const transit_ranges *r);
+uint64_t transit_ranges_total_bytes(const transit_ranges *r);
+uint64_t transit_ranges_dropped(const transit_ranges *r);
+
+typedef struct transit_attrib transit_attrib;
+typedef struct transit_attrib_counts {
+    uint64_t attributed, attributed_bytes;
+    uint64_t unattributed, unattributed_bytes;
+    uint64_t pending;
+} transit_attrib_counts;
+transit_attrib *transit_attrib_create(transit_ranges *out, size_t kernel_cap, size_t pending_cap);
+void transit_attrib_destroy(transit_attrib *a);
+void transit_attrib_kernel(transit_attrib *a, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
+void transit_attrib_migration(transit_attrib *a, uint64_t start_ns, uint64_t addr, uint64_t bytes);
+void transit_attrib_flush(transit_attrib *a);
+transit_attrib_counts transit_attrib_get_counts(const transit_attrib *a);
+
+typedef struct transit_chunks transit_chunks;
+transit_chunks *transit_chunks_create(size_t max_chunks);
+void transit_chunks_destroy(transit_chunks *c);
+uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
+void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
+uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
+size_t transit_chunks_count(const transit_chunks *c);
+size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out, size_t out_cap);
+
+typedef struct transit_hist { uint64_t count[5]; uint64_t bytes[5]; } transit_hist;
+typedef enum { TRANSIT_HIST_COUNT = 0, TRANSIT_HIST_BYTES = 1 } transit_hist_field;
+int transit_hist_bin(uint64_t bytes);
+const char *transit_hist_label(int bin);
+void transit_hist_add(transit_hist *h, uint64_t bytes);
+int transit_hist_json(const transit_hist *h, transit_hist_field field, char *buf, size_t cap);
+"""
+
+# One function per source file: a library lacking any of them predates that file.
+PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
+          "transit_chunks_create", "transit_hist_json")
+
+
+def _built_library(ffi: cffi.FFI):
+    try:
+        from transit import _native
+        path = Path(_native.lib_path())
+    except (ImportError, AttributeError, OSError):
+        return None
+    if not path.is_file():
+        return None
+    lib = ffi.dlopen(str(path))
+    try:
+        for name in PROBES:
+            getattr(lib, name)
+    except AttributeError:
+        return None
+    return lib
+
+
+def compile_sources(build_dir: Path) -> Path:
+    """Builds the logic sources into build_dir/liblogic.so with the project's warning flags."""
+    out = build_dir / "liblogic.so"
+    cmd = ["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
+    subprocess.run(cmd + [str(SRC_DIR / s) for s in SOURCES], check=True, capture_output=True, text=True)
+    return out
+
+
+def load(build_dir: Path):
+    """Returns (ffi, lib): the built libtransit.so if it has these functions, else a scratch build."""
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    lib = _built_library(ffi)
+    if lib is None:
+        lib = ffi.dlopen(str(compile_sources(build_dir)))
+    return ffi, lib

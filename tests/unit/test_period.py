@@ -1,0 +1,257 @@
+"""Iteration detection from the kernel-name sequence (libtransit/src/period.c) on synthetic sequences."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import native_logic
+import pytest
+
+LOCKED, BEGIN, CHANGED = 1, 2, 4
+TOL_MIN, TOL_DIV = 4, 8  # period.h: tolerance of an anchor's spacing
+
+
+def tolerance(period: int) -> int:
+    return max(TOL_MIN, period // TOL_DIV)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    return native_logic.load(tmp_path_factory.mktemp("period"))
+
+
+@dataclass
+class Trace:
+    """What the detector reported for each launch."""
+
+    flags: list[int] = field(default_factory=list)
+    ordinals: list[int] = field(default_factory=list)
+    period: int = 0
+
+    def positions(self, flag: int) -> list[int]:
+        return [i for i, f in enumerate(self.flags) if f & flag]
+
+
+def feed(native, tokens: list[int], history_cap: int = 0) -> Trace:
+    ffi, lib = native
+    p = lib.transit_period_create(history_cap)
+    assert p != ffi.NULL
+    ordinal = ffi.new("uint32_t *")
+    trace = Trace()
+    try:
+        for token in tokens:
+            flags = lib.transit_period_feed(p, token, ordinal)
+            trace.flags.append(flags)
+            trace.ordinals.append(ordinal[0] if flags & LOCKED else -1)
+        trace.period = lib.transit_period_length(p)
+        assert lib.transit_period_iterations(p) == len(trace.positions(BEGIN))
+        assert lib.transit_period_changes(p) == len(trace.positions(CHANGED))
+    finally:
+        lib.transit_period_destroy(p)
+    return trace
+
+
+class Vocabulary:
+    """Kernel-name hashes: a real program has tens to hundreds of distinct kernel names."""
+
+    def __init__(self, rng: random.Random, size: int) -> None:
+        self.rng = rng
+        self.names = [rng.getrandbits(64) for _ in range(size)]
+
+    def pattern(self, length: int) -> list[int]:
+        return [self.rng.choice(self.names) for _ in range(length)]
+
+
+@dataclass
+class Sequence:
+    tokens: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)  # where each true iteration begins
+
+    def add_iteration(self, kernels: list[int]) -> None:
+        self.starts.append(len(self.tokens))
+        self.tokens.extend(kernels)
+
+
+def periodic(iteration: list[int], count: int, prefix: list[int] = ()) -> Sequence:
+    seq = Sequence(tokens=list(prefix))
+    for _ in range(count):
+        seq.add_iteration(iteration)
+    return seq
+
+
+def check_follows(trace: Trace, seq: Sequence, period_tol: int = 0, first_begin: int | None = None) -> None:
+    """Every true iteration after the lock gets exactly one BEGIN, at the same phase (within
+    the noise), and ordinals count launches since that BEGIN."""
+    begins = [b for b in trace.positions(BEGIN) if first_begin is None or b >= first_begin]
+    assert begins, "never locked"
+    first = begins[0]
+    owner = max(i for i, s in enumerate(seq.starts) if s <= first)
+    phase = first - seq.starts[owner]
+    expected = [s + phase for s in seq.starts[owner:] if s + phase < len(seq.tokens)]
+    assert len(begins) == len(expected)
+    for got, want in zip(begins, expected):
+        assert abs(got - want) <= period_tol
+    for b, nxt in zip(begins, begins[1:] + [len(seq.tokens)]):
+        assert all(trace.flags[i] & LOCKED for i in range(b, nxt))
+        assert trace.ordinals[b + 1:nxt] == list(range(trace.ordinals[b] + 1, trace.ordinals[b] + nxt - b))
+
+
+def llama_step(vocab: Vocabulary, layers: int, fwd: int, bwd: int) -> list[int]:
+    """A training step shaped like a transformer's: identical layers forward and backward."""
+    fwd_layer, bwd_layer = vocab.pattern(fwd), vocab.pattern(bwd)
+    return (vocab.pattern(12) + fwd_layer * layers + vocab.pattern(8) + bwd_layer * layers
+            + vocab.pattern(30) + [vocab.names[0]] * 40 + vocab.pattern(20))
+
+
+def test_name_hash_is_fnv1a(native):
+    _, lib = native
+    assert lib.transit_period_hash_name(b"") == 0xCBF29CE484222325
+    assert lib.transit_period_hash_name(b"a") == 0xAF63DC4C8601EC8C
+
+@pytest.mark.parametrize("period", [8, 50, 997])
+def test_pure_periodic(native, period):
+    vocab = Vocabulary(random.Random(period), 60)
+    seq = periodic(vocab.pattern(period), 12)
+    trace = feed(native, seq.tokens)
+    assert trace.period == period
+    assert trace.positions(CHANGED) == []
+    # A signature needs four occurrences (the first spacing is not judged).
+    assert trace.positions(BEGIN)[0] < 4 * period + 12
+    check_follows(trace, seq)
+    assert set(trace.ordinals[trace.positions(BEGIN)[0]:]) == set(range(period))
+
+
+def test_warmup_prefix_and_longer_first_iteration(native):
+    rng = random.Random(7)
+    vocab = Vocabulary(rng, 80)
+    step = vocab.pattern(400)
+    # Initialization kernels, then a first step with autotuning kernels scattered through it.
+    first = list(step)
+    for _ in range(60):
+        first.insert(rng.randrange(len(first)), rng.choice(vocab.names))
+    seq = Sequence(tokens=vocab.pattern(1500))
+    seq.add_iteration(first)
+    for _ in range(10):
+        seq.add_iteration(step)
+    trace = feed(native, seq.tokens)
+    assert trace.period == 400
+    assert trace.positions(CHANGED) == []
+    assert trace.positions(BEGIN)[0] < seq.starts[5]
+    check_follows(trace, seq)
+
+
+def noisy_sequence(rng: random.Random, vocab: Vocabulary, step: list[int], count: int) -> Sequence:
+    """A third of the iterations gain or lose one to three kernels at random places."""
+    seq = Sequence()
+    for _ in range(count):
+        kernels = list(step)
+        if rng.random() < 1 / 3:
+            for _ in range(rng.randint(1, 3)):
+                if rng.random() < 0.5:
+                    kernels.insert(rng.randrange(len(kernels)), rng.choice(vocab.names))
+                else:
+                    del kernels[rng.randrange(len(kernels))]
+        seq.add_iteration(kernels)
+    return seq
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise(native, seed):
+    rng = random.Random(seed)
+    vocab = Vocabulary(rng, 80)
+    seq = noisy_sequence(rng, vocab, vocab.pattern(300), 40)
+    trace = feed(native, seq.tokens)
+    assert trace.period in range(300 - 3, 300 + 4)
+    assert trace.positions(CHANGED) == []
+    # Noise shifts an anchor by up to 3 launches; a destroyed anchor is inferred tol + 1 late.
+    check_follows(trace, seq, period_tol=tolerance(300) + 4)
+
+
+def test_data_dependent_length_variation(native):
+    """A data-dependent loop runs 0..6 times per step: lengths vary, one BEGIN per step."""
+    rng = random.Random(3)
+    vocab = Vocabulary(rng, 80)
+    head, loop_body, tail = vocab.pattern(150), vocab.pattern(2), vocab.pattern(150)
+    seq = Sequence()
+    for _ in range(40):
+        seq.add_iteration(head + loop_body * rng.randint(0, 6) + tail)
+    trace = feed(native, seq.tokens)
+    assert trace.positions(CHANGED) == []
+    check_follows(trace, seq, period_tol=12)
+
+
+def test_gradient_accumulation_change_relocks(native):
+    rng = random.Random(11)
+    vocab = Vocabulary(rng, 80)
+    micro, optimizer = vocab.pattern(120), vocab.pattern(40)
+    short, long = micro * 4 + optimizer, micro * 8 + optimizer
+    seq = periodic(short, 15)
+    switch = len(seq.tokens)
+    for _ in range(15):
+        seq.add_iteration(long)
+    trace = feed(native, seq.tokens)
+    assert trace.period == len(long)
+    # Before the switch the detector may follow the micro-batches for one step (sub-period).
+    changed = [c for c in trace.positions(CHANGED) if c >= switch]
+    assert len(changed) == 1 and changed[0] < switch + 3 * len(long)
+    check_follows(trace, seq, first_begin=changed[0])
+
+
+def test_sequence_change_relocks(native):
+    rng = random.Random(5)
+    vocab = Vocabulary(rng, 80)
+    before, after = vocab.pattern(200), vocab.pattern(350)
+    seq = periodic(before, 30)
+    switch = len(seq.tokens)
+    for _ in range(20):
+        seq.add_iteration(after)
+    trace = feed(native, seq.tokens)
+    assert trace.period == 350
+    changed = trace.positions(CHANGED)
+    assert len(changed) == 1 and switch < changed[0] < switch + 6 * 350
+    # Between the change and the re-lock: at most MAX_MISSES inferred BEGINs, then unlocked.
+    assert not any(f & LOCKED for f in trace.flags[switch + 3 * 200:changed[0]])
+    check_follows(trace, seq, first_begin=changed[0])
+
+
+@pytest.mark.parametrize("vocab_size", [20, 200])
+def test_non_periodic_never_locks(native, vocab_size):
+    vocab = Vocabulary(random.Random(vocab_size), vocab_size)
+    trace = feed(native, vocab.pattern(300_000))
+    assert not any(trace.flags)
+
+
+def test_layered_step_locks_on_the_whole_step(native):
+    """Identical layers are periodic for a while inside a step; the detector may follow them
+    during the first step but must end on the step, and stay there."""
+    vocab = Vocabulary(random.Random(2), 60)
+    step = llama_step(vocab, layers=32, fwd=60, bwd=90)
+    seq = periodic(step, 12, prefix=vocab.pattern(300))
+    trace = feed(native, seq.tokens)
+    assert trace.period == len(step)
+    final_lock = trace.positions(CHANGED)[-1]
+    assert final_lock < seq.starts[5]  # the first step and four more
+    assert len(trace.positions(CHANGED)) <= 3
+    check_follows(trace, seq, first_begin=final_lock)
+
+
+def test_long_period_llama_sized(native):
+    """About 20,000 kernels per step, as a real Llama training step launches."""
+    vocab = Vocabulary(random.Random(4), 120)
+    step = llama_step(vocab, layers=32, fwd=250, bwd=360)
+    assert 19_000 < len(step) < 21_000
+    seq = periodic(step, 7, prefix=vocab.pattern(2000))
+    trace = feed(native, seq.tokens)
+    assert trace.period == len(step)
+    final_lock = trace.positions(CHANGED)[-1]
+    assert final_lock < seq.starts[5]
+    check_follows(trace, seq, first_begin=final_lock)
+
+
+def test_history_cap_bounds_the_longest_period(native):
+    """A period beyond history_cap / 5 is not found (fixed memory); within it, it is."""
+    vocab = Vocabulary(random.Random(9), 100)
+    step = vocab.pattern(3000)
+    assert feed(native, periodic(step, 8).tokens, history_cap=8192).period == 0
+    assert feed(native, periodic(step, 8).tokens, history_cap=16384).period == 3000
