@@ -65,7 +65,11 @@ def main(args: argparse.Namespace) -> int:
     else:
         # rich lays out for 80 columns when not on a terminal; a file or pipe gets the wide layout
         width = None if sys.stdout.isatty() else PIPE_WIDTH
-        render(report, found, Console(no_color=args.no_color, highlight=False, width=width))
+        render(
+            report,
+            found,
+            Console(color_system=None if args.no_color else "auto", highlight=False, width=width),
+        )
     return 0
 
 
