@@ -162,6 +162,8 @@ def apply_memory_cap(cap_bytes: int, device: torch.device, monitor: NvmlMonitor)
 
 
 def step_stats(step_times: list[float], warmup: int) -> dict:
+    # A run cut short by its time budget during warm-up keeps at least one measured step.
+    warmup = max(0, min(warmup, len(step_times) - 1))
     measured = step_times[warmup:]
     return {
         "all_s": step_times,
@@ -169,6 +171,108 @@ def step_stats(step_times: list[float], warmup: int) -> dict:
         "measured_steps": len(measured),
         "mean_s": statistics.fmean(measured) if measured else None,
         "p50_s": statistics.median(measured) if measured else None,
+    }
+
+
+@dataclass
+class LoopResult:
+    step_times: list[float]
+    losses: list[float]
+    stopped_by_time_budget: bool
+    host_state_bytes: dict | None  # this rank's training state in host memory, after the first step
+
+
+def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: torch.device,
+                world: int, rank: int, host_state=None) -> LoopResult:
+    """Run `one_step(step) -> loss tensor` (this rank's mean over micro-batches) `steps` times.
+
+    Each step is timed to a device synchronisation; losses are averaged over ranks. A run stops
+    after the first step past warm-up that ends more than `time_budget` seconds into the loop
+    (0: no budget), the same decision on every rank. `host_state()` is read once, after step 0.
+    """
+    import torch.distributed as dist
+
+    times: list[float] = []
+    losses: list[float] = []
+    state_bytes = None
+    stopped = False
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(steps):
+        t0 = time.perf_counter()
+        loss = one_step(step)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+        if state_bytes is None and host_state is not None:
+            state_bytes = host_state()
+        loss = loss.detach().clone()
+        dist.all_reduce(loss)  # SUM: gloo has no AVG
+        losses.append(loss.item() / world)
+        if rank == 0:
+            print(f"step {step}: loss {losses[-1]:.4f} time {times[-1]:.3f}s", flush=True)
+        over = time_budget > 0 and step >= warmup and time.perf_counter() - start > time_budget
+        decision = torch.tensor(float(over), device=device)
+        dist.all_reduce(decision, op=dist.ReduceOp.MAX)
+        if decision.item() and step + 1 < steps:
+            stopped = True
+            break
+    return LoopResult(times, losses, stopped, state_bytes)
+
+
+def gather_rank_facts(monitor: NvmlMonitor | None, device: torch.device, loop: LoopResult) -> list[dict]:
+    """Every rank's memory readings and host-state bytes, gathered to all ranks."""
+    import torch.distributed as dist
+
+    memory: dict = {"host_rss_peak_bytes": host_rss_peak_bytes()}
+    if monitor is not None:
+        memory |= monitor.stop()
+        memory["torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        memory["torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+    facts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(facts, {"rank": dist.get_rank(), "memory": memory,
+                                   "host_state_bytes": loop.host_state_bytes})
+    return facts
+
+
+def result_doc(*, system: str, runner: str, model_name: str, batch: BatchSettings, world: int,
+               warmup: int, loop: LoopResult, rank_facts: list[dict], cap: dict | None,
+               config: dict) -> dict:
+    """The result file every runner writes: provenance, configuration, throughput, memory, offload."""
+    from model import config_by_name, count_params, flops_per_step
+
+    cfg = config_by_name(model_name)
+    flops = flops_per_step(cfg, batch.global_batch)
+    timing = step_stats(loop.step_times, warmup)
+    peaks = [r["memory"].get("peak_bytes") for r in rank_facts]
+    peak = max(peaks) if peaks and all(p is not None for p in peaks) else None
+    host_states = [r["host_state_bytes"] for r in rank_facts]
+    return {
+        "schema": RESULT_SCHEMA,
+        "system": system,
+        "runner": runner,
+        **provenance(),
+        "config": {
+            "model": model_name, "model_config": cfg.to_dict(), "params": count_params(cfg)["total"],
+            "world_size": world, "global_batch": batch.global_batch, "local_batch": batch.local_batch,
+            "grad_accum": batch.grad_accum, "batch_source": batch.source,
+            "tokens_per_step": batch.global_batch * cfg.seq_len, **config,
+        },
+        "flops_per_step": flops,
+        "tflops_per_gpu": tflops_per_gpu(flops, timing["mean_s"], world),
+        "tflops_per_gpu_p50": tflops_per_gpu(flops, timing["p50_s"], world),
+        "step_time": timing,
+        "stopped_by_time_budget": loop.stopped_by_time_budget,
+        "losses": loop.losses,
+        "memory_cap": cap,
+        "memory": {
+            "per_rank": [r["memory"] for r in rank_facts],
+            "peak_bytes_max": peak,
+            "within_cap": (peak <= cap["cap_bytes"]) if cap and peak is not None else None,
+        },
+        # What the system keeps in host memory per GPU (its offloaded training state).
+        "offloaded_bytes_per_gpu": max((h or {}).get("total", 0) for h in host_states),
+        "offload_breakdown_per_rank": host_states,
     }
 
 

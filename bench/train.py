@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,26 +25,16 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
-    RESULT_SCHEMA,
     NvmlMonitor,
     apply_memory_cap,
-    host_rss_peak_bytes,
+    gather_rank_facts,
     parse_size,
-    provenance,
     resolve_batch,
-    step_stats,
-    tflops_per_gpu,
+    result_doc,
+    timed_steps,
     write_json,
 )
-from model import (
-    Transformer,
-    apply_activation_checkpointing,
-    config_by_name,
-    count_params,
-    flops_per_step,
-    loss_fn,
-    synthetic_batch,
-)
+from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
 
 LEARNING_RATE = 3e-4
 ADAM_BETAS = (0.9, 0.95)
@@ -121,6 +110,15 @@ def build_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.o
                              weight_decay=WEIGHT_DECAY, **impl)
 
 
+def micro_batch(global_batch: tuple[torch.Tensor, torch.Tensor], micro: int, rank: int, world: int,
+                local_batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the global batch that `rank` trains in micro-batch `micro` (same split for every system)."""
+    start = (micro * world + rank) * local_batch
+    inputs, targets = global_batch
+    rows = slice(start, start + local_batch)
+    return inputs[rows].to(device, non_blocking=True), targets[rows].to(device, non_blocking=True)
+
+
 def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Bytes of this rank's training state that live in host memory (FSDP2 CPU offload).
 
@@ -153,9 +151,8 @@ def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 
 def train(args: argparse.Namespace) -> dict | None:
     rank, world, device = init_distributed()
-    on_gpu = device.type == "cuda"
-    monitor = NvmlMonitor(device.index) if on_gpu else None
-    cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and on_gpu) else None
+    monitor = NvmlMonitor(device.index) if device.type == "cuda" else None
+    cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     if args.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     batch = resolve_batch(world, args.global_batch, args.local_batch, args.grad_accum)
@@ -165,93 +162,36 @@ def train(args: argparse.Namespace) -> dict | None:
     # Data first, outside the timed region: the global batch of each step, sliced per rank and micro-batch.
     batches = [synthetic_batch(cfg, args.seed, step, batch.global_batch) for step in range(args.steps)]
 
-    def micro_batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
-        start = (micro * world + rank) * batch.local_batch
-        inputs, targets = batches[step]
-        rows = slice(start, start + batch.local_batch)
-        return inputs[rows].to(device, non_blocking=True), targets[rows].to(device, non_blocking=True)
-
-    def sync() -> None:
-        if on_gpu:
-            torch.cuda.synchronize(device)
-
-    step_times: list[float] = []
-    losses: list[float] = []
-    offloaded: dict | None = None
-    stopped_by_budget = False
-    dist.barrier()
-    start = time.perf_counter()
-    for step in range(args.steps):
-        t0 = time.perf_counter()
+    def one_step(step: int) -> torch.Tensor:
+        # Gradients are cleared at the start, not the end, so that the host-state count after
+        # step 0 sees them (they live through backward and the optimizer step either way).
+        optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=device)
         for micro in range(batch.grad_accum):
-            inputs, targets = micro_batch(step, micro)
+            inputs, targets = micro_batch(batches[step], micro, rank, world, batch.local_batch, device)
             loss = loss_fn(model(inputs), targets) / batch.grad_accum
             loss.backward()
             loss_sum += loss.detach()
         optimizer.step()
-        if offloaded is None:
-            offloaded = host_state_bytes(model, optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        sync()
-        step_times.append(time.perf_counter() - t0)
-        dist.all_reduce(loss_sum)  # SUM: gloo has no AVG
-        losses.append(loss_sum.item() / world)
-        if rank == 0:
-            print(f"step {step}: loss {losses[-1]:.4f} time {step_times[-1]:.3f}s", flush=True)
-        over_budget = torch.tensor(
-            float(args.time_budget > 0 and step >= args.warmup and time.perf_counter() - start > args.time_budget),
-            device=device)
-        dist.all_reduce(over_budget, op=dist.ReduceOp.MAX)
-        if over_budget.item() and step + 1 < args.steps:
-            stopped_by_budget = True
-            break
+        return loss_sum
 
-    memory: dict = {"host_rss_peak_bytes": host_rss_peak_bytes()}
-    if on_gpu:
-        memory |= monitor.stop()
-        memory["torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-        memory["torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
-    per_rank: list[dict] = [None] * world  # type: ignore[list-item]
-    dist.all_gather_object(per_rank, {"rank": rank, "memory": memory, "host_state_bytes": offloaded})
+    loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
+                       host_state=lambda: host_state_bytes(model, optimizer))
+    facts = gather_rank_facts(monitor, device, loop)
     dist.destroy_process_group()
     if rank != 0:
         return None
-
-    flops = flops_per_step(cfg, batch.global_batch)
-    timing = step_stats(step_times, args.warmup)
-    peaks = [r["memory"].get("peak_bytes") for r in per_rank]
-    return {
-        "schema": RESULT_SCHEMA,
-        "system": args.label,
-        "runner": "bench/train.py",
-        **provenance(),
-        "config": {
-            "model": args.model, "model_config": cfg.to_dict(), "params": count_params(cfg)["total"],
-            "world_size": world, "global_batch": batch.global_batch, "local_batch": batch.local_batch,
-            "grad_accum": batch.grad_accum, "batch_source": batch.source,
-            "tokens_per_step": batch.global_batch * cfg.seq_len,
-            "offload": args.offload, "optimizer": f"AdamW({args.optimizer})",
+    return result_doc(
+        system=args.label, runner="bench/train.py", model_name=args.model, batch=batch, world=world,
+        warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap,
+        config={
+            "offload": args.offload, "optimizer": f"torch.optim.AdamW({args.optimizer})",
             "activation_checkpointing": not args.no_activation_checkpointing,
             "precision": "fp32 params, bf16 compute, fp32 reduce (FSDP2 MixedPrecisionPolicy)",
             "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
             "time_budget_s": args.time_budget,
         },
-        "flops_per_step": flops,
-        "tflops_per_gpu": tflops_per_gpu(flops, timing["mean_s"], world),
-        "tflops_per_gpu_p50": tflops_per_gpu(flops, timing["p50_s"], world),
-        "step_time": timing,
-        "stopped_by_time_budget": stopped_by_budget,
-        "losses": losses,
-        "memory_cap": cap,
-        "memory": {
-            "per_rank": [r["memory"] for r in per_rank],
-            "peak_bytes_max": max(peaks) if all(p is not None for p in peaks) else None,
-            "within_cap": (max(peaks) <= cap["cap_bytes"]) if cap and all(p is not None for p in peaks) else None,
-        },
-        "offloaded_bytes_per_gpu": max(r["host_state_bytes"]["total"] for r in per_rank),
-        "offload_breakdown_per_rank": [r["host_state_bytes"] for r in per_rank],
-    }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,26 @@
+# Sourced at the start of every device command (the driver scripts source it themselves):
+#   source bench/device_setup.sh
+# Sets the environment the device requires, installs the carried wheels (.whl, see
+# bench/wheels.txt) and builds libtransit in the tree with the device's cmake and CUDA headers,
+# so that `python3 -m transit run ...` works from the repository root.
+
+# NVLink multicast stays off on the device, always (a program that uses it can take the host's
+# shared GPUs out of service): NCCL, PyTorch symmetric memory and NVSHMEM.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+# Where DeepSpeed's JIT-built ops go (the CPU Adam op is built on first use).
+export TORCH_EXTENSIONS_DIR=/tmp/torch_extensions
+
+_setup_t0=$SECONDS
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || return 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+CUDA_HOME=/usr/local/cuda cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release >/tmp/transit-build.log 2>&1 \
+    && cmake --build build/device -j "$(nproc)" >>/tmp/transit-build.log 2>&1 \
+    && cmake --install build/device --prefix . >>/tmp/transit-build.log 2>&1 \
+    || { echo "device_setup: libtransit build failed:"; tail -30 /tmp/transit-build.log; return 1; }
+python3 -m transit lib-path >/dev/null || return 1
+echo "device_setup: wheels + libtransit ready in $((SECONDS - _setup_t0))s;" \
+    "$(python3 -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count())')"
