@@ -56,13 +56,11 @@ static int make_dirs(char *path, char *err, size_t errlen)
             continue;
         char saved = *p;
         *p = '\0';
-        int rc = mkdir(path, REPORT_DIR_MODE);
-        int saved_errno = errno;
-        *p = saved;
-        if (rc < 0 && saved_errno != EEXIST) {
-            snprintf(err, errlen, "cannot create report directory %.300s: %s", path, strerror(saved_errno));
+        if (mkdir(path, REPORT_DIR_MODE) < 0 && errno != EEXIST) {
+            snprintf(err, errlen, "cannot create report directory %.300s: %s", path, strerror(errno));
             return -1;
         }
+        *p = saved;
         if (saved == '\0')
             return 0;
     }

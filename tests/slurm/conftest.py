@@ -39,6 +39,7 @@ class Cluster:
     """The running dev cluster, as the plugin on it is configured."""
 
     slurm_conf: Path
+    plugin: Path  # the spank_transit.so that plugstack.conf loads
     lib: str  # plugstack.conf lib=
     hook_dir: str  # plugstack.conf hook_dir=, or its default <dir of lib>/../pyhook
     report_dir: Path  # plugstack.conf report_dir=
@@ -82,11 +83,12 @@ def unique_job_name() -> str:
     return f"transit-test-{uuid.uuid4().hex[:12]}"
 
 
-def _plugstack_args(plugstack: Path) -> dict[str, str]:
+def _plugstack_line(plugstack: Path) -> tuple[Path, dict[str, str]]:
+    """The plugin path and its arguments from the spank_transit.so line of plugstack.conf."""
     for line in plugstack.read_text().splitlines():
         words = line.split()
         if len(words) >= 2 and words[1].endswith("spank_transit.so"):
-            return dict(w.split("=", 1) for w in words[2:] if "=" in w)
+            return Path(words[1]), dict(w.split("=", 1) for w in words[2:] if "=" in w)
     raise AssertionError(f"spank_transit.so is not in {plugstack}")
 
 
@@ -100,10 +102,11 @@ def cluster() -> Iterator[Cluster]:
         pytest.fail(f"scripts/dev-cluster up failed:\n{up.stdout}{up.stderr}", pytrace=False)
     # Code under test that calls Slurm from this process (transit.slurm) finds the cluster too.
     os.environ["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
-    args = _plugstack_args(CLUSTER_DIR / "etc" / "plugstack.conf")
+    plugin, args = _plugstack_line(CLUSTER_DIR / "etc" / "plugstack.conf")
     lib = args["lib"]
     yield Cluster(
         slurm_conf=CLUSTER_DIR / "etc" / "slurm.conf",
+        plugin=plugin,
         lib=lib,
         hook_dir=args.get("hook_dir", f"{os.path.dirname(lib)}/../pyhook"),
         report_dir=Path(args["report_dir"]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -55,6 +57,24 @@ def test_help_lists_the_options(cluster: Cluster) -> None:
         assert "--transit-report-dir=DIR" in out.stdout, command
 
 
+# What Slurm's plugin loader looks up; spank/spank_transit.map must export nothing else.
+SPANK_EXPORTS = {"plugin_name", "plugin_type", "plugin_version", "spank_plugin_version",
+                 "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_task_init"}
+
+
+def test_plugin_exports_only_spank_symbols_and_is_hardened(cluster: Cluster) -> None:
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(cluster.plugin)],
+                             capture_output=True, text=True, check=True).stdout
+    assert {line.split()[-1] for line in symbols.splitlines() if line.strip()} == SPANK_EXPORTS
+    dynamic = subprocess.run(["readelf", "-dlW", str(cluster.plugin)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "GNU_RELRO" in dynamic and re.search(r"FLAGS.*\bNOW\b", dynamic)  # -z relro -z now
+    imports = subprocess.run(["nm", "-D", "--undefined-only", str(cluster.plugin)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "__stack_chk_fail" in imports  # -fstack-protector-strong
+    assert re.search(r"__\w+_chk\b", imports.replace("__stack_chk_fail", ""))  # _FORTIFY_SOURCE=2
+
+
 def test_advise_sets_every_task_and_keeps_the_users_preload(cluster: Cluster) -> None:
     preload = user_preload()
     env = cluster.env(LD_PRELOAD=preload, PYTHONPATH=USER_PYTHONPATH)
@@ -80,6 +100,12 @@ def test_report_dir_option_overrides_the_site_default(cluster: Cluster, tmp_path
     (task,) = parse_tasks(out.stdout)
     assert task["transit"] == {"TRANSIT_POLICY": "base", "TRANSIT_OUT": f"{tmp_path}/{task['job']}/"}
     assert (tmp_path / str(task["job"])).is_dir()
+
+
+def test_unusable_report_dir_fails_the_task_with_one_line(cluster: Cluster) -> None:
+    out = cluster.run(["srun", "-N1", "--transit", "--transit-report-dir=/proc/transit-test", "true"])
+    assert out.returncode != 0
+    assert "transit: cannot create report directory /proc/transit-test: " in out.stderr
 
 
 @pytest.mark.parametrize("command", ["srun", "sbatch"])
@@ -141,6 +167,17 @@ def test_sbatch_option_reaches_srun_steps(cluster: Cluster, tmp_path: Path, dire
         assert task["job"] == job
         assert task["preload"] == [cluster.lib]
         assert task["transit"] == {"TRANSIT_POLICY": policy, "TRANSIT_OUT": f"{cluster.report_dir}/{job}/"}
+
+
+@pytest.mark.parametrize("options, policy", [(["--transit=prefetch"], "prefetch"), (["--transit"], "base")])
+def test_salloc_option_reaches_srun_steps(cluster: Cluster, options: list[str], policy: str) -> None:
+    out = cluster.run(["salloc", "-N2", *options, "srun", "-N2", "bash", "-c", SHOW_TASK_ENV])
+    assert out.returncode == 0, out.stderr
+    tasks = parse_tasks(out.stdout)
+    assert len(tasks) == 2
+    for task in tasks:
+        assert task["preload"] == [cluster.lib]
+        assert task["transit"]["TRANSIT_POLICY"] == policy
 
 
 @pytest.mark.parametrize("options", [[], ["--transit=off"], ["--transit=advise", "--transit=off"]])
