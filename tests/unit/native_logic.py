@@ -11,6 +11,9 @@ from pathlib import Path
 
 import cffi
 
+from transit import _native
+from transit.errors import UsageError
+
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c")
 
@@ -74,11 +77,8 @@ PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_crea
 
 def _built_library(ffi: cffi.FFI):
     try:
-        from transit import _native
-        path = Path(_native.lib_path())
-    except (ImportError, AttributeError, OSError):
-        return None
-    if not path.is_file():
+        path = _native.lib_path()
+    except UsageError:  # not built
         return None
     lib = ffi.dlopen(str(path))
     try:

@@ -1,0 +1,181 @@
+"""Limit mode's residency estimate: LRU of 2 MiB chunks (libtransit/src/chunks.c)."""
+
+from __future__ import annotations
+
+import random
+
+import native_logic
+import pytest
+
+KIB, MIB = 1024, 1024 * 1024
+CHUNK = 2 * MIB
+BASE = 0x7F00_0000_0000  # 2 MiB aligned
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    return native_logic.load(tmp_path_factory.mktemp("chunks"))
+
+
+@pytest.fixture
+def chunks(native):
+    ffi, lib = native
+    made = []
+
+    def make(max_chunks: int = 1024):
+        c = lib.transit_chunks_create(max_chunks)
+        assert c != ffi.NULL
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        lib.transit_chunks_destroy(c)
+
+
+def victims(native, c, target: int, out_cap: int = 64) -> list[tuple[int, int]]:
+    ffi, lib = native
+    out = ffi.new("transit_range[]", out_cap)
+    n = lib.transit_chunks_pick_victims(c, target, out, out_cap)
+    return [(out[i].addr, out[i].bytes) for i in range(n)]
+
+
+def test_create_refuses_zero(native):
+    ffi, lib = native
+    assert lib.transit_chunks_create(0) == ffi.NULL
+
+
+def test_resident_bytes_at_page_granularity(native, chunks):
+    _, lib = native
+    c = chunks()
+    lib.transit_chunks_migrated(c, BASE, 64 * KIB)
+    lib.transit_chunks_migrated(c, BASE + 32 * KIB, 64 * KIB)  # overlaps: counted once
+    assert lib.transit_chunks_resident_bytes(c) == 96 * KIB
+    lib.transit_chunks_migrated(c, BASE + 100, 10)  # a partial page makes its page resident
+    assert lib.transit_chunks_resident_bytes(c) == 96 * KIB
+    assert lib.transit_chunks_count(c) == 1
+
+
+def test_migration_spanning_chunks(native, chunks):
+    _, lib = native
+    c = chunks()
+    # From the last 1 MiB of chunk 0 through chunk 1 into the first 4 KiB of chunk 2.
+    assert lib.transit_chunks_migrated(c, BASE + MIB, MIB + CHUNK + 4 * KIB) == 0
+    assert lib.transit_chunks_count(c) == 3
+    assert lib.transit_chunks_resident_bytes(c) == MIB + CHUNK + 4 * KIB
+    assert victims(native, c, 0) == [(BASE + MIB, MIB + CHUNK + 4 * KIB)]
+    assert lib.transit_chunks_resident_bytes(c) == 0 and lib.transit_chunks_count(c) == 0
+
+
+def test_evicts_least_recently_migrated_first(native, chunks):
+    _, lib = native
+    c = chunks()
+    for i in (5, 1, 9, 3):
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    lib.transit_chunks_migrated(c, BASE + 5 * CHUNK, 4 * KIB)  # 5 is now the most recent
+    assert victims(native, c, 3 * CHUNK) == [(BASE + 1 * CHUNK, CHUNK)]
+    assert victims(native, c, 2 * CHUNK) == [(BASE + 9 * CHUNK, CHUNK)]
+    assert victims(native, c, 0) == [(BASE + 3 * CHUNK, CHUNK), (BASE + 5 * CHUNK, CHUNK)]
+
+
+def test_victims_coalesce_adjacent_chunks(native, chunks):
+    _, lib = native
+    c = chunks()
+    for i in (2, 0, 1, 7, 3):
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    lib.transit_chunks_migrated(c, BASE + 10 * CHUNK + 8 * KIB, 4 * KIB)  # a lone page
+    assert victims(native, c, 0) == [(BASE, 4 * CHUNK), (BASE + 7 * CHUNK, CHUNK),
+                                     (BASE + 10 * CHUNK + 8 * KIB, 4 * KIB)]
+
+
+def test_victim_range_spans_first_to_last_resident_page(native, chunks):
+    _, lib = native
+    c = chunks()
+    lib.transit_chunks_migrated(c, BASE + 64 * KIB, 4 * KIB)
+    lib.transit_chunks_migrated(c, BASE + MIB, 8 * KIB)
+    assert victims(native, c, 0) == [(BASE + 64 * KIB, MIB + 8 * KIB - 64 * KIB)]
+
+
+def test_stops_at_target_and_out_capacity(native, chunks):
+    _, lib = native
+    c = chunks()
+    for i in range(10):
+        lib.transit_chunks_migrated(c, BASE + 2 * i * CHUNK, CHUNK)  # not adjacent
+    assert len(victims(native, c, 7 * CHUNK)) == 3
+    assert lib.transit_chunks_resident_bytes(c) == 7 * CHUNK
+    assert len(victims(native, c, 0, out_cap=2)) == 2  # out full: call again
+    assert lib.transit_chunks_resident_bytes(c) == 5 * CHUNK
+    assert victims(native, c, 5 * CHUNK) == []
+
+
+def test_dropped_to_host_and_freed(native, chunks):
+    _, lib = native
+    c = chunks()
+    lib.transit_chunks_migrated(c, BASE, 3 * CHUNK)
+    lib.transit_chunks_dropped(c, BASE + CHUNK + MIB, MIB)  # half of chunk 1 evicted by the driver
+    assert lib.transit_chunks_resident_bytes(c) == 3 * CHUNK - MIB
+    lib.transit_chunks_dropped(c, BASE, CHUNK)  # an allocation freed: chunk 0 forgotten
+    assert lib.transit_chunks_count(c) == 2
+    lib.transit_chunks_dropped(c, BASE + 40 * CHUNK, CHUNK)  # never resident: no effect
+    assert victims(native, c, 0) == [(BASE + CHUNK, MIB), (BASE + 2 * CHUNK, CHUNK)]
+
+
+def test_full_pool_reports_untracked_bytes(native, chunks):
+    _, lib = native
+    c = chunks(max_chunks=2)
+    assert lib.transit_chunks_migrated(c, BASE, 2 * CHUNK) == 0
+    assert lib.transit_chunks_migrated(c, BASE + 2 * CHUNK, CHUNK + 4 * KIB) == CHUNK + 4 * KIB
+    assert lib.transit_chunks_migrated(c, BASE + CHUNK, 4 * KIB) == 0  # an existing chunk still works
+    lib.transit_chunks_dropped(c, BASE, CHUNK)
+    assert lib.transit_chunks_migrated(c, BASE + 5 * CHUNK, 4 * KIB) == 0  # a node was freed
+
+
+def test_matches_reference_model_under_churn(native, chunks):
+    """Random migrations, drops and evictions against a Python model of pages and LRU order."""
+    _, lib = native
+    rng = random.Random(0)
+    c = chunks(max_chunks=4096)
+    pages: dict[int, set[int]] = {}  # chunk -> resident page indexes
+    order: list[int] = []  # chunks, least recently migrated first
+    page = 4 * KIB
+    for _ in range(3000):
+        chunk = rng.randrange(300)
+        first = rng.randrange(512)
+        count = rng.randrange(1, 1200)
+        addr, size = BASE + chunk * CHUNK + first * page, count * page
+        action = rng.random()
+        touched = range((addr - BASE) // page, (addr + size - BASE) // page)
+        if action < 0.7:
+            lib.transit_chunks_migrated(c, addr, size)
+            for p in touched:
+                pages.setdefault(p // 512, set()).add(p % 512)
+            for ch in sorted({p // 512 for p in touched}):
+                if ch in order:
+                    order.remove(ch)
+                order.append(ch)
+        elif action < 0.9:
+            lib.transit_chunks_dropped(c, addr, size)
+            for p in touched:
+                pages.get(p // 512, set()).discard(p % 512)
+            for ch in [ch for ch in order if not pages[ch]]:
+                order.remove(ch)
+                del pages[ch]
+        else:
+            target = sum(len(s) for s in pages.values()) * page // 2
+            got = victims(native, c, target, out_cap=4096)
+            evicted = []
+            while sum(len(s) for s in pages.values()) * page > target:
+                ch = order.pop(0)
+                lo, hi = min(pages[ch]), max(pages[ch])
+                evicted.append([BASE + ch * CHUNK + lo * page, (hi - lo + 1) * page])
+                del pages[ch]
+            evicted.sort()
+            merged: list[list[int]] = []
+            for a, b in evicted:
+                if merged and merged[-1][0] + merged[-1][1] == a:
+                    merged[-1][1] += b
+                else:
+                    merged.append([a, b])
+            assert got == [tuple(m) for m in merged]
+        assert lib.transit_chunks_resident_bytes(c) == sum(len(s) for s in pages.values()) * page
+        assert lib.transit_chunks_count(c) == len(pages)
