@@ -85,6 +85,18 @@ static void fixed_cases(void)
     EXPECT(transit_conf_parse(&transit_conf, 1, bad, err, sizeof(err)) < 0);
     char *unknown[] = {"lib=/x/libtransit.so", "colour=blue"};
     EXPECT(transit_conf_parse(&transit_conf, 2, unknown, err, sizeof(err)) < 0);
+    char *site[] = {"lib=/x/lib/libtransit.so", "policy=prefetch", "hook_dir=/x/hook"};
+    EXPECT(transit_conf_parse(&transit_conf, 3, site, err, sizeof(err)) == 0);
+    EXPECT(!strcmp(transit_conf.hook_dir, "/x/hook"));
+    transit_opts_reset(&transit_opts);
+    EXPECT(transit_opt_policy(0, NULL, 0) == 0);
+    EXPECT(!strcmp(transit_effective_policy(&transit_opts, &transit_conf), "prefetch"));
+    EXPECT(transit_opt_policy(0, "advise", 0) == 0);
+    EXPECT(!strcmp(transit_effective_policy(&transit_opts, &transit_conf), "advise"));
+    char *bad_policy[] = {"lib=/x/lib/libtransit.so", "policy=fast"};
+    EXPECT(transit_conf_parse(&transit_conf, 2, bad_policy, err, sizeof(err)) == 0);
+    transit_opts_reset(&transit_opts);
+    EXPECT(transit_opts_check(&transit_opts, &transit_conf, err, sizeof(err)) < 0); /* init refuses it */
     char *user_lib[] = {"policy=advise"}; /* no lib=: every use of --transit fails, clearly */
     EXPECT(transit_conf_parse(&transit_conf, 1, user_lib, err, sizeof(err)) == 0);
     EXPECT(transit_opt_policy(0, "base", 0) < 0);

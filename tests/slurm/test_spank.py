@@ -93,6 +93,16 @@ def test_advise_sets_every_task_and_keeps_the_users_preload(cluster: Cluster) ->
     assert (cluster.report_dir / str(job)).is_dir()
 
 
+def test_a_long_preload_list_is_kept_whole(cluster: Cluster) -> None:
+    # Far beyond any fixed buffer the plugin might have used for the task's LD_PRELOAD.
+    preload = ":".join([user_preload()] * 2000)
+    out = cluster.run(["srun", "-N1", "--transit=base", "bash", "-c", SHOW_TASK_ENV],
+                      env=cluster.env(LD_PRELOAD=preload))
+    assert out.returncode == 0, out.stderr
+    (task,) = parse_tasks(out.stdout)
+    assert task["preload"] == [cluster.lib, *preload.split(":")]
+
+
 def test_report_dir_option_overrides_the_site_default(cluster: Cluster, tmp_path: Path) -> None:
     out = cluster.run(["srun", "-N1", f"--transit-report-dir={tmp_path}", "--transit", "bash", "-c",
                        SHOW_TASK_ENV])
