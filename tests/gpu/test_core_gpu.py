@@ -55,7 +55,8 @@ except torch.OutOfMemoryError as e:
 
 
 def transit_run(code: str, out: Path, *opts: str, transit: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=pythonpath, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     cmd = [sys.executable, "-c", code]
     if transit:
         cmd = [sys.executable, "-m", "transit", "run", "--out", str(out), *opts, "--", *cmd]
