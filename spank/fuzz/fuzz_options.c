@@ -81,6 +81,17 @@ static void fixed_cases(void)
     EXPECT(transit_opt_report_dir(0, longval, 0) < 0 && !strcmp(transit_opts.report_dir, "/r"));
     EXPECT(transit_opts_check(&transit_opts, &transit_conf, err, sizeof(err)) == 0);
 
+    /* Lengths at the edge of each buffer: the longest value that fits is kept whole, one more
+     * character is refused and changes nothing. */
+    char edge[TRANSIT_WORD_MAX + 1];
+    memset(edge, '0', sizeof(edge));
+    memcpy(edge + TRANSIT_WORD_MAX - 4, "40G", 4); /* 63 characters: a valid size */
+    EXPECT(transit_opt_mem_limit(0, edge, 0) == 0 && !strcmp(transit_opts.mem_limit, edge));
+    memset(edge, '0', sizeof(edge));
+    memcpy(edge + TRANSIT_WORD_MAX - 3, "40G", 4); /* 64 characters */
+    EXPECT(transit_opt_mem_limit(0, edge, 0) < 0 && strlen(transit_opts.mem_limit) == TRANSIT_WORD_MAX - 1);
+    EXPECT(transit_opt_policy(0, edge, 0) < 0);
+
     char *bad[] = {"lib=relative.so"};
     EXPECT(transit_conf_parse(&transit_conf, 1, bad, err, sizeof(err)) < 0);
     char *unknown[] = {"lib=/x/libtransit.so", "colour=blue"};
@@ -117,10 +128,20 @@ static char *random_value(void)
     static const char *const pieces[] = {"base", "prefetch", "advise", "off", "(null)", "40", "1.5", "G",
                                          "T", "K", "iB", "/", "..", "e308", "-", "=", " ", "%s", "%n",
                                          "0x1p9", "inf", "nan", ":"};
+    /* lengths at the edges of the plugin's buffers, where off-by-one errors live */
+    static const size_t edges[] = {TRANSIT_WORD_MAX - 1, TRANSIT_WORD_MAX, TRANSIT_WORD_MAX + 1,
+                                   PATH_MAX - 33, PATH_MAX - 32, PATH_MAX - 1, PATH_MAX, PATH_MAX + 1};
     size_t cap = rnd(8) == 0 ? LONG_LEN : 1 + rnd(PATH_MAX + 64);
+    size_t target = rnd(4) == 0 ? edges[rnd(sizeof(edges) / sizeof(edges[0]))] : rnd((unsigned)cap + 1);
+    if (target > cap)
+        cap = target;
     char *s = malloc(cap + 1);
     size_t len = 0;
-    size_t target = rnd((unsigned)cap + 1);
+    if (rnd(2)) { /* a leading '/' or zeros: edge-length paths and sizes that are valid */
+        s[len++] = rnd(2) ? '/' : '0';
+        while (len + 3 < target && rnd(64))
+            s[len++] = '0';
+    }
     while (len < target) {
         if (rnd(3)) {
             const char *p = pieces[rnd(sizeof(pieces) / sizeof(pieces[0]))];
