@@ -3,7 +3,8 @@
  *
  * Callbacks run in srun/sbatch/salloc (remote == 0), where a bad value must stop the command
  * before a job exists, and again in slurmstepd (remote == 1) with the values srun forwarded.
- * A value is stored only after it passed the checks, so a rejected option changes nothing.
+ * In srun/sbatch/salloc a value is stored only after it passed the checks, so a rejected
+ * option changes nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,11 +94,13 @@ static int store(char *dst, size_t dstlen, const char *opt, const char *value)
 }
 
 /* Accepts `next` as the new option state if libtransit's rules accept it; `also` completes
- * libtransit's list of allowed values with what only the option allows. */
-static int commit(const struct transit_opts *next, const char *opt, const char *also)
+ * libtransit's list of allowed values with what only the option allows. In slurmstepd the
+ * request is recorded as it is: a refusal there would silently run the job without TRANSIT,
+ * while the task's own transit_task_env() call fails the task with the same message. */
+static int commit(const struct transit_opts *next, int remote, const char *opt, const char *also)
 {
     char err[TRANSIT_ERR_MAX];
-    if (transit_opts_check(next, &transit_conf, err, sizeof(err)) < 0) {
+    if (!remote && transit_opts_check(next, &transit_conf, err, sizeof(err)) < 0) {
         slurm_error("transit: --%s: %s%s", opt, err, also);
         return -1;
     }
@@ -125,7 +128,7 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     next.off = false;
     next.policy[0] = '\0';
     if (is_bare(optarg, remote))
-        return commit(&next, "transit", "");
+        return commit(&next, remote, "transit", "");
     if (optarg[0] == '\0') {
         slurm_error("transit: --transit= needs a value: base, prefetch, advise or off "
                     "(or plain --transit for the site default)");
@@ -138,17 +141,16 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     }
     if (store(next.policy, sizeof(next.policy), "transit", optarg) < 0)
         return -1;
-    return commit(&next, "transit", " (or off)");
+    return commit(&next, remote, "transit", " (or off)");
 }
 
 int transit_opt_mem_limit(int val, const char *optarg, int remote)
 {
     (void)val;
-    (void)remote;
     struct transit_opts next = transit_opts;
     if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", optarg ? optarg : "") < 0)
         return -1;
-    return commit(&next, "transit-mem-limit", "");
+    return commit(&next, remote, "transit-mem-limit", "");
 }
 
 int transit_opt_report_dir(int val, const char *optarg, int remote)
@@ -156,8 +158,8 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     (void)val;
     (void)remote;
     struct transit_opts next = transit_opts;
-    /* leave room for the "/<jobid>/" the task adds */
-    if (store(next.report_dir, sizeof(next.report_dir) - 32, "transit-report-dir", optarg ? optarg : "") < 0)
+    if (store(next.report_dir, sizeof(next.report_dir) - TRANSIT_JOBID_SUFFIX_MAX, "transit-report-dir",
+              optarg ? optarg : "") < 0)
         return -1;
     if (next.report_dir[0] != '/') {
         slurm_error("transit: --transit-report-dir=%.100s: must be an absolute path", optarg);

@@ -18,6 +18,7 @@
 #define TRANSIT_ERR_MAX 512      /* one error line */
 #define TRANSIT_WORD_MAX 64      /* a policy or size value */
 #define TRANSIT_OFF "off"        /* --transit=off: explicitly no TRANSIT */
+#define TRANSIT_JOBID_SUFFIX_MAX 16 /* "/<jobid>/" that the task appends to the report directory */
 
 /* plugstack.conf arguments: set by the administrator only. */
 struct transit_conf {

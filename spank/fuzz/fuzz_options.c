@@ -71,6 +71,10 @@ static void fixed_cases(void)
     EXPECT(transit_opt_policy(0, "(null)", 0) == 0 && !transit_opts.policy[0]);
     unsetenv(ALLOC_ENV);
     EXPECT(transit_opt_policy(0, "", 1) == 0);
+    /* slurmstepd records what srun forwarded; the task's transit_task_env() call refuses it */
+    EXPECT(transit_opt_policy(0, "fast", 1) == 0 && !strcmp(transit_opts.policy, "fast"));
+    EXPECT(transit_opts_check(&transit_opts, &transit_conf, err, sizeof(err)) < 0);
+    EXPECT(transit_opt_policy(0, "base", 0) == 0);
     EXPECT(transit_opt_mem_limit(0, "40G", 0) == 0 && !strcmp(transit_opts.mem_limit, "40G"));
     EXPECT(transit_opt_mem_limit(0, "12Q", 0) < 0 && !strcmp(transit_opts.mem_limit, "40G"));
     EXPECT(transit_opt_mem_limit(0, "", 0) < 0);
