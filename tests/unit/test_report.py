@@ -295,3 +295,20 @@ def test_plots(tmp_path: Path) -> None:
 def test_json_is_serialisable_without_slurm_facts(tmp_path: Path) -> None:
     report = load_report(str(job(tmp_path, 2)), use_slurm=False)
     assert json.loads(json.dumps(report_json(report, notes(report))))["job"]["source"] == "stats-files"
+
+
+def test_colours_mark_the_cells_over_thresholds(tmp_path: Path) -> None:
+    def slow_rank_two(rank: int, stats: dict[str, Any]) -> None:
+        stats["iterations"]["step_time_mean_s"] = 5.0 if rank == 2 else 1.5
+        stats["faults"]["thrashing"] = 0 if rank == 2 else 3
+
+    report = load_report(str(job(tmp_path, 4, slow_rank_two)), use_slurm=False)
+    buffer = io.StringIO()
+    render(
+        report, notes(report), Console(file=buffer, width=140, force_terminal=True, color_system="standard")
+    )
+    lines = {line.split()[0]: line for line in buffer.getvalue().splitlines() if " node1 " in line}
+    red = "\x1b[31m"
+    assert re.search(rf"{re.escape(red)}\s*5\x1b\[0m", lines["2"])  # the straggler's step time
+    assert not re.search(rf"{re.escape(red)}\s*1.5\x1b\[0m", lines["1"])
+    assert re.search(rf"{re.escape(red)}\s*3\x1b\[0m", lines["1"])  # thrashing events

@@ -60,7 +60,8 @@ def main(args: argparse.Namespace) -> int:
         for path in write_plots(report, Path(args.plot)):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        json.dump(report_json(report, found), sys.stdout, indent=1)
+        # compact: json's C encoder only runs without indent (5x faster for 1000 ranks)
+        json.dump(report_json(report, found), sys.stdout)
         sys.stdout.write("\n")
     else:
         # rich lays out for 80 columns when not on a terminal; a file or pipe gets the wide layout

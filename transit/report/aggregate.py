@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -134,32 +135,41 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _lookup(stats: dict[str, Any], path: str) -> Any:
-    value: Any = stats
-    for key in path.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+def _as_count(value: Any) -> int:
+    number = _int(value)
+    return 0 if number is None else number
 
 
-def _coerce(value: Any, default: Any, annotation: str) -> Any:
-    """Keep a value only if it has the field's type; a wrong type reads as missing."""
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else False
+
+
+def _as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else (str(value) if _int(value) is not None else None)
+
+
+def _as_histogram(value: Any) -> dict[str, int]:
+    return {k: v for k, v in value.items() if _int(v) is not None} if isinstance(value, dict) else {}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _reader(annotation: str, default: Any) -> Callable[[Any], Any]:
+    """How a field keeps a value only if it has the field's type; a wrong type reads as missing."""
     if annotation.startswith("int"):
-        number = _int(value)
-        return default if number is None else number
-    if annotation.startswith("float"):
-        return _float(value)
-    if annotation.startswith("bool"):
-        return value if isinstance(value, bool) else default
-    if annotation.startswith("str"):
-        return value if isinstance(value, str) else (str(value) if _int(value) is not None else None)
-    if annotation.startswith("dict"):
-        return {k: v for k, v in value.items() if _int(v) is not None} if isinstance(value, dict) else {}
-    if annotation.startswith("list"):
-        return list(value) if isinstance(value, list) else []
-    raise TypeError(annotation)
+        return _as_count if default == 0 else _int
+    kinds = {"float": _float, "bool": _as_bool, "str": _as_str, "dict": _as_histogram, "list": _as_list}
+    return kinds[annotation.split(" ")[0].split("[")[0]]
 
+
+# (field name, path of keys in the stats document, reader), worked out once
+_STAT_FIELDS = [
+    (f.name, tuple(f.metadata["path"].split(".")), _reader(str(f.type), f.default))
+    for f in fields(RankRow)
+    if "path" in f.metadata
+]
 
 # libtransit writes -1 for an identity number it could not learn (no RANK/SLURM_PROCID, no device).
 UNKNOWN_WHEN_NEGATIVE = ("rank", "world_size", "local_rank", "device")
@@ -167,10 +177,11 @@ UNKNOWN_WHEN_NEGATIVE = ("rank", "world_size", "local_rank", "device")
 
 def rank_row(rank_file: RankFile) -> RankRow:
     values: dict[str, Any] = {"file": str(rank_file.path)}
-    for f in fields(RankRow):
-        if "path" in f.metadata:
-            raw = _lookup(rank_file.stats, f.metadata["path"])
-            values[f.name] = _coerce(raw, f.default, str(f.type))
+    for name, keys, read in _STAT_FIELDS:
+        value: Any = rank_file.stats
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        values[name] = read(value)
     for name in UNKNOWN_WHEN_NEGATIVE:
         if values[name] is not None and values[name] < 0:
             values[name] = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 from transit.report.aggregate import RankRow, Report, Totals
@@ -15,7 +15,7 @@ OMITTED_RANK_FIELDS = ("timeline",)
 
 
 def _rank(row: RankRow) -> dict[str, Any]:
-    out = {f.name: getattr(row, f.name) for f in fields(RankRow) if f.name not in OMITTED_RANK_FIELDS}
+    out = {name: value for name, value in vars(row).items() if name not in OMITTED_RANK_FIELDS}
     out["small_htod_share"] = row.small_htod_share
     out["migrating_interval_share"] = migrating_interval_share(row)
     return out

@@ -1,13 +1,13 @@
-"""The report as rich tables, coloured by the thresholds in thresholds.py."""
+"""The report as text tables, coloured by the thresholds in thresholds.py."""
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 from transit.report.aggregate import RankRow, Report, Totals
 from transit.report.load import ReportWarning
@@ -30,25 +30,52 @@ RANKS_LEGEND = (
     f"Peak: peak bytes resident on the GPU. Spill: peak bytes left on the host. "
     f"<{format_bytes_short(SMALL_MIGRATION_BYTES)}: share of HtoD migrations under "
     f"{format_bytes(SMALL_MIGRATION_BYTES)}. 0-copy: bytes the GPU read from host memory in place. "
-    "Step: mean step time (s). Rec.: recorder state. Sizes in binary units (1.5G = 1.5 GiB)."
+    "Step s: mean step time in seconds. Rec.: recorder state. Sizes in binary units (1.5G = 1.5 GiB)."
 )
 NOTE_STYLES = {ADVICE: ("→", "cyan"), WARNING: ("!", "yellow"), "info": ("·", "")}
 
 
-def _cell(text: str, style: str = "") -> Text:
-    return Text(text, style=style)
+Cell = tuple[str, str]  # text, style
 
 
-def _table(title: str) -> Table:
-    return Table(
-        title=title,
-        title_justify="left",
-        title_style="bold",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        show_edge=False,
-    )
+@dataclass
+class Grid:
+    """A fixed-width table drawn as one Text. rich's Table costs about a millisecond per row, too slow
+    for a job of a thousand ranks; this one prints a row in microseconds."""
+
+    title: str
+    columns: list[str]
+    left_aligned: set[str]
+    rows: list[tuple[list[Cell], str] | None] = field(default_factory=list)  # None: blank line
+
+    def add_row(self, cells: list[Cell], style: str = "") -> None:
+        self.rows.append((cells, style))
+
+    def add_section(self) -> None:
+        self.rows.append(None)
+
+    def text(self) -> Text:
+        widths = [len(name) for name in self.columns]
+        for row in self.rows:
+            for i, (cell, _) in enumerate(row[0] if row else []):
+                widths[i] = max(widths[i], len(cell))
+        pads = [str.ljust if name in self.left_aligned else str.rjust for name in self.columns]
+        header = " ".join(pad(name, w) for pad, name, w in zip(pads, self.columns, widths))
+        lines = [self.title, header, "─" * len(header)]
+        spans = [Span(0, len(self.title) + 1 + len(header), "bold")]
+        offset = sum(len(line) + 1 for line in lines)
+        for row in self.rows:
+            cells, row_style = row if row else ([], "")
+            parts = []
+            for i, (cell, style) in enumerate(cells):
+                part = pads[i](cell, widths[i])
+                if style or row_style:  # most cells have no style: spans only where needed
+                    spans.append(Span(offset, offset + len(part), style or row_style))
+                parts.append(part)
+                offset += len(part) + 1
+            lines.append(" ".join(parts))
+            offset += 0 if parts else 1
+        return Text("\n".join(lines), spans=spans)
 
 
 def _header(report: Report) -> Table:
@@ -78,14 +105,11 @@ def _header(report: Report) -> Table:
     return grid
 
 
-def _ranks_table(report: Report) -> Table:
+def _ranks_table(report: Report) -> Grid:
     multi_step = len({row.step for row in report.ranks}) > 1
     timed = [row.step_time_mean_s for row in report.ranks if row.step_time_mean_s]
     median_step = statistics.median(timed) if timed else None
-    table = _table("Ranks")
-    table.caption = RANKS_LEGEND
-    table.caption_justify = "left"
-    columns = ["Step"] if multi_step else []
+    columns = ["Job step"] if multi_step else []
     columns += [
         "Rank",
         "Node",
@@ -99,19 +123,17 @@ def _ranks_table(report: Report) -> Table:
         "Thrash",
         "0-copy",
         "Iters",
-        "Step",
+        "Step s",
         "Rec.",
     ]
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("Step", "Node", "Recorder") else "right")
+    table = Grid("Ranks", columns, {"Job step", "Node", "Rec."})
     for row in report.ranks:
-        cells = [_cell(str(row.step))] if multi_step else []
-        cells += _rank_cells(row, median_step)
-        table.add_row(*cells, style="" if row.cuda_active else MUTED)
+        cells = [(str(row.step), "")] if multi_step else []
+        table.add_row(cells + _rank_cells(row, median_step), "" if row.cuda_active else MUTED)
     return table
 
 
-def _rank_cells(row: RankRow, median_step: float | None) -> list[Text]:
+def _rank_cells(row: RankRow, median_step: float | None) -> list[Cell]:
     small = row.small_htod_share
     small_style = (
         CAUTION if small is not None and small > SMALL_MIGRATION_SHARE and row.policy != "prefetch" else ""
@@ -124,28 +146,25 @@ def _rank_cells(row: RankRow, median_step: float | None) -> list[Text]:
     if row.dropped_records:
         recorder, recorder_style = f"{recorder}, {format_count_short(row.dropped_records)} dropped", BAD
     return [
-        _cell(row.label),
-        _cell(row.node or "?"),
-        _cell("-" if row.device is None or not row.cuda_active else str(row.device)),
-        _cell(format_bytes_short(row.resident_peak_bytes), BAD if row.overshoot_peak_bytes > 0 else ""),
-        _cell(format_bytes_short(row.spilled_peak_bytes), CAUTION if row.spilled_peak_bytes > 0 else ""),
-        _cell(format_bytes_short(row.htod_bytes)),
-        _cell("-" if small is None else f"{small:.0%}", small_style),
-        _cell(format_bytes_short(row.dtoh_bytes)),
-        _cell(format_count_short(row.gpu_page_faults)),
-        _cell(format_count_short(row.thrashing), BAD if row.thrashing >= THRASHING_EVENTS else ""),
-        _cell(format_bytes_short(row.remote_map_bytes)),
-        _cell(format_count_short(row.iterations)),
-        _cell(
-            "-" if row.step_time_mean_s is None else f"{row.step_time_mean_s:.3g}", BAD if straggler else ""
-        ),
-        _cell(recorder, recorder_style),
+        (row.label, ""),
+        (row.node or "?", ""),
+        ("-" if row.device is None or not row.cuda_active else str(row.device), ""),
+        (format_bytes_short(row.resident_peak_bytes), BAD if row.overshoot_peak_bytes > 0 else ""),
+        (format_bytes_short(row.spilled_peak_bytes), CAUTION if row.spilled_peak_bytes > 0 else ""),
+        (format_bytes_short(row.htod_bytes), ""),
+        ("-" if small is None else f"{small:.0%}", small_style),
+        (format_bytes_short(row.dtoh_bytes), ""),
+        (format_count_short(row.gpu_page_faults), ""),
+        (format_count_short(row.thrashing), BAD if row.thrashing >= THRASHING_EVENTS else ""),
+        (format_bytes_short(row.remote_map_bytes), ""),
+        (format_count_short(row.iterations), ""),
+        ("-" if row.step_time_mean_s is None else f"{row.step_time_mean_s:.3g}", BAD if straggler else ""),
+        (recorder, recorder_style),
     ]
 
 
-def _totals_table(report: Report) -> Table:
-    table = _table("Totals per node and for the job")
-    for name in (
+def _totals_table(report: Report) -> Grid:
+    columns = [
         "Node",
         "Ranks",
         "GPUs",
@@ -158,12 +177,12 @@ def _totals_table(report: Report) -> Table:
         "0-copy",
         "Prefetch",
         "Evict",
-    ):
-        table.add_column(name, justify="left" if name == "Node" else "right")
+    ]
+    table = Grid("Totals per node and for the job", columns, {"Node"})
 
     def add(totals: Totals, style: str = "") -> None:
         s = totals.sums
-        table.add_row(
+        values = [
             totals.name,
             str(totals.ranks),
             str(totals.gpus),
@@ -176,8 +195,8 @@ def _totals_table(report: Report) -> Table:
             format_bytes_short(s["remote_map_bytes"]),
             format_bytes_short(s["prefetch_bytes"]),
             format_bytes_short(s["eviction_bytes"]),
-            style=style,
-        )
+        ]
+        table.add_row([(value, "") for value in values], style)
 
     for node in report.nodes:
         add(node)
@@ -227,9 +246,11 @@ def render(report: Report, notes: list[Note], console: Console) -> None:
     console.print(_header(report))
     console.print()
     if report.ranks:
-        console.print(_ranks_table(report))
+        # soft_wrap: table rows are never folded or cropped by rich (the terminal may still wrap them)
+        console.print(_ranks_table(report).text(), soft_wrap=True)
+        console.print(Text(RANKS_LEGEND, style=MUTED))
         console.print()
-        console.print(_totals_table(report))
+        console.print(_totals_table(report).text(), soft_wrap=True)
         console.print()
         console.print(_iterations(report))
         console.print()
