@@ -1,0 +1,110 @@
+"""The Python iteration hook (transit/pyhook/sitecustomize.py), in real interpreter processes."""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HOOK_DIR = Path(__file__).resolve().parents[2] / "transit" / "pyhook"
+STARTUP_BUDGET_US = 5000  # median import cost of the hook; a Python start is 30-60 ms here
+
+# Stands in for libtransit: defines the symbol the hook looks up, and counts the calls.
+COUNTER_SO = r"""
+static int marks;
+void transit_pyhook_mark_iteration(void) { marks++; }
+int pyhook_test_marks(void) { return marks; }
+"""
+
+TRAIN = textwrap.dedent("""
+    import ctypes, json, sys
+    import torch
+    import torch.optim.optimizer as optimizer_module
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.{optimizer}(model.parameters(), lr=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    counter = getattr(ctypes.CDLL(None), "pyhook_test_marks", None)
+    print(json.dumps({{"marks": counter() if counter else None,
+                      "hooks": len(optimizer_module._global_optimizer_post_hooks)}}))
+""")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env.update(extra)
+    return env
+
+
+def python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+
+
+@pytest.fixture(scope="module")
+def counter_so(tmp_path_factory) -> Path:
+    build = tmp_path_factory.mktemp("pyhook")
+    (build / "counter.c").write_text(COUNTER_SO)
+    out = build / "libtransit_pyhook_counter.so"
+    subprocess.run(["cc", "-std=c11", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out),
+                    str(build / "counter.c")], check=True)
+    return out
+
+
+def test_plain_process_imports_nothing_heavy():
+    probe = ("import json, sys; print(json.dumps({'hook': sys.modules['sitecustomize'].__file__, "
+             "'loaded': sorted(m for m in ('torch', 'ctypes', 'importlib.abc') if m in sys.modules), "
+             "'watcher': type(sys.meta_path[0]).__name__}))")
+    out = json.loads(python(probe, clean_env(PYTHONPATH=str(HOOK_DIR))).stdout)
+    assert out == {"hook": str(HOOK_DIR / "sitecustomize.py"), "loaded": [], "watcher": "OptimImportWatcher"}
+
+
+def test_startup_cost_is_tiny(tmp_path, record_property):
+    # A copy, so the interpreter can cache its bytecode (this environment sets PYTHONDONTWRITEBYTECODE).
+    hook = tmp_path / "pyhook"
+    shutil.copytree(HOOK_DIR, hook, ignore=shutil.ignore_patterns("__pycache__"))
+    env = clean_env(PYTHONPATH=str(hook))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    python("pass", env)
+    costs = []
+    for _ in range(15):
+        lines = python("pass", env, "-X", "importtime").stderr.splitlines()
+        # "import time: self [us] | cumulative | imported package"
+        [cumulative] = [int(ln.split("|")[1]) for ln in lines if ln.split("|")[-1].strip() == "sitecustomize"]
+        costs.append(cumulative)
+    median = statistics.median(costs)
+    record_property("sitecustomize_import_us_median", median)
+    print(f"sitecustomize import: median {median} us, min {min(costs)} us over {len(costs)} starts")
+    assert median < STARTUP_BUDGET_US
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_each_optimizer_step_marks_an_iteration(counter_so, optimizer):
+    env = clean_env(PYTHONPATH=str(HOOK_DIR), LD_PRELOAD=str(counter_so))
+    out = json.loads(python(TRAIN.format(optimizer=optimizer), env).stdout)
+    assert out == {"marks": 5, "hooks": 1}
+
+
+def test_without_libtransit_nothing_is_registered():
+    out = json.loads(python(TRAIN.format(optimizer="SGD"), clean_env(PYTHONPATH=str(HOOK_DIR))).stdout)
+    assert out == {"marks": None, "hooks": 0}
+
+
+def test_shadowed_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text(
+        "import os\nopen(os.environ['SITECUSTOMIZE_MARK'], 'w').write(__file__)\n")
+    mark = tmp_path / "ran"
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(HOOK_DIR), str(other)]), SITECUSTOMIZE_MARK=str(mark))
+    out = python("import sys; print(type(sys.meta_path[0]).__name__)", env).stdout.strip()
+    assert out == "OptimImportWatcher"
+    assert mark.read_text() == str(other / "sitecustomize.py")
