@@ -6,14 +6,18 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
 import re
+import socket
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import Cluster, unique_job_name
+from tests.slurm.conftest import DEV_CLUSTER, REPO, Cluster, unique_job_name
 
 pytestmark = pytest.mark.slurm
 
@@ -253,7 +257,7 @@ CUDA_TASK = textwrap.dedent("""\
 
 def test_two_node_job_writes_stats_files(cluster: Cluster) -> None:
     cudart = libcudart()
-    python = os.path.realpath(os.sys.executable)
+    python = os.path.realpath(sys.executable)
     out = cluster.run(["srun", "-N2", "-n2", "--transit=advise", python, "-c", CUDA_TASK, cudart])
     assert out.returncode == 0, out.stderr
     results = [line.split("|") for line in out.stdout.splitlines() if line.startswith("CUDA|")]
@@ -272,3 +276,60 @@ def test_two_node_job_writes_stats_files(cluster: Cluster) -> None:
         assert stats["cuda_active"] is gpu
         if not gpu:
             assert stats["cuda_error"]
+
+
+# --- the cluster itself: a second, private instance so the shared one is never stopped ----------
+
+UP_BUDGET_S = 30
+CLUSTER_PORTS = 5  # slurmctld and four slurmd
+
+
+def _free_port_base() -> int:
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - CLUSTER_PORTS)
+        try:
+            for port in range(base, base + CLUSTER_PORTS):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range for a second dev cluster")
+
+
+def test_dev_cluster_up_status_down(cluster: Cluster, tmp_path: Path) -> None:
+    env = dict(os.environ, TRANSIT_DEV_CLUSTER_DIR=str(tmp_path / "dc"),
+               TRANSIT_DEV_CLUSTER_PORT=str(_free_port_base()))
+
+    def script(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, check=False,
+                              env=env, timeout=120)
+
+    assert script("status").returncode != 0
+    try:
+        start = time.monotonic()
+        up = script("up")
+        elapsed = time.monotonic() - start
+        assert up.returncode == 0, up.stderr
+        assert elapsed < UP_BUDGET_S
+        again = script("up")
+        assert again.returncode == 0 and "already up" in again.stderr
+        status = json.loads(script("status", "--json").stdout)
+        assert status["state"] == "up" and status["nodes_ready"] == 4
+        conf = status["slurm_conf"]
+        hosts = subprocess.run(["srun", "-N4", "--transit=off", "printenv", "SLURMD_NODENAME"], capture_output=True,
+                               text=True, check=False, env=dict(env, SLURM_CONF=conf), timeout=120)
+        assert sorted(hosts.stdout.split()) == ["node1", "node2", "node3", "node4"], hosts.stderr
+        logs = sorted(p.name for p in (tmp_path / "dc" / "log").iterdir())
+        assert logs == ["munged.log", "slurmctld.log"] + [f"slurmd-node{i}.log" for i in range(1, 5)]
+    finally:
+        assert script("down").returncode == 0
+    assert script("status").returncode != 0
+
+
+def test_transit_cluster_status_json(cluster: Cluster) -> None:
+    out = subprocess.run([sys.executable, "-m", "transit", "cluster", "status", "--json"], capture_output=True,
+                         text=True, check=False, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert status["state"] == "up" and Path(status["slurm_conf"]) == cluster.slurm_conf
