@@ -1,5 +1,6 @@
 """The slurm tier runs against a real local cluster: scripts/dev-cluster (munge, slurmctld and
-four slurmd on this host, the TRANSIT SPANK plugin in its plugstack.conf).
+four slurmd on this host, the TRANSIT SPANK plugin in its plugstack.conf; by default under
+<repo>/.dev-cluster, or TRANSIT_DEV_CLUSTER_DIR / TRANSIT_DEV_CLUSTER_PORT when set).
 
 The session starts the cluster when it is not up and points SLURM_CONF at it. The tier is skipped
 only when the Slurm/munge binaries are missing; a cluster that fails to start fails the tests.
@@ -7,6 +8,7 @@ only when the Slurm/munge binaries are missing; a cluster that fails to start fa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +22,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
-CLUSTER_DIR = REPO / ".dev-cluster"
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol")
 JOB_TIMEOUT_S = 120
 FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -100,12 +101,14 @@ def cluster() -> Iterator[Cluster]:
     up = subprocess.run([str(DEV_CLUSTER), "up"], capture_output=True, text=True, check=False)
     if up.returncode != 0:
         pytest.fail(f"scripts/dev-cluster up failed:\n{up.stdout}{up.stderr}", pytrace=False)
+    status = json.loads(subprocess.run([str(DEV_CLUSTER), "status", "--json"], capture_output=True,
+                                       text=True, check=False).stdout)
     # Code under test that calls Slurm from this process (transit.slurm) finds the cluster too.
-    os.environ["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
-    plugin, args = _plugstack_line(CLUSTER_DIR / "etc" / "plugstack.conf")
+    os.environ["SLURM_CONF"] = status["slurm_conf"]
+    plugin, args = _plugstack_line(Path(status["dir"]) / "etc" / "plugstack.conf")
     lib = args["lib"]
     yield Cluster(
-        slurm_conf=CLUSTER_DIR / "etc" / "slurm.conf",
+        slurm_conf=Path(status["slurm_conf"]),
         plugin=plugin,
         lib=lib,
         hook_dir=args.get("hook_dir", f"{os.path.dirname(lib)}/../pyhook"),
