@@ -312,3 +312,17 @@ def test_colours_mark_the_cells_over_thresholds(tmp_path: Path) -> None:
     assert re.search(rf"{re.escape(red)}\s*5\x1b\[0m", lines["2"])  # the straggler's step time
     assert not re.search(rf"{re.escape(red)}\s*1.5\x1b\[0m", lines["1"])
     assert re.search(rf"{re.escape(red)}\s*3\x1b\[0m", lines["1"])  # thrashing events
+
+
+def test_real_stats_files_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """Files libtransit wrote on the dev cluster (job 90, srun -N2 --transit=advise, no GPU): no
+    migration sections at all, a CUDA error, rank numbers from SLURM_PROCID."""
+    out = run_json(capsys, str(FIXTURES / "report" / "real-no-gpu"))
+    assert out["job"]["job_id"] == "90"  # from the files: the directory is not named by the job id
+    assert [(r["rank"], r["node"], r["device"]) for r in out["ranks"]] == [
+        (0, "node1", None),
+        (1, "node2", None),
+    ]
+    assert {r["htod_bytes"] for r in out["ranks"]} == {0}
+    assert out["warnings"] == []
+    assert {"cuda-error", "no-cuda"} <= set(codes(out["notes"]))
