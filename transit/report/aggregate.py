@@ -108,6 +108,7 @@ class RankRow:
         samples = [s for s in self.timeline if isinstance(s, dict)]
         return [
             Interval(
+                start_t=_float(before.get("t")) or 0.0,
                 t=_float(after.get("t")) or 0.0,
                 iteration=_int(after.get("iteration")) or 0,
                 htod_bytes=(_int(after.get("htod_bytes")) or 0) - (_int(before.get("htod_bytes")) or 0),
@@ -120,7 +121,8 @@ class RankRow:
 
 @dataclass(frozen=True)
 class Interval:
-    t: float  # seconds since the rank started, at the end of the interval
+    start_t: float  # seconds since the rank started, at the start of the interval
+    t: float  # ...and at its end
     iteration: int
     htod_bytes: int
     dtoh_bytes: int

@@ -50,24 +50,29 @@ def timeline(report: Report, path: Path) -> Path:
     fig, (moved_ax, resident_ax) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
     rows = [row for row in report.ranks if len(row.timeline) > 1]
     thin = len(rows) > LEGEND_MAX_RANKS
-    for row in rows:
+    for index, row in enumerate(rows):
         intervals = row.intervals()
-        t = [i.t for i in intervals]
-        htod = [i.htod_bytes / GIB for i in intervals]
-        dtoh = [i.dtoh_bytes / GIB for i in intervals]
-        resident = [i.resident_bytes / GIB for i in intervals]
+        edges = [intervals[0].start_t] + [i.t for i in intervals]
         style = {"linewidth": 0.6, "alpha": 0.5} if thin else {"linewidth": 1.2}
-        (line,) = moved_ax.step(t, htod, where="post", label=f"rank {row.label} HtoD", **style)
-        moved_ax.step(
-            t,
-            dtoh,
-            where="post",
+        colour = f"C{index % 10}"  # one colour per rank for its three lines
+        moved_ax.stairs(
+            [i.htod_bytes / GIB for i in intervals],
+            edges,
+            color=colour,
+            label=f"rank {row.label} HtoD",
+            **style,
+        )
+        moved_ax.stairs(
+            [i.dtoh_bytes / GIB for i in intervals],
+            edges,
+            color=colour,
             linestyle="--",
-            color=line.get_color(),
             label=f"rank {row.label} DtoH",
             **style,
         )
-        resident_ax.plot(t, resident, color=line.get_color(), label=f"rank {row.label}", **style)
+        t = [i.t for i in intervals]
+        resident = [i.resident_bytes / GIB for i in intervals]
+        resident_ax.plot(t, resident, color=colour, label=f"rank {row.label}", **style)
     moved_ax.set_ylabel("migrated per interval (GiB)")
     moved_ax.set_title(
         f"Migrations and resident memory over time, job {report.header.job_id or '?'}"
@@ -95,6 +100,15 @@ def ranks(report: Report, path: Path) -> Path:
     spill_ax.set_ylabel("spilled peak (GiB)")
     spill_ax.set_title(f"Per rank, job {report.header.job_id or '?'}")
     step_ax.bar(positions, [row.step_time_mean_s or 0.0 for row in report.ranks], color="tab:blue")
+    if report.iterations.step_time_p50_s is not None:
+        step_ax.axhline(
+            report.iterations.step_time_p50_s,
+            color="gray",
+            linestyle="--",
+            linewidth=1,
+            label="median rank step time",
+        )
+        step_ax.legend(fontsize="small")
     step_ax.set_ylabel("mean step time (s)")
     step_ax.set_xlabel("rank")
     if len(labels) <= 64:
