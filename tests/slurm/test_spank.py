@@ -183,9 +183,14 @@ def test_sbatch_option_reaches_srun_steps(cluster: Cluster, tmp_path: Path, dire
         assert task["transit"] == {"TRANSIT_POLICY": policy, "TRANSIT_OUT": f"{cluster.report_dir}/{job}/"}
 
 
-@pytest.mark.parametrize("options, policy", [(["--transit=prefetch"], "prefetch"), (["--transit"], "base")])
-def test_salloc_option_reaches_srun_steps(cluster: Cluster, options: list[str], policy: str) -> None:
-    out = cluster.run(["salloc", "-N2", *options, "srun", "-N2", "bash", "-c", SHOW_TASK_ENV])
+@pytest.mark.parametrize("options, step_options, policy", [
+    (["--transit=prefetch"], [], "prefetch"),
+    (["--transit"], [], "base"),
+    (["--transit=prefetch"], ["--transit=advise"], "advise"),  # the step's own option wins
+])
+def test_salloc_option_reaches_srun_steps(cluster: Cluster, options: list[str], step_options: list[str],
+                                          policy: str) -> None:
+    out = cluster.run(["salloc", "-N2", *options, "srun", "-N2", *step_options, "bash", "-c", SHOW_TASK_ENV])
     assert out.returncode == 0, out.stderr
     tasks = parse_tasks(out.stdout)
     assert len(tasks) == 2
