@@ -89,8 +89,9 @@ def register(subparsers) -> None:
     parser.add_argument("--save-trace", metavar="FILE", help="write the (synthetic) input as transit.trace/1 JSON")
     parser.set_defaults(func=main)
 
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    sweep = actions.add_parser("sweep", help="many settings in parallel processes",
+    actions = parser.add_subparsers(dest="action", metavar="[sweep]", required=False,
+                                    title="actions (without one: a single study)")
+    sweep = actions.add_parser("sweep", help="one study per combination of settings, in parallel processes",
                                description="Run one study per combination of the listed settings.")
     _add_input_arguments(sweep)
     sweep.add_argument("--racks", dest="racks_list", type=_list(_positive_int), metavar="N,N",

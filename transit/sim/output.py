@@ -135,22 +135,30 @@ SWEEP_COLUMNS = (
 )
 
 
+def _seconds(value: float) -> str:
+    return f"{value / 3600:,.1f} h" if value >= 36_000 else f"{value:,.0f} s"
+
+
 def sweep_rows(studies: list[dict]) -> list[list[str]]:
     rows = []
     for study in studies:
         setup = study["setup"]
         changes = study["change_pct"]
+        queue = [_seconds(study[side]["all"]["queue"]["mean_s"]) for side in ("baseline", "transit")]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}",
                f"{setup['reduction']:g}", setup["placement"],
                f"{100 * setup['factors']['inter_to_intra_speedup']:.0f} %"]
         row += ["n/a" if changes[key] is None else f"{changes[key]:+.1f} %" for _, key in SWEEP_COLUMNS]
+        row.append(f"{queue[0]} -> {queue[1]}")
+        row.append(f"{study['baseline']['gpu_utilization_pct']:.0f} %")
         row.append(f"{study['transit']['eligible'].get('single_node_share_pct', 0.0):.1f} %")
         rows.append(row)
     return rows
 
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
-                *[name for name, _ in SWEEP_COLUMNS], "eligible on 1 node"]
+                *[name for name, _ in SWEEP_COLUMNS], "mean queue (all)", "baseline GPU use",
+                "eligible on 1 node"]
 
 
 def print_sweep(studies: list[dict], console: Console | None = None) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from transit.errors import UsageError
 from transit.sim.engine import Replay, replay
@@ -124,7 +124,3 @@ def run_transit(trace: Trace, racks: int, gpus_per_node: int, placement: str, ba
         return scaled[job] / same
 
     return replay(trace.submit, gpus, scaled, cluster, backfill, duration_at_start)
-
-
-def factors_dict(factors: Factors) -> dict:
-    return asdict(factors)

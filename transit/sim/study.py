@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from transit.sim import metrics
 from transit.sim.engine import Replay
 from transit.sim.placement import RACK_GPUS, Cluster
-from transit.sim.scenario import Factors, Trace, factors_dict, run_baseline, run_transit
+from transit.sim.scenario import Factors, Trace, run_baseline, run_transit
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def study(trace: Trace, setup: Setup, baseline: tuple[Replay, float] | None = No
             "reduction": setup.reduction,
             "placement": setup.placement,
             "backfill": setup.backfill,
-            "factors": factors_dict(setup.factors),
+            "factors": asdict(setup.factors),
         },
         "jobs": len(trace.submit),
         "eligible_jobs": int(eligible.sum()),
