@@ -181,20 +181,21 @@ def test_data_dependent_length_variation(native):
     check_follows(trace, seq, period_tol=12)
 
 
-def test_gradient_accumulation_change_relocks(native):
+@pytest.mark.parametrize("before,after", [(4, 8), (8, 4), (4, 5)])
+def test_gradient_accumulation_change_relocks(native, before, after):
     rng = random.Random(11)
     vocab = Vocabulary(rng, 80)
     micro, optimizer = vocab.pattern(120), vocab.pattern(40)
-    short, long = micro * 4 + optimizer, micro * 8 + optimizer
-    seq = periodic(short, 15)
+    old, new = micro * before + optimizer, micro * after + optimizer
+    seq = periodic(old, 15)
     switch = len(seq.tokens)
     for _ in range(15):
-        seq.add_iteration(long)
+        seq.add_iteration(new)
     trace = feed(native, seq.tokens)
-    assert trace.period == len(long)
+    assert trace.period == len(new)
     # Before the switch the detector may follow the micro-batches for one step (sub-period).
     changed = [c for c in trace.positions(CHANGED) if c >= switch]
-    assert len(changed) == 1 and changed[0] < switch + 3 * len(long)
+    assert len(changed) == 1 and changed[0] < switch + 3 * len(new)
     check_follows(trace, seq, first_begin=changed[0])
 
 
