@@ -141,6 +141,26 @@ def test_bad_values_fail_before_the_job_exists(cluster: Cluster, command: str, o
     assert cluster.jobs_named(name) == []
 
 
+@pytest.mark.parametrize("plugstack_args, options, message", [
+    ("lib={lib} policy=fast", [], "transit: plugstack.conf: policy='fast' is not a policy"),
+    ("lib=libtransit.so", [], "transit: plugstack.conf: lib=libtransit.so must be an absolute path"),
+    ("lib={lib} colour=blue", [], "transit: plugstack.conf: unknown argument 'colour=blue'"),
+    ("policy=advise", ["--transit"], "transit: --transit: plugstack.conf gives no lib="),
+])
+def test_bad_site_configuration_fails_srun_with_one_line(cluster: Cluster, tmp_path: Path, plugstack_args: str,
+                                                         options: list[str], message: str) -> None:
+    # srun reads plugstack.conf itself, so a private copy of the client configuration is enough.
+    plugstack = tmp_path / "plugstack.conf"
+    plugstack.write_text(f"required {cluster.plugin} {plugstack_args.format(lib=cluster.lib)}\n")
+    conf = re.sub(r"(?m)^PlugStackConfig=.*$", f"PlugStackConfig={plugstack}", cluster.slurm_conf.read_text())
+    (tmp_path / "slurm.conf").write_text(conf)
+    name = unique_job_name()
+    out = cluster.run(["srun", "-J", name, *options, "true"], env=cluster.env(SLURM_CONF=str(tmp_path / "slurm.conf")))
+    assert out.returncode != 0
+    assert out.stderr.splitlines()[0].startswith(f"srun: error: {message}"), out.stderr  # ours comes first
+    assert cluster.jobs_named(name) == []
+
+
 def test_job_lookup_sees_jobs_that_ran(cluster: Cluster) -> None:
     # The control for the test above: a job that was created is found by its name.
     name = unique_job_name()
