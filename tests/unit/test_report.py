@@ -326,3 +326,21 @@ def test_real_stats_files_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> N
     assert {r["htod_bytes"] for r in out["ranks"]} == {0}
     assert out["warnings"] == []
     assert {"cuda-error", "no-cuda"} <= set(codes(out["notes"]))
+
+
+def test_nodes_in_natural_order_and_steps_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = synthetic.write_job(tmp_path / "77", 12, ranks_per_node=1, job_id="77")
+
+    def second_step(rank: int, stats: dict[str, Any]) -> None:
+        stats["identity"].update(step_id="1", pid=9000 + rank, world_size=2)
+
+    synthetic.write_job(directory, 2, ranks_per_node=1, job_id="77", change=second_step)
+    out = run_json(capsys, str(directory))
+    assert [n["name"] for n in out["nodes"]] == [f"node{i}" for i in range(1, 13)]
+    assert [(r["step"], r["rank"]) for r in out["ranks"]] == [("0", r) for r in range(12)] + [
+        ("1", 0),
+        ("1", 1),
+    ]
+    assert out["warnings"] == []
+    assert transit_main(["report", str(directory), "--no-slurm", "--no-color"]) == 0
+    assert "Job step" in capsys.readouterr().out

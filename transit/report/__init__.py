@@ -6,7 +6,7 @@ Modules, one concern each:
   aggregate.py   one row per rank, totals per node and per job, iteration statistics
   thresholds.py  every threshold the notes and colours judge by
   notes.py       advice and warnings for the user, driven by those thresholds
-  render.py      rich tables (--no-color for plain text)
+  render.py      the text report: header, tables coloured by threshold, notes (--no-color: plain)
   as_json.py     --json (schema "transit.report/1"; every key is documented in README.md)
   plots.py       --plot DIR: migration-sizes.png, timeline.png, ranks.png
 
@@ -27,7 +27,7 @@ from rich.console import Console
 
 from transit.report.aggregate import Report, build_report
 from transit.report.as_json import report_json
-from transit.report.load import SlurmJob, StatsFiles, resolve_target
+from transit.report.load import SlurmJob, StatsFiles, job_id_of, resolve_target
 from transit.report.notes import notes
 from transit.report.plots import write_plots
 from transit.report.render import render
@@ -37,15 +37,9 @@ PIPE_WIDTH = 132
 
 def load_report(target: str, report_dir: str | None = None, use_slurm: bool = True) -> Report:
     """Read a job's stats files (and Slurm's facts about it) into a Report."""
-    directory, job_id = resolve_target(target, report_dir, use_slurm)
+    directory, job_id_from_target = resolve_target(target, report_dir, use_slurm)
     rank_files, warnings = StatsFiles(directory).load()
-    if job_id is None:  # a directory not named by its job id: the files say which job it was
-        ids = {
-            str(f.stats.get("identity", {}).get("job_id"))
-            for f in rank_files
-            if isinstance(f.stats.get("identity"), dict) and f.stats["identity"].get("job_id") is not None
-        }
-        job_id = ids.pop() if len(ids) == 1 else None
+    job_id = job_id_of(rank_files) or job_id_from_target
     facts = None
     if use_slurm and job_id is not None:
         facts, slurm_warnings = SlurmJob(job_id).facts()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -374,7 +375,7 @@ def _missing_ranks(rows: list[RankRow]) -> list[ReportWarning]:
     for row in rows:
         if row.rank is not None:
             steps[row.step].append(row)
-    for step, step_rows in sorted(steps.items(), key=lambda item: str(item[0])):
+    for step, step_rows in sorted(steps.items(), key=lambda item: natural_key(item[0])):
         world = max(
             [row.world_size or 0 for row in step_rows] + [max(row.rank or 0 for row in step_rows) + 1]
         )
@@ -401,8 +402,13 @@ class Report:
     warnings: list[ReportWarning]
 
 
-def _sort_key(row: RankRow) -> tuple[str, int, int]:
-    return (str(row.step), 1 if row.rank is None else 0, row.rank if row.rank is not None else 0)
+def natural_key(text: str | None) -> list[Any]:
+    """Sort key putting node2 before node10 and step 2 before step 10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text or "")]
+
+
+def _sort_key(row: RankRow) -> tuple[list[Any], int, int]:
+    return (natural_key(row.step), 1 if row.rank is None else 0, row.rank if row.rank is not None else 0)
 
 
 def build_report(
@@ -421,7 +427,7 @@ def build_report(
         directory=str(directory),
         header=job_header(job_id, rows, facts),
         ranks=rows,
-        nodes=[totals(node, node_rows) for node, node_rows in sorted(by_node.items())],
+        nodes=[totals(node, by_node[node]) for node in sorted(by_node, key=natural_key)],
         job=totals("job", rows),
         iterations=iteration_stats(rows),
         warnings=[*warnings, *duplicate_warnings, *_missing_ranks(rows)],

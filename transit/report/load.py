@@ -14,7 +14,7 @@ from transit.errors import UsageError
 
 RANK_SCHEMA = "transit.rank/1"
 RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
-JOB_ID_PATTERN = re.compile(r"^\d+(_\d+)?$")  # 1234, or an array task 1234_7
+JOB_ID_PATTERN = re.compile(r"^\d+$")  # SLURM_JOB_ID, which names the plugin's <report dir>/<jobid>/
 
 # The development cluster's report directory (scripts/dev-cluster writes report_dir= there).
 DEV_CLUSTER_REPORT_DIR = Path(__file__).resolve().parents[2] / ".dev-cluster" / "reports"
@@ -115,15 +115,25 @@ class SlurmJob:
         ]
 
 
-def default_report_dir(option: str | None) -> Path:
+def job_id_of(rank_files: list[RankFile]) -> str | None:
+    """The job id every file names, or None when they name none or several."""
+    ids = set()
+    for rank_file in rank_files:
+        identity = rank_file.stats.get("identity")
+        if isinstance(identity, dict) and identity.get("job_id") is not None:
+            ids.add(str(identity["job_id"]))
+    return ids.pop() if len(ids) == 1 else None
+
+
+def default_report_dir(option: str | None, use_slurm: bool) -> Path:
     """The directory holding one sub-directory per job, first found of:
     --report-dir, $TRANSIT_REPORT_DIR, report_dir= of spank_transit.so in the running cluster's
-    plugstack.conf, the dev cluster's <repo>/.dev-cluster/reports."""
+    plugstack.conf (unless use_slurm is off), the dev cluster's <repo>/.dev-cluster/reports."""
     if option:
         return Path(option)
     if os.environ.get("TRANSIT_REPORT_DIR"):
         return Path(os.environ["TRANSIT_REPORT_DIR"])
-    from_plugstack = slurm.plugstack_report_dir()
+    from_plugstack = slurm.plugstack_report_dir() if use_slurm else None
     if from_plugstack:
         return Path(from_plugstack)
     if DEV_CLUSTER_REPORT_DIR.is_dir():
@@ -141,10 +151,8 @@ def resolve_target(target: str, report_dir_option: str | None, use_slurm: bool) 
     if as_path.is_dir():
         return as_path, as_path.name if JOB_ID_PATTERN.match(as_path.name) else None
     if not JOB_ID_PATTERN.match(target):
-        raise UsageError(
-            f"{target!r} is neither a directory nor a job id (digits, or JOBID_TASK for an array task)"
-        )
-    report_dir = default_report_dir(report_dir_option)
+        raise UsageError(f"{target!r} is neither a directory nor a job id (the numeric SLURM_JOB_ID)")
+    report_dir = default_report_dir(report_dir_option, use_slurm)
     job_dir = report_dir / target
     if job_dir.is_dir():
         return job_dir, target
