@@ -137,7 +137,7 @@ def test_bad_values_fail_before_the_job_exists(cluster: Cluster, command: str, o
     tail = ["true"] if command == "srun" else ["--wrap", "true"]
     out = cluster.run([command, "-J", name, *options, *tail])
     assert out.returncode != 0
-    assert message in out.stderr
+    assert out.stderr.splitlines()[0].startswith(f"{command}: error: {message}"), out.stderr  # ours first
     assert cluster.jobs_named(name) == []
 
 
