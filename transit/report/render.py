@@ -84,11 +84,11 @@ def _header(report: Report) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     title = f"job {h.job_id or '?'}" + (f" ({h.name})" if h.name else "")
-    limit = format_bytes(h.limit_bytes) if h.mode == "limit" else "none (physical mode)"
+    limit = {"limit": format_bytes(h.limit_bytes), "physical": "none (physical mode)"}.get(h.mode or "", "-")
     source = {
         "sacct": "sacct (accounting)",
         "squeue": "squeue (controller)",
-        "stats-files": "stats files only (Slurm has no record)",
+        "stats-files": "none (header from the stats files)",
     }.get(h.source, h.source)
     for key, value in (
         ("TRANSIT report", title),
@@ -254,5 +254,5 @@ def render(report: Report, notes: list[Note], console: Console) -> None:
         console.print()
         console.print(_iterations(report))
         console.print()
-    for line in _notes(notes) + _warnings(report.warnings):
+    for line in (_notes(notes) if report.ranks else []) + _warnings(report.warnings):
         console.print(line)
