@@ -256,3 +256,41 @@ def test_history_cap_bounds_the_longest_period(native):
     step = vocab.pattern(3000)
     assert feed(native, periodic(step, 8).tokens, history_cap=8192).period == 0
     assert feed(native, periodic(step, 8).tokens, history_cap=16384).period == 3000
+
+
+def test_real_training_op_sequence(native):
+    """The operator sequence of a real (CPU) PyTorch training loop: a 2-layer transformer with AdamW,
+    whose first step also initializes the optimizer state. Stands in for the kernel sequence."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpLog(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    layers = [torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True) for _ in range(2)]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(32, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    seq = Sequence()
+    with OpLog() as log:
+        for _ in range(7):
+            seq.starts.append(len(log.names))
+            x, y = torch.randn(2, 8, 32), torch.randint(0, 10, (2, 8))
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    seq.tokens = [native[1].transit_period_hash_name(name.encode()) for name in log.names]
+    step = seq.starts[2] - seq.starts[1]
+    assert all(b - a == step for a, b in zip(seq.starts[1:], seq.starts[2:]))
+    trace = feed(native, seq.tokens)
+    assert trace.period == step
+    final_lock = trace.positions(CHANGED)[-1]
+    assert final_lock < seq.starts[5]
+    check_follows(trace, seq, first_begin=final_lock)
