@@ -344,3 +344,23 @@ def test_nodes_in_natural_order_and_steps_apart(tmp_path: Path, capsys: pytest.C
     assert out["warnings"] == []
     assert transit_main(["report", str(directory), "--no-slurm", "--no-color"]) == 0
     assert "Job step" in capsys.readouterr().out
+
+
+def test_timeline_intervals_from_cumulative_samples() -> None:
+    from transit.report.aggregate import rank_row
+    from transit.report.load import RankFile
+
+    def intervals(timeline: list[dict[str, Any]]) -> list[tuple[float, float, int, int]]:
+        stats = synthetic.example_stats() | {"timeline": timeline}
+        return [
+            (i.start_t, i.t, i.iteration, i.htod_bytes)
+            for i in rank_row(RankFile(Path("x"), stats)).intervals()
+        ]
+
+    def sample(t: float, iteration: int, htod: int) -> dict[str, Any]:
+        return {"t": t, "iteration": iteration, "resident_bytes": 0, "htod_bytes": htod, "dtoh_bytes": 0}
+
+    # libtransit samples at iteration marks: the rank's start opens the first interval
+    assert intervals([sample(1.5, 1, 100), sample(2.5, 2, 130)]) == [(0.0, 1.5, 1, 100), (1.5, 2.5, 2, 30)]
+    # a ring buffer that wrapped keeps later marks only: no origin is invented
+    assert intervals([sample(90.0, 300, 5000), sample(90.3, 301, 5010)]) == [(90.0, 90.3, 301, 10)]

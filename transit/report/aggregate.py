@@ -105,8 +105,16 @@ class RankRow:
 
     def intervals(self) -> list[Interval]:
         """The timeline as intervals between samples. The sample counters are cumulative since the
-        rank started, so bytes migrated in an interval are the difference of two samples."""
+        rank started, so bytes migrated in an interval are the difference of two samples. libtransit
+        samples at iteration marks; when the first kept sample is the first mark, the rank's start
+        (t 0, all counters 0) opens the first interval."""
         samples = [s for s in self.timeline if isinstance(s, dict)]
+        if (
+            samples
+            and (_int(samples[0].get("iteration")) or 0) == 1
+            and (_float(samples[0].get("t")) or 0) > 0
+        ):
+            samples.insert(0, TIMELINE_ORIGIN)
         return [
             Interval(
                 start_t=_float(before.get("t")) or 0.0,
@@ -118,6 +126,9 @@ class RankRow:
             )
             for before, after in itertools.pairwise(samples)
         ]
+
+
+TIMELINE_ORIGIN = {"t": 0.0, "iteration": 0, "resident_bytes": 0, "htod_bytes": 0, "dtoh_bytes": 0}
 
 
 @dataclass(frozen=True)
