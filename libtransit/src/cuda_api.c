@@ -102,6 +102,11 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(MemFreeAsync, "cuMemFreeAsync");
             RESOLVE_DRV(StreamIsCapturing, "cuStreamIsCapturing");
             RESOLVE_DRV(GetErrorName, "cuGetErrorName");
+            RESOLVE_DRV(MemPrefetchAsync, "cuMemPrefetchAsync_v2");
+            RESOLVE_DRV(MemAdvise, "cuMemAdvise_v2");
+            RESOLVE_DRV(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+            RESOLVE_DRV(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+            RESOLVE_DRV(CtxSetCurrent, "cuCtxSetCurrent");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

@@ -39,6 +39,12 @@ typedef struct transit_driver_api {
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
     CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*GetErrorName)(CUresult, const char **);
+    /* Used by the policies (policy.c); resolved by versioned name (CUDA 13 location forms). */
+    CUresult (*MemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+    CUresult (*MemAdvise)(CUdeviceptr, size_t, CUmem_advise, CUmemLocation);
+    CUresult (*ThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*CtxSetCurrent)(CUcontext);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

@@ -1,47 +1,475 @@
-/* policy.c - placement policies. Until the recorder reports migrations, TRANSIT's estimate
- * of device-resident managed memory is its live managed bytes, capped at the limit. */
+/* policy.c - the placement policies, acting at kernel launches (recorder.c calls in):
+ *   base     - nothing: the driver's reactive faults and evictions;
+ *   prefetch - the profiling window's HtoD migrations, attributed to launch ordinals
+ *              (attrib.c) and merged (ranges.c), are prefetched to the device before each
+ *              later launch of that ordinal, on the launch's stream;
+ *   advise   - at the middle of the first iteration after warm-up (by kernel count), every
+ *              managed allocation, and every later one, gets SetAccessedBy(device): data
+ *              resident on the host is then read over the interconnect instead of migrated.
+ * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
+ * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
+ * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
+ * chunks to the host, at launches, on the launch's stream.
+ *
+ * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
+ * here synchronizes. */
 #include "policy.h"
+#include "alloc_table.h"
+#include "attrib.h"
+#include "chunks.h"
+#include "cuda_api.h"
 #include "internal.h"
 #include "iteration.h"
+#include "ranges.h"
+#include "recorder.h"
 #include "state.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
-static uint64_t resident_peak;
+#define EVICT_HYSTERESIS_DIV 32             /* evict down to L - L/32, so not at every launch */
+#define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
+#define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
+#define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 
-void transit_policy_init(void) {}
+static struct {
+    uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
+    uint64_t advise_calls, advise_bytes, advise_errors;
+    uint64_t evict_count, evict_bytes, evict_errors;
+    uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
+    uint64_t ranges_count, ranges_bytes, ranges_dropped, unattributed_bytes;
+    uint64_t untracked_bytes, capture_skips;
+} pc;
 
-void transit_policy_after_fork(void)
+/* Prefetch profile: attrib feeds ranges while collecting; replay once finalized. */
+static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
+static transit_ranges *ranges;
+static transit_attrib *attrib;
+static int collecting, replay;
+
+/* Limit mode's residency estimate. */
+static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
+static transit_chunks *chunks;
+
+static int advise_applied;
+
+static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
 {
-    transit_iteration_reset();
-    resident_peak = 0;
+    const char *name = NULL;
+    if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED))
+        return;
+    if (drv->GetErrorName)
+        drv->GetErrorName(r, &name);
+    transit_warn("%s failed: %s (counted; further failures are not logged)", what, name ? name : "CUresult error");
+}
+
+static void raise_peaks(uint64_t resident)
+{
+    uint64_t live = transit_get(&transit_g.n.managed_live);
+    uint64_t limit = transit_g.cfg.mem_limit;
+    transit_raise_peak(&pc.resident_peak, resident);
+    if (limit && resident > limit)
+        transit_raise_peak(&pc.overshoot_peak, resident - limit);
+    if (live > resident)
+        transit_raise_peak(&pc.spilled_peak, live - resident);
+}
+
+/* The estimate is built only when migration records arrive: limit mode with the recorder on. */
+static bool estimating(void)
+{
+    return transit_limit_mode() && transit_recorder_sees_launches();
 }
 
 uint64_t transit_policy_resident(void)
 {
     uint64_t live = transit_get(&transit_g.n.managed_live);
-    return transit_limit_mode() ? TRANSIT_MIN(live, transit_g.cfg.mem_limit) : live;
+    if (!transit_limit_mode())
+        return live; /* physical mode: the driver decides; TRANSIT does not estimate */
+    if (estimating())
+        return transit_get(&pc.resident);
+    return TRANSIT_MIN(live, transit_g.cfg.mem_limit);
+}
+
+/* ---- limit mode: the chunk estimate (chunks_lock held) ---- */
+
+static transit_chunks *chunks_locked(void)
+{
+    if (!chunks) {
+        int dev = transit_g.id.device;
+        uint64_t device = dev >= 0 && dev < TRANSIT_MAX_DEVICES && transit_g.device_total[dev]
+                              ? transit_g.device_total[dev]
+                              : DEFAULT_DEVICE_BYTES;
+        uint64_t bytes = TRANSIT_MAX(device, 2 * transit_g.cfg.mem_limit);
+        if (!(chunks = transit_chunks_create((size_t)(bytes / TRANSIT_CHUNK_BYTES)))) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                transit_warn("limit mode: out of memory for the residency estimate; no evictions");
+        }
+    }
+    return chunks;
+}
+
+static void chunks_changed(void)
+{
+    uint64_t resident = transit_chunks_resident_bytes(chunks);
+    __atomic_store_n(&pc.resident, resident, __ATOMIC_RELAXED);
+    raise_peaks(resident);
+}
+
+static void mark_resident(uint64_t addr, uint64_t bytes)
+{
+    pthread_mutex_lock(&chunks_lock);
+    if (chunks_locked()) {
+        transit_add(&pc.untracked_bytes, transit_chunks_migrated(chunks, addr, bytes));
+        chunks_changed();
+    }
+    pthread_mutex_unlock(&chunks_lock);
+}
+
+static void mark_gone(uint64_t addr, uint64_t bytes)
+{
+    pthread_mutex_lock(&chunks_lock);
+    if (chunks) {
+        transit_chunks_dropped(chunks, addr, bytes);
+        chunks_changed();
+    }
+    pthread_mutex_unlock(&chunks_lock);
+}
+
+/* ---- CUDA calls made by TRANSIT ---- */
+
+static bool capturing(const transit_driver_api *drv, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    /* An error (e.g. the legacy stream during another stream's global capture) counts as capturing. */
+    return !drv->StreamIsCapturing || drv->StreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Relaxed capture mode for this thread, so a capture elsewhere cannot make TRANSIT's calls
+ * fail; restore_capture_mode() puts back what the application had. */
+static bool relax_capture_mode(const transit_driver_api *drv, CUstreamCaptureMode *saved)
+{
+    *saved = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return drv->ThreadExchangeStreamCaptureMode && drv->ThreadExchangeStreamCaptureMode(saved) == CUDA_SUCCESS;
+}
+
+static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CUstreamCaptureMode *saved)
+{
+    if (relaxed)
+        drv->ThreadExchangeStreamCaptureMode(saved);
+}
+
+static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
+{
+    static int warned;
+    const CUmemLocation to_device = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    size_t n = 0;
+    pthread_mutex_lock(&prof_lock);
+    const transit_range *r = replay ? transit_ranges_get(ranges, l->ordinal, &n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        CUresult e = drv->MemPrefetchAsync(r[i].addr, r[i].bytes, to_device, 0, l->stream);
+        if (e != CUDA_SUCCESS) { /* e.g. the range was freed since it was profiled */
+            transit_add(&pc.prefetch_errors, 1);
+            warn_once(&warned, "prefetch: cuMemPrefetchAsync to the device", drv, e);
+            continue;
+        }
+        transit_add(&pc.prefetch_calls, 1);
+        transit_add(&pc.prefetch_bytes, r[i].bytes);
+        if (estimating())
+            mark_resident(r[i].addr, r[i].bytes);
+    }
+    pthread_mutex_unlock(&prof_lock);
+}
+
+static void evict(const transit_driver_api *drv, CUstream stream)
+{
+    static int warned;
+    const CUmemLocation to_host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    uint64_t limit = transit_g.cfg.mem_limit;
+    uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
+    transit_range victims[EVICT_BATCH];
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&chunks_lock);
+        if (chunks && transit_chunks_resident_bytes(chunks) > target) {
+            n = transit_chunks_pick_victims(chunks, target, victims, EVICT_BATCH);
+            chunks_changed();
+        }
+        pthread_mutex_unlock(&chunks_lock);
+        if (!n)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            CUresult e = drv->MemPrefetchAsync(victims[i].addr, victims[i].bytes, to_host, 0, stream);
+            if (e != CUDA_SUCCESS) {
+                transit_add(&pc.evict_errors, 1);
+                warn_once(&warned, "limit mode: cuMemPrefetchAsync to the host", drv, e);
+                continue;
+            }
+            transit_add(&pc.evict_count, 1);
+            transit_add(&pc.evict_bytes, victims[i].bytes);
+        }
+    }
+}
+
+typedef struct advise_target {
+    const transit_driver_api *drv;
+    CUdevice dev;
+} advise_target;
+
+static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
+{
+    static int warned;
+    const CUmemLocation by = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CUresult e = drv->MemAdvise(ptr, size, CU_MEM_ADVISE_SET_ACCESSED_BY, by);
+    if (e != CUDA_SUCCESS) {
+        transit_add(&pc.advise_errors, 1);
+        warn_once(&warned, "advise: cuMemAdvise(SetAccessedBy)", drv, e);
+        return;
+    }
+    transit_add(&pc.advise_calls, 1);
+    transit_add(&pc.advise_bytes, size);
+}
+
+static void advise_one(const transit_alloc *a, void *ctx)
+{
+    const advise_target *t = ctx;
+    advise_range(t->drv, a->key, a->size, t->dev);
+}
+
+/* Once: every allocation in the table now, later ones in transit_policy_on_alloc. */
+static void advise_all(const transit_driver_api *drv, CUdevice dev)
+{
+    advise_target t = {drv, dev};
+    if (__atomic_exchange_n(&advise_applied, 1, __ATOMIC_ACQ_REL))
+        return;
+    transit_alloc_foreach(TRANSIT_ALLOC_MANAGED, advise_one, &t);
+    if (transit_g.cfg.verbose)
+        transit_log("advise: SetAccessedBy(device %d) on %" PRIu64 " allocations, %" PRIu64 " bytes", (int)dev,
+                    transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes));
+}
+
+static const transit_driver_api *policy_driver(void)
+{
+    const transit_driver_api *drv = transit_driver();
+    if (!drv || !drv->MemPrefetchAsync || !drv->MemAdvise || !drv->CtxGetDevice) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            transit_warn("policy: the driver lacks cuMemPrefetchAsync_v2/cuMemAdvise_v2 (CUDA 12.2+); acting as base");
+        return NULL;
+    }
+    return drv;
+}
+
+/* ---- called by the recorder ---- */
+
+void transit_policy_launch(const transit_launch *l)
+{
+    const transit_config *c = &transit_g.cfg;
+    uint32_t prev = transit_recorder_prev_iteration_launches();
+    bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && __atomic_load_n(&replay, __ATOMIC_ACQUIRE);
+    bool do_evict = estimating() && transit_get(&pc.resident) > c->mem_limit;
+    bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
+                     l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
+    const transit_driver_api *drv;
+    CUstreamCaptureMode saved;
+    CUdevice dev;
+    if (!(do_prefetch || do_evict || do_advise) || !(drv = policy_driver()))
+        return;
+    bool relaxed = relax_capture_mode(drv, &saved);
+    if (capturing(drv, l->stream)) {
+        transit_add(&pc.capture_skips, 1);
+    } else if (drv->CtxGetDevice(&dev) == CUDA_SUCCESS) {
+        if (do_prefetch)
+            prefetch_ordinal(drv, l, dev);
+        if (do_evict)
+            evict(drv, l->stream);
+        if (do_advise)
+            advise_all(drv, dev);
+    }
+    restore_capture_mode(drv, relaxed, &saved);
+}
+
+void transit_policy_profile_begin(void)
+{
+    if (transit_g.cfg.policy != TRANSIT_POLICY_PREFETCH)
+        return;
+    pthread_mutex_lock(&prof_lock);
+    __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
+    if (!ranges && !(ranges = transit_ranges_create(transit_g.cfg.prefetch_gap, 0)))
+        transit_warn("prefetch: out of memory for the range table; acting as base");
+    if (ranges && !attrib && !(attrib = transit_attrib_create(ranges, 0, 0)))
+        transit_warn("prefetch: out of memory for migration attribution; acting as base");
+    if (ranges)
+        transit_ranges_reset(ranges);
+    if (attrib)
+        transit_attrib_flush(attrib); /* forget kernels and migrations of an earlier window */
+    __atomic_store_n(&pc.ranges_count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pc.ranges_bytes, 0, __ATOMIC_RELAXED);
+    collecting = ranges && attrib;
+    pthread_mutex_unlock(&prof_lock);
+}
+
+void transit_policy_profile_end(uint32_t max_launches)
+{
+    if (transit_g.cfg.policy != TRANSIT_POLICY_PREFETCH)
+        return;
+    pthread_mutex_lock(&prof_lock);
+    if (collecting) {
+        collecting = 0;
+        transit_attrib_flush(attrib);
+        transit_attrib_counts n = transit_attrib_get_counts(attrib);
+        __atomic_store_n(&pc.unattributed_bytes, n.unattributed_bytes, __ATOMIC_RELAXED);
+        if (transit_ranges_finalize(ranges)) {
+            transit_warn("prefetch: out of memory merging ranges; acting as base");
+        } else {
+            __atomic_store_n(&pc.ranges_count, transit_ranges_total_count(ranges), __ATOMIC_RELAXED);
+            __atomic_store_n(&pc.ranges_bytes, transit_ranges_total_bytes(ranges), __ATOMIC_RELAXED);
+            __atomic_store_n(&pc.ranges_dropped, transit_ranges_dropped(ranges), __ATOMIC_RELAXED);
+            __atomic_store_n(&replay, 1, __ATOMIC_RELEASE);
+        }
+        if (transit_g.cfg.verbose)
+            transit_log("prefetch: %zu ranges, %" PRIu64 " bytes over up to %u launches per iteration "
+                        "(%" PRIu64 " migrations attributed, %" PRIu64 " not)",
+                        transit_ranges_total_count(ranges), transit_ranges_total_bytes(ranges), max_launches,
+                        n.attributed, n.unattributed);
+    }
+    pthread_mutex_unlock(&prof_lock);
+}
+
+void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal)
+{
+    if (!__atomic_load_n(&collecting, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&prof_lock);
+    if (collecting)
+        transit_attrib_kernel(attrib, start_ns, end_ns, ordinal);
+    pthread_mutex_unlock(&prof_lock);
+}
+
+void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
+{
+    if (__atomic_load_n(&collecting, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&prof_lock);
+        if (collecting)
+            transit_attrib_migration(attrib, start_ns, addr, bytes);
+        pthread_mutex_unlock(&prof_lock);
+    }
+    if (estimating())
+        mark_resident(addr, bytes);
+}
+
+void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
+{
+    if (estimating())
+        mark_gone(addr, bytes);
+}
+
+/* A fault on memory no processor has touched populates it on the device without any HtoD
+ * record; count the faulting page's neighbourhood as resident (an estimate). */
+void transit_policy_gpu_fault(uint64_t addr)
+{
+    if (estimating())
+        mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
+}
+
+/* Without launch callbacks, advise applies right after the first iteration mark past warm-up,
+ * from the recorder's thread, in the device's primary context (the one PyTorch uses). */
+void transit_policy_tick(void)
+{
+    static int warned;
+    const transit_driver_api *drv;
+    CUcontext ctx;
+    CUresult e = CUDA_ERROR_NOT_SUPPORTED;
+    int dev = transit_g.id.device;
+    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || transit_recorder_sees_launches() ||
+        __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) || transit_iteration_count() <= transit_g.cfg.warmup_iters ||
+        dev < 0 || !(drv = policy_driver()))
+        return;
+    if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
+        (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+        __atomic_store_n(&advise_applied, 1, __ATOMIC_RELEASE); /* do not retry every tick */
+        warn_once(&warned, "advise: entering the primary context from the recorder thread", drv, e);
+        return;
+    }
+    CUstreamCaptureMode saved;
+    bool relaxed = relax_capture_mode(drv, &saved);
+    advise_all(drv, dev);
+    restore_capture_mode(drv, relaxed, &saved);
+}
+
+/* ---- the rest of libtransit ---- */
+
+void transit_policy_init(void)
+{
+    /* Nothing until the first managed allocation, where the recorder starts. */
 }
 
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
-    (void)ptr, (void)size, (void)device;
-    transit_raise_peak(&resident_peak, transit_policy_resident());
+    const transit_driver_api *drv;
+    transit_recorder_start();
+    raise_peaks(transit_policy_resident());
+    if (transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
+        (drv = policy_driver())) {
+        CUstreamCaptureMode saved;
+        bool relaxed = relax_capture_mode(drv, &saved);
+        advise_range(drv, ptr, size, device);
+        restore_capture_mode(drv, relaxed, &saved);
+    }
 }
 
 void transit_policy_on_free(uint64_t ptr, uint64_t size)
 {
-    (void)ptr, (void)size;
+    if (estimating())
+        mark_gone(ptr, size);
+}
+
+void transit_policy_after_fork(void)
+{
+    transit_iteration_reset();
+    transit_recorder_after_fork();
+    pthread_mutex_init(&prof_lock, NULL);
+    pthread_mutex_init(&chunks_lock, NULL);
+    transit_ranges_destroy(ranges);
+    transit_attrib_destroy(attrib);
+    transit_chunks_destroy(chunks);
+    ranges = NULL;
+    attrib = NULL;
+    chunks = NULL;
+    collecting = replay = advise_applied = 0;
+    memset(&pc, 0, sizeof pc);
 }
 
 void transit_policy_stats_json(jbuf *b)
 {
-    uint64_t live = transit_get(&transit_g.n.managed_live);
-    uint64_t resident = transit_policy_resident();
+    const transit_config *c = &transit_g.cfg;
     jb_printf(b,
-              "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64
-              ", \"overshoot_peak_bytes\": 0, \"spilled_peak_bytes\": %" PRIu64 "}, ",
-              resident, resident_peak, live > resident ? live - resident : 0);
-    transit_iteration_stats_json(b, transit_g.cfg.warmup_iters);
-    jb_printf(b, "\"recorder\": {\"state\": \"off\"}, ");
+              "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64 ", \"overshoot_peak_bytes\": %" PRIu64
+              ", \"spilled_peak_bytes\": %" PRIu64 ", \"resident_estimated\": %s}, ",
+              transit_policy_resident(), transit_get(&pc.resident_peak), transit_get(&pc.overshoot_peak),
+              transit_get(&pc.spilled_peak), estimating() ? "true" : "false");
+    transit_recorder_migrations_json(b);
+    jb_printf(b,
+              "\"prefetch\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"ranges\": %" PRIu64
+              ", \"range_bytes\": %" PRIu64 ", \"ranges_dropped\": %" PRIu64 ", \"unattributed_bytes\": %" PRIu64
+              ", \"profiled_iterations\": %" PRIu64 ", \"reprofiles\": %" PRIu64 ", \"replaying\": %s}, ",
+              transit_get(&pc.prefetch_calls), transit_get(&pc.prefetch_bytes), transit_get(&pc.prefetch_errors),
+              transit_get(&pc.ranges_count), transit_get(&pc.ranges_bytes), transit_get(&pc.ranges_dropped),
+              transit_get(&pc.unattributed_bytes), transit_recorder_profiled_iterations(), transit_recorder_reprofiles(),
+              __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
+    jb_printf(b,
+              "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"applied\": %s}, ",
+              transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
+              __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false");
+    jb_printf(b,
+              "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
+              ", \"target_bytes\": %" PRIu64 ", \"untracked_bytes\": %" PRIu64 "}, ",
+              transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
+              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0, transit_get(&pc.untracked_bytes));
+    jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
+    transit_iteration_stats_json(b, c->warmup_iters);
+    transit_recorder_state_json(b);
 }

@@ -5,6 +5,7 @@
 
 #include "json.h"
 
+#include <cuda.h>
 #include <stdint.h>
 
 void transit_policy_init(void);
@@ -15,5 +16,28 @@ void transit_policy_on_free(uint64_t ptr, uint64_t size);
 uint64_t transit_policy_resident(void);
 /* The recorder/policy sections of the stats document, each followed by ", ". */
 void transit_policy_stats_json(jbuf *b);
+
+/* ---- Called by the recorder (recorder.c). ---- */
+
+/* One kernel launch, seen at API entry on the launching thread, before the kernel is queued. */
+typedef struct transit_launch {
+    CUstream stream;    /* the launch's stream; CU_STREAM_PER_THREAD for a _ptsz launch on stream 0 */
+    uint64_t iteration; /* transit_iteration_count() at the launch */
+    uint32_t ordinal;   /* launches before this one in the same iteration */
+} transit_launch;
+
+void transit_policy_launch(const transit_launch *l);
+/* A new profiling window begins (prefetch forgets its ranges), and the window's end after its
+ * records were flushed (prefetch builds its ranges; max_launches: most launches in one
+ * profiled iteration). Called from the recorder's thread or an iteration-noticing thread. */
+void transit_policy_profile_begin(void);
+void transit_policy_profile_end(uint32_t max_launches);
+/* Activity records, in the order CUPTI delivers them (CUPTI's buffer thread). */
+void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
+void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes);
+void transit_policy_dtoh(uint64_t addr, uint64_t bytes);
+void transit_policy_gpu_fault(uint64_t addr);
+/* Periodically from the recorder's thread (acts when there are no launch callbacks). */
+void transit_policy_tick(void);
 
 #endif

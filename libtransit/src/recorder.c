@@ -1,0 +1,888 @@
+/* recorder.c - the CUPTI recorder; see recorder.h.
+ *
+ * Threads that run code here: the application's launching threads (launch callback), CUPTI's
+ * buffer thread or any thread that flushes (buffer_completed), the recorder's own thread, and
+ * whichever thread renders the statistics (no lock: counters are atomics, the rest is read
+ * racily, which at worst shows a value one update old). */
+#include "recorder.h"
+#include "attrib.h"
+#include "cuda_api.h"
+#include "cupti_api.h"
+#include "hist.h"
+#include "internal.h"
+#include "iteration.h"
+#include "period.h"
+#include "policy.h"
+#include "state.h"
+
+/* cupti.h (through cupti_api.h) brings generated_cuda_meta.h: the launch parameter structs. */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUFFER_COUNT 8                  /* CUPTI activity buffers, allocated on first use */
+#define BUFFER_BYTES (8u << 20)
+#define BUFFER_ALIGN 8                  /* CUPTI's record alignment */
+#define THREAD_TICK_MS 20               /* recorder thread: iteration polling, CUPTI control */
+#define FLUSH_PERIOD_MS 500             /* deliver partly filled buffers this often... */
+#define FLUSH_PERIOD_LIMIT_MS 100       /* ...and more often in limit mode: the estimate lags by this much */
+#define EXIT_WAIT_MS 2000               /* at exit, how long to wait for the recorder thread */
+#define CORR_TABLE_BITS 18              /* correlation id -> ordinal, direct-mapped */
+#define CORR_TABLE_SIZE (1u << CORR_TABLE_BITS)
+#define TIMELINE_ENTRIES 512
+#define MAX_REPROFILES 8                /* a sequence that keeps changing would keep profiling on */
+#define REPROFILE_LAUNCH_FACTOR 2       /* an iteration this many times longer than profiled: changed */
+/* TRANSIT's external correlation ids are (iteration << 32) | ordinal. CUSTOM2, because
+ * PyTorch's profiler (Kineto) pushes its own ids as CUSTOM0 and CUSTOM1. */
+#define EXTERNAL_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
+
+enum { WINDOW_COLLECTING, WINDOW_DRAINING, WINDOW_DONE };
+
+/* Counters: atomics, read without lock by the stats renderer. */
+static struct {
+    uint64_t launches, kernel_records, api_records, dropped, buffers_refused, overhead_ns;
+    uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
+    uint64_t gpu_faults, thrashing, remote_map_bytes;
+    uint64_t corr_callback, corr_external, corr_disagree, corr_none;
+    uint64_t profiled_iterations, reprofiles;
+} rc;
+static transit_hist htod_hist, dtoh_hist; /* under records_lock */
+
+static int rec_state = TRANSIT_RECORDER_OFF;
+static int start_claimed;
+static int started; /* reason[] is valid */
+static char reason[192];
+static pid_t owner_pid;
+static CUpti_SubscriberHandle subscriber;
+static int activity_ok, um_ok; /* activity API usable; unified memory counters configured */
+
+/* Iteration tracking. */
+static uint64_t iter_seen;      /* the iteration count last handled */
+static uint32_t iter_launches;  /* launches so far in the current iteration */
+static uint32_t prev_launches;  /* launches in the previous iteration */
+
+/* Profiling window (win_lock; win_phase/win_begin/win_end are also read racily at launches). */
+static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
+static int win_phase = WINDOW_DONE;
+static uint64_t win_begin, win_end, drain_until;
+static uint32_t win_max_launches;
+static int finalize_due;
+static int want_profiling, want_um; /* what the window asks for */
+static int have_profiling, have_um; /* what is enabled (written by apply_activity only) */
+static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
+
+/* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
+ * external-correlation records; kernel records look their ordinal up here. */
+static uint64_t corr_from_callback[CORR_TABLE_SIZE];
+static uint64_t corr_from_external[CORR_TABLE_SIZE];
+static __thread int corr_pushed; /* this thread has an external id of ours on CUPTI's stack */
+
+static transit_period *period;
+static pthread_mutex_t period_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint8_t *buffers[BUFFER_COUNT];
+static int buffer_busy[BUFFER_COUNT];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct timeline_entry {
+    double t;
+    uint64_t iteration, resident, htod, dtoh;
+} timeline_entry;
+static timeline_entry timeline[TIMELINE_ENTRIES];
+static uint64_t timeline_count;
+
+static pthread_mutex_t thread_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t thread_cond, thread_done;
+static int thread_running, thread_stop;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int get_state(void)
+{
+    return __atomic_load_n(&rec_state, __ATOMIC_ACQUIRE);
+}
+
+static void set_state(transit_recorder_state s, const char *why)
+{
+    snprintf(reason, sizeof reason, "%s", why ? why : "");
+    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&rec_state, (int)s, __ATOMIC_RELEASE);
+}
+
+static void wake_thread(void)
+{
+    pthread_cond_signal(&thread_cond);
+}
+
+/* ---- profiling window ---- */
+
+static int in_window(uint64_t iteration)
+{
+    return __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE &&
+           iteration >= __atomic_load_n(&win_begin, __ATOMIC_RELAXED) &&
+           iteration < __atomic_load_n(&win_end, __ATOMIC_RELAXED);
+}
+
+/* win_lock held. */
+static void open_window(uint64_t begin)
+{
+    win_begin = begin;
+    win_end = begin + transit_g.cfg.warmup_iters;
+    win_max_launches = 0;
+    __atomic_store_n(&finalize_due, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&win_phase, WINDOW_COLLECTING, __ATOMIC_RELEASE);
+    __atomic_store_n(&want_profiling, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&want_um, 1, __ATOMIC_RELAXED);
+    transit_policy_profile_begin();
+}
+
+/* The iteration count moved from `seen` to `now`; `launches` ran in iteration `seen`. */
+static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
+{
+    pthread_mutex_lock(&win_lock);
+    if (now < seen) { /* a more explicit iteration source took over and counts from 0 */
+        open_window(now + 1);
+    } else if (win_phase == WINDOW_COLLECTING) {
+        if (seen >= win_begin && seen < win_end) {
+            transit_add(&rc.profiled_iterations, 1);
+            win_max_launches = TRANSIT_MAX(win_max_launches, launches);
+        }
+        if (now >= win_end) {
+            __atomic_store_n(&win_phase, WINDOW_DRAINING, __ATOMIC_RELEASE);
+            drain_until = now + 1; /* one more iteration for late records */
+            __atomic_store_n(&want_profiling, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&want_um, transit_limit_mode(), __ATOMIC_RELAXED);
+        }
+    } else if (win_phase == WINDOW_DRAINING && now >= drain_until) {
+        __atomic_store_n(&finalize_due, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&win_lock);
+}
+
+void transit_recorder_reprofile(const char *why)
+{
+    int opened = 0;
+    if (get_state() != TRANSIT_RECORDER_CUPTI)
+        return;
+    pthread_mutex_lock(&win_lock);
+    if (win_phase == WINDOW_DONE && transit_get(&rc.reprofiles) < MAX_REPROFILES) {
+        transit_add(&rc.reprofiles, 1);
+        open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1);
+        opened = 1;
+    }
+    pthread_mutex_unlock(&win_lock);
+    if (!opened)
+        return;
+    if (transit_get(&rc.reprofiles) == MAX_REPROFILES)
+        transit_warn("re-profiled %d times (%s); this is the last time", MAX_REPROFILES, why);
+    else if (transit_g.cfg.verbose)
+        transit_log("re-profiling: %s", why);
+    wake_thread();
+}
+
+static void timeline_add(uint64_t iteration)
+{
+    uint64_t i = __atomic_load_n(&timeline_count, __ATOMIC_RELAXED);
+    timeline_entry *e = &timeline[i % TIMELINE_ENTRIES];
+    e->t = transit_now() - transit_g.start_unix;
+    e->iteration = iteration;
+    e->resident = transit_policy_resident();
+    e->htod = transit_get(&rc.htod_bytes);
+    e->dtoh = transit_get(&rc.dtoh_bytes);
+    __atomic_store_n(&timeline_count, i + 1, __ATOMIC_RELEASE);
+}
+
+/* Notices a new iteration mark (from any source); the first thread to see it handles it. */
+static void iteration_check(void)
+{
+    uint64_t now = transit_iteration_count();
+    uint64_t seen = __atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE);
+    if (now == seen || !__atomic_compare_exchange_n(&iter_seen, &seen, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    uint32_t launches = __atomic_exchange_n(&iter_launches, 0, __ATOMIC_ACQ_REL);
+    if (launches)
+        __atomic_store_n(&prev_launches, launches, __ATOMIC_RELAXED);
+    timeline_add(now);
+    window_advance(seen, now, launches);
+    wake_thread();
+}
+
+/* ---- CUPTI control (never called inside a CUPTI callback) ---- */
+
+static const CUpti_ActivityKind profiling_kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    /* External correlation records are emitted only before API records: enable those too. */
+    CUPTI_ACTIVITY_KIND_RUNTIME,
+    CUPTI_ACTIVITY_KIND_DRIVER,
+};
+
+static void apply_activity(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (!api || !activity_ok)
+        return;
+    pthread_mutex_lock(&control_lock);
+    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
+    int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
+    if (wp != have_profiling) {
+        for (size_t i = 0; i < sizeof profiling_kinds / sizeof profiling_kinds[0]; i++) {
+            CUptiResult r = wp ? api->ActivityEnable(profiling_kinds[i]) : api->ActivityDisable(profiling_kinds[i]);
+            if (r != CUPTI_SUCCESS)
+                transit_warn("recorder: %s activity kind %d failed: %s", wp ? "enabling" : "disabling",
+                             (int)profiling_kinds[i], transit_cupti_error(r));
+        }
+        __atomic_store_n(&have_profiling, wp, __ATOMIC_RELEASE);
+    }
+    if (wu != have_um) {
+        CUptiResult r = wu ? api->ActivityEnable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
+                           : api->ActivityDisable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
+        if (r != CUPTI_SUCCESS) {
+            transit_warn("recorder: %s unified memory counters failed: %s; no migration records",
+                         wu ? "enabling" : "disabling", transit_cupti_error(r));
+            um_ok = 0;
+        }
+        __atomic_store_n(&have_um, wu && r == CUPTI_SUCCESS, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+static void flush(uint32_t flag)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (api && activity_ok) {
+        CUptiResult r = api->ActivityFlushAll(flag);
+        if (r != CUPTI_SUCCESS) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
+        }
+    }
+}
+
+static void finish_window(void)
+{
+    uint32_t max_launches;
+    pthread_mutex_lock(&win_lock);
+    if (win_phase != WINDOW_DRAINING) {
+        pthread_mutex_unlock(&win_lock);
+        return;
+    }
+    __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
+    max_launches = win_max_launches;
+    pthread_mutex_unlock(&win_lock);
+    transit_policy_profile_end(max_launches);
+}
+
+/* ---- the recorder thread ---- */
+
+static void thread_step(uint64_t *last_flush)
+{
+    iteration_check();
+    if (get_state() == TRANSIT_RECORDER_CUPTI) {
+        apply_activity();
+        int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
+        uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
+        uint64_t t = now_ns();
+        if (due || ((have_profiling || have_um) && t - *last_flush >= period_ns)) {
+            flush(0);
+            *last_flush = t;
+        }
+        if (due)
+            finish_window();
+    }
+    transit_policy_tick();
+}
+
+static void *thread_main(void *arg)
+{
+    (void)arg;
+    uint64_t last_flush = now_ns();
+    pthread_mutex_lock(&thread_lock);
+    while (!thread_stop) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_nsec += THREAD_TICK_MS * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&thread_cond, &thread_lock, &deadline);
+        if (thread_stop)
+            break;
+        pthread_mutex_unlock(&thread_lock);
+        thread_step(&last_flush);
+        pthread_mutex_lock(&thread_lock);
+    }
+    thread_running = 0;
+    pthread_cond_broadcast(&thread_done);
+    pthread_mutex_unlock(&thread_lock);
+    return NULL;
+}
+
+static void init_thread_sync(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&thread_cond, &ca);
+    pthread_cond_init(&thread_done, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void start_thread(void)
+{
+    pthread_t t;
+    sigset_t all, old;
+    int err;
+    init_thread_sync();
+    thread_stop = 0;
+    thread_running = 1;
+    sigfillset(&all); /* the application's signals (SIGINT, SIGTERM) never land on this thread */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(&t, NULL, thread_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        thread_running = 0;
+        transit_warn("recorder: cannot start its thread (error %d): no flushes, no policy ticks", err);
+        return;
+    }
+    pthread_setname_np(t, "transit-rec");
+    pthread_detach(t);
+}
+
+static void stop_thread(void)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += EXIT_WAIT_MS / 1000;
+    pthread_mutex_lock(&thread_lock);
+    thread_stop = 1;
+    pthread_cond_signal(&thread_cond);
+    while (thread_running)
+        if (pthread_cond_timedwait(&thread_done, &thread_lock, &deadline))
+            break; /* never hang the exit: the thread is detached */
+    pthread_mutex_unlock(&thread_lock);
+}
+
+/* Runs before the stats file is written (registered after it, atexit runs in reverse). */
+static void at_exit(void)
+{
+    if (owner_pid != getpid())
+        return;
+    stop_thread();
+    if (get_state() == TRANSIT_RECORDER_CUPTI)
+        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/* ---- activity records ---- */
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = NULL;
+    *size = 0;
+    *max_records = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < BUFFER_COUNT; i++) {
+        if (buffer_busy[i])
+            continue;
+        if (!buffers[i]) {
+            void *p = NULL;
+            if (posix_memalign(&p, BUFFER_ALIGN, BUFFER_BYTES))
+                break;
+            buffers[i] = p;
+        }
+        buffer_busy[i] = 1;
+        *buffer = buffers[i];
+        *size = BUFFER_BYTES;
+        break;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (!*buffer) /* CUPTI then drops records and counts them */
+        transit_add(&rc.buffers_refused, 1);
+}
+
+static void release_buffer(uint8_t *buffer)
+{
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < BUFFER_COUNT; i++)
+        if (buffers[i] == buffer)
+            buffer_busy[i] = 0;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static uint32_t window_ordinal(uint64_t iteration, uint32_t ordinal)
+{
+    return in_window(iteration) ? ordinal : TRANSIT_ATTRIB_NO_ORDINAL;
+}
+
+static void corr_store(uint64_t *table, uint32_t corr, uint32_t ordinal)
+{
+    __atomic_store_n(&table[corr & (CORR_TABLE_SIZE - 1)], (uint64_t)corr << 32 | ordinal, __ATOMIC_RELAXED);
+}
+
+/* 1 and *ordinal when table holds corr. */
+static int corr_find(const uint64_t *table, uint32_t corr, uint32_t *ordinal)
+{
+    uint64_t e = __atomic_load_n(&table[corr & (CORR_TABLE_SIZE - 1)], __ATOMIC_RELAXED);
+    if (corr == 0 || (uint32_t)(e >> 32) != corr)
+        return 0;
+    *ordinal = (uint32_t)e;
+    return 1;
+}
+
+static void kernel_record(uint32_t corr, uint64_t start, uint64_t end)
+{
+    uint32_t from_cb = 0, from_ext = 0, ordinal = TRANSIT_ATTRIB_NO_ORDINAL;
+    transit_add(&rc.kernel_records, 1);
+    if (!start || end < start) /* no timing (CUPTI lacked device memory, or a forced flush) */
+        return;
+    int cb = corr_find(corr_from_callback, corr, &from_cb);
+    int ext = corr_find(corr_from_external, corr, &from_ext);
+    if (cb)
+        ordinal = from_cb;
+    else if (ext)
+        ordinal = from_ext;
+    transit_add(cb ? &rc.corr_callback : ext ? &rc.corr_external : &rc.corr_none, 1);
+    if (cb && ext && from_cb != from_ext)
+        transit_add(&rc.corr_disagree, 1);
+    transit_policy_profile_kernel(start, end, ordinal);
+}
+
+static void unified_memory_record(const CUpti_ActivityUnifiedMemoryCounter3 *u)
+{
+    switch (u->counterKind) {
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
+        transit_add(&rc.htod_bytes, u->value);
+        transit_add(&rc.htod_count, 1);
+        transit_hist_add(&htod_hist, u->value);
+        transit_policy_htod(u->start, u->address, u->value);
+        break;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
+        transit_add(&rc.dtoh_bytes, u->value);
+        transit_add(&rc.dtoh_count, 1);
+        transit_hist_add(&dtoh_hist, u->value);
+        /* TRANSIT's own evictions are prefetches (cause USER); the driver's are not ours. */
+        if (u->flags == CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_EVICTION)
+            transit_add(&rc.unrequested_bytes, u->value);
+        transit_policy_dtoh(u->address, u->value);
+        break;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
+        transit_add(&rc.gpu_faults, u->value ? u->value : 1); /* value: fault groups for the page */
+        transit_policy_gpu_fault(u->address);
+        break;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
+        transit_add(&rc.thrashing, 1);
+        break;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP:
+        transit_add(&rc.remote_map_bytes, u->value);
+        break;
+    default:
+        break;
+    }
+}
+
+static void record(const CUpti_Activity *a)
+{
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        kernel_record(k->correlationId, k->start, k->end);
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        const CUpti_ActivityExternalCorrelation *e = (const CUpti_ActivityExternalCorrelation *)a;
+        if (e->externalKind == EXTERNAL_KIND)
+            corr_store(corr_from_external, e->correlationId,
+                       window_ordinal(e->externalId >> 32, (uint32_t)e->externalId));
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER:
+        unified_memory_record((const CUpti_ActivityUnifiedMemoryCounter3 *)a);
+        break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+        transit_add(&rc.api_records, 1);
+        break;
+    default:
+        break;
+    }
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                                      size_t valid)
+{
+    (void)size;
+    uint64_t t0 = now_ns();
+    const transit_cupti_api *api = transit_cupti(NULL);
+    size_t dropped = 0;
+    if (api && buffer && valid) {
+        CUpti_Activity *a = NULL;
+        pthread_mutex_lock(&records_lock);
+        while (api->ActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS)
+            record(a);
+        pthread_mutex_unlock(&records_lock);
+    }
+    if (api && api->ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS)
+        transit_add(&rc.dropped, dropped);
+    if (buffer)
+        release_buffer(buffer);
+    transit_add(&rc.overhead_ns, now_ns() - t0);
+}
+
+/* ---- launch callbacks ---- */
+
+static const CUpti_CallbackId launch_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+
+/* The launch's function and stream; 0 for a callback that is not a kernel launch. */
+static int launch_params(CUpti_CallbackId cbid, const void *params, CUfunction *f, CUstream *stream)
+{
+    if (!params)
+        return 0;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+        *f = ((const cuLaunchKernel_params *)params)->f;
+        *stream = ((const cuLaunchKernel_params *)params)->hStream;
+        return 1;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+        *f = ((const cuLaunchKernel_ptsz_params *)params)->f;
+        *stream = ((const cuLaunchKernel_ptsz_params *)params)->hStream;
+        break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+        *f = ((const cuLaunchCooperativeKernel_params *)params)->f;
+        *stream = ((const cuLaunchCooperativeKernel_params *)params)->hStream;
+        return 1;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+        *f = ((const cuLaunchCooperativeKernel_ptsz_params *)params)->f;
+        *stream = ((const cuLaunchCooperativeKernel_ptsz_params *)params)->hStream;
+        break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx: {
+        const cuLaunchKernelEx_params *p = params;
+        *f = p->f;
+        *stream = p->config ? p->config->hStream : NULL;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+        const cuLaunchKernelEx_ptsz_params *p = params;
+        *f = p->f;
+        *stream = p->config ? p->config->hStream : NULL;
+        break;
+    }
+    default:
+        return 0;
+    }
+    /* A _ptsz launch on stream 0 means the calling thread's default stream. */
+    if (!*stream)
+        *stream = CU_STREAM_PER_THREAD;
+    return 1;
+}
+
+static void feed_period(const char *symbol, CUfunction f)
+{
+    uint32_t ordinal;
+    unsigned flags;
+    if (!period)
+        return;
+    uint64_t hash = symbol ? transit_period_hash_name(symbol) : (uint64_t)(uintptr_t)f;
+    pthread_mutex_lock(&period_lock);
+    flags = transit_period_feed(period, hash, &ordinal);
+    pthread_mutex_unlock(&period_lock);
+    if (flags & TRANSIT_PERIOD_BEGIN)
+        transit_iteration_mark(TRANSIT_ITER_KERNEL_PERIOD);
+    if ((flags & TRANSIT_PERIOD_CHANGED) && transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH)
+        transit_recorder_reprofile("the kernel sequence changed");
+}
+
+/* Labels the launch for the activity records: the callback's correlation id directly, and an
+ * external id on CUPTI's per-thread stack. The external id is replaced at the next launch
+ * instead of popped at API exit, so that it is still on the stack when CUPTI writes the API
+ * record of an enclosing runtime call (cudaLaunchKernel), whose correlation id the kernel
+ * record may carry instead of the driver call's. */
+static void correlate(const transit_launch *l, uint32_t corr)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (corr_pushed) {
+        api->ActivityPopExternalCorrelationId(EXTERNAL_KIND, NULL);
+        corr_pushed = 0;
+    }
+    if (!__atomic_load_n(&have_profiling, __ATOMIC_ACQUIRE))
+        return;
+    corr_store(corr_from_callback, corr, window_ordinal(l->iteration, l->ordinal));
+    corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, l->iteration << 32 | l->ordinal) ==
+                  CUPTI_SUCCESS;
+}
+
+static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                 const void *data)
+{
+    const CUpti_CallbackData *cb = data;
+    CUfunction f = NULL;
+    CUstream stream = NULL;
+    (void)userdata;
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !cb || cb->callbackSite != CUPTI_API_ENTER ||
+        get_state() != TRANSIT_RECORDER_CUPTI || !launch_params(cbid, cb->functionParams, &f, &stream))
+        return;
+    uint64_t t0 = now_ns();
+    transit_add(&rc.launches, 1);
+    feed_period(cb->symbolName, f); /* may mark an iteration that begins with this launch */
+    iteration_check();
+    transit_launch l = {
+        .stream = stream,
+        .iteration = __atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE),
+        .ordinal = __atomic_fetch_add(&iter_launches, 1, __ATOMIC_ACQ_REL),
+    };
+    correlate(&l, cb->correlationId);
+    uint32_t profiled = __atomic_load_n(&win_max_launches, __ATOMIC_RELAXED);
+    if (transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE &&
+        profiled && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
+        transit_recorder_reprofile("an iteration ran far more kernels than profiled");
+    transit_policy_launch(&l);
+    transit_add(&rc.overhead_ns, now_ns() - t0);
+}
+
+/* ---- start ---- */
+
+static void configure_unified_memory(const transit_cupti_api *api)
+{
+    static const CUpti_ActivityUnifiedMemoryCounterKind kinds[] = {
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP,
+    };
+    enum { ALL = sizeof kinds / sizeof kinds[0], MIGRATIONS_ONLY = 2 };
+    CUpti_ActivityUnifiedMemoryCounterConfig config[ALL];
+    for (uint32_t i = 0; i < ALL; i++)
+        config[i] = (CUpti_ActivityUnifiedMemoryCounterConfig){
+            .scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_ALL_DEVICES, .kind = kinds[i], .enable = 1};
+    CUptiResult r = api->ActivityConfigureUnifiedMemoryCounter(config, ALL);
+    if (r != CUPTI_SUCCESS) {
+        CUptiResult r2 = api->ActivityConfigureUnifiedMemoryCounter(config, MIGRATIONS_ONLY);
+        transit_warn("recorder: unified memory counters: %s%s", transit_cupti_error(r),
+                     r2 == CUPTI_SUCCESS ? "; migrations only (no faults, thrashing, remote maps)" : "; none");
+        r = r2;
+    }
+    um_ok = r == CUPTI_SUCCESS;
+}
+
+static void start_cupti(void)
+{
+    const char *why = NULL;
+    char msg[sizeof reason];
+    const transit_cupti_api *api;
+    CUptiResult r;
+
+    if (!transit_g.cfg.recorder) {
+        set_state(TRANSIT_RECORDER_OFF, "TRANSIT_RECORDER is off");
+        return;
+    }
+    if (!(api = transit_cupti(&why))) {
+        set_state(TRANSIT_RECORDER_OFF, why);
+        transit_warn("recorder off: %s", why);
+        return;
+    }
+    r = api->Subscribe(&subscriber, on_callback, NULL);
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        set_state(TRANSIT_RECORDER_DEGRADED, "another CUPTI subscriber is active (torch.profiler, Nsight): no "
+                                             "launch callbacks or activity records, iteration marks only");
+        transit_warn("recorder degraded: CUPTI is taken by another subscriber; no migration statistics, prefetch "
+                     "acts as base, advise applies after warm-up by iteration marks");
+        return;
+    }
+    if (r != CUPTI_SUCCESS) {
+        snprintf(msg, sizeof msg, "cuptiSubscribe failed: %s", transit_cupti_error(r));
+        set_state(TRANSIT_RECORDER_OFF, msg);
+        transit_warn("recorder off: %s", msg);
+        return;
+    }
+    for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++) {
+        r = api->EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids[i]);
+        if (r != CUPTI_SUCCESS) { /* leave CUPTI to other tools */
+            snprintf(msg, sizeof msg, "cuptiEnableCallback(%u) failed: %s", (unsigned)launch_cbids[i],
+                     transit_cupti_error(r));
+            api->Unsubscribe(subscriber);
+            set_state(TRANSIT_RECORDER_OFF, msg);
+            transit_warn("recorder off: %s", msg);
+            return;
+        }
+    }
+    r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    activity_ok = r == CUPTI_SUCCESS;
+    if (activity_ok)
+        configure_unified_memory(api);
+    else
+        transit_warn("recorder: cuptiActivityRegisterCallbacks failed: %s; launch callbacks only",
+                     transit_cupti_error(r));
+    if (!(period = transit_period_create(0)))
+        transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
+    pthread_mutex_lock(&win_lock);
+    open_window(1); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
+    pthread_mutex_unlock(&win_lock);
+    apply_activity();
+    set_state(TRANSIT_RECORDER_CUPTI, NULL);
+}
+
+void transit_recorder_start(void)
+{
+    static int at_exit_registered; /* inherited across fork, like the registration itself */
+    int expected = 0;
+    if (__atomic_load_n(&start_claimed, __ATOMIC_ACQUIRE) ||
+        !__atomic_compare_exchange_n(&start_claimed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    owner_pid = getpid();
+    start_cupti();
+    start_thread();
+    if (!at_exit_registered) {
+        at_exit_registered = 1;
+        atexit(at_exit);
+    }
+}
+
+void transit_recorder_after_fork(void)
+{
+    pthread_mutex_init(&win_lock, NULL);
+    pthread_mutex_init(&control_lock, NULL);
+    pthread_mutex_init(&period_lock, NULL);
+    pthread_mutex_init(&pool_lock, NULL);
+    pthread_mutex_init(&records_lock, NULL);
+    pthread_mutex_init(&thread_lock, NULL);
+    init_thread_sync();
+    thread_running = thread_stop = 0;
+    memset(&rc, 0, sizeof rc);
+    memset(&htod_hist, 0, sizeof htod_hist);
+    memset(&dtoh_hist, 0, sizeof dtoh_hist);
+    rec_state = TRANSIT_RECORDER_OFF;
+    start_claimed = started = 0;
+    reason[0] = '\0';
+    owner_pid = 0;
+    subscriber = NULL;
+    activity_ok = um_ok = 0;
+    iter_seen = 0;
+    iter_launches = prev_launches = 0;
+    win_phase = WINDOW_DONE;
+    win_begin = win_end = drain_until = 0;
+    win_max_launches = 0;
+    finalize_due = want_profiling = want_um = have_profiling = have_um = 0;
+    corr_pushed = 0;
+    transit_period_destroy(period);
+    period = NULL;
+    memset(buffer_busy, 0, sizeof buffer_busy); /* the buffers themselves are reused */
+    timeline_count = 0;
+}
+
+/* ---- queries and statistics ---- */
+
+transit_recorder_state transit_recorder_get_state(void)
+{
+    return (transit_recorder_state)get_state();
+}
+
+bool transit_recorder_sees_launches(void)
+{
+    return get_state() == TRANSIT_RECORDER_CUPTI;
+}
+
+uint32_t transit_recorder_prev_iteration_launches(void)
+{
+    return __atomic_load_n(&prev_launches, __ATOMIC_RELAXED);
+}
+
+uint64_t transit_recorder_profiled_iterations(void)
+{
+    return transit_get(&rc.profiled_iterations);
+}
+
+uint64_t transit_recorder_reprofiles(void)
+{
+    return transit_get(&rc.reprofiles);
+}
+
+uint64_t transit_recorder_htod_bytes(void)
+{
+    return transit_get(&rc.htod_bytes);
+}
+
+uint64_t transit_recorder_dtoh_bytes(void)
+{
+    return transit_get(&rc.dtoh_bytes);
+}
+
+static void direction_json(jbuf *b, const char *name, uint64_t bytes, uint64_t count, const transit_hist *h)
+{
+    char counts[256], sizes[256];
+    if (transit_hist_json(h, TRANSIT_HIST_COUNT, counts, sizeof counts) < 0)
+        snprintf(counts, sizeof counts, "null");
+    if (transit_hist_json(h, TRANSIT_HIST_BYTES, sizes, sizeof sizes) < 0)
+        snprintf(sizes, sizeof sizes, "null");
+    jb_printf(b,
+              "\"%s\": {\"bytes\": %" PRIu64 ", \"count\": %" PRIu64 ", \"histogram\": %s, \"histogram_bytes\": %s}, ",
+              name, bytes, count, counts, sizes);
+}
+
+void transit_recorder_migrations_json(jbuf *b)
+{
+    jb_printf(b, "\"migrations\": {");
+    direction_json(b, "htod", transit_get(&rc.htod_bytes), transit_get(&rc.htod_count), &htod_hist);
+    direction_json(b, "dtoh", transit_get(&rc.dtoh_bytes), transit_get(&rc.dtoh_count), &dtoh_hist);
+    jb_printf(b, "\"unrequested_bytes\": %" PRIu64 "}, ", transit_get(&rc.unrequested_bytes));
+    jb_printf(b, "\"faults\": {\"gpu_page_faults\": %" PRIu64 ", \"thrashing\": %" PRIu64
+                 ", \"remote_map_bytes\": %" PRIu64 "}, ",
+              transit_get(&rc.gpu_faults), transit_get(&rc.thrashing), transit_get(&rc.remote_map_bytes));
+}
+
+void transit_recorder_state_json(jbuf *b)
+{
+    static const char *const names[] = {"off", "degraded", "cupti"};
+    int s = get_state();
+    const transit_period *p = period;
+    jb_printf(b, "\"recorder\": {\"state\": \"%s\", \"reason\": ", names[s]);
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE))
+        jb_str(b, "not started: no managed allocation yet (the recorder starts at the first one)");
+    else
+        jb_str(b, reason[0] ? reason : NULL);
+    jb_printf(b,
+              ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
+              ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
+              ", \"profiling\": %s, \"unified_memory_counters\": %s",
+              transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
+              transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
+              (double)transit_get(&rc.overhead_ns) * 1e-9, have_profiling ? "true" : "false",
+              have_um ? "true" : "false");
+    jb_printf(b,
+              ", \"correlation\": {\"callback\": %" PRIu64 ", \"external\": %" PRIu64 ", \"disagree\": %" PRIu64
+              ", \"none\": %" PRIu64 "}",
+              transit_get(&rc.corr_callback), transit_get(&rc.corr_external), transit_get(&rc.corr_disagree),
+              transit_get(&rc.corr_none));
+    jb_printf(b, ", \"period\": {\"length\": %u, \"iterations\": %" PRIu64 ", \"changes\": %" PRIu64 "}}, ",
+              p ? transit_period_length(p) : 0, p ? transit_period_iterations(p) : 0,
+              p ? transit_period_changes(p) : 0);
+
+    uint64_t n = __atomic_load_n(&timeline_count, __ATOMIC_ACQUIRE);
+    jb_printf(b, "\"timeline\": [");
+    for (uint64_t i = n > TIMELINE_ENTRIES ? n - TIMELINE_ENTRIES : 0; i < n; i++) {
+        const timeline_entry *e = &timeline[i % TIMELINE_ENTRIES];
+        jb_printf(b,
+                  "{\"t\": %.3f, \"iteration\": %" PRIu64 ", \"resident_bytes\": %" PRIu64 ", \"htod_bytes\": %" PRIu64
+                  ", \"dtoh_bytes\": %" PRIu64 "}, ",
+                  e->t, e->iteration, e->resident, e->htod, e->dtoh);
+    }
+    jb_trim_comma(b);
+    jb_printf(b, "], ");
+}

@@ -1,0 +1,59 @@
+/* recorder.h - the CUPTI recorder: kernel-launch callbacks, activity records (kernels, unified
+ * memory counters, external correlation), iteration tracking for the policies, the profiling
+ * window, and the recorder's own statistics.
+ *
+ * One CUPTI subscriber, started at the first managed allocation (after activation, so CUPTI's
+ * own start-up can never re-enter activation). States:
+ *   cupti    - subscribed: launch callbacks and activity records;
+ *   degraded - another subscriber holds CUPTI (torch.profiler, Nsight): no launch callbacks and
+ *              no activity (its buffers are not ours to take); iteration marks only;
+ *   off      - TRANSIT_RECORDER=0, libcupti missing, CUPTI failed, or CUDA never used.
+ *
+ * Profiling window: kernel activity, external correlation and the API records they need run
+ * from the start through iteration TRANSIT_WARMUP_ITERS (iteration i is the span in which
+ * transit_iteration_count() == i; iteration 0, with its lazy initialisations, is profiled but
+ * its kernels carry no ordinal). After the window they are switched off, as are the unified
+ * memory counters in physical mode. In limit mode the counters stay on for the whole run:
+ * TRANSIT's residency estimate is built from the HtoD/DtoH migration records. One iteration
+ * after the window closes (so late records arrive) the recorder's thread flushes CUPTI and
+ * calls transit_policy_profile_end(). transit_recorder_reprofile() opens a new window.
+ *
+ * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
+ * that none is made inside a CUPTI callback, polls iteration marks (the only source of
+ * boundaries when there are no launch callbacks) and calls transit_policy_tick(). */
+#ifndef TRANSIT_RECORDER_H
+#define TRANSIT_RECORDER_H
+
+#include "json.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { TRANSIT_RECORDER_OFF, TRANSIT_RECORDER_DEGRADED, TRANSIT_RECORDER_CUPTI } transit_recorder_state;
+
+/* Called at each managed allocation; starts the recorder the first time. */
+void transit_recorder_start(void);
+/* A fork child starts with the recorder off and all counters cleared. */
+void transit_recorder_after_fork(void);
+transit_recorder_state transit_recorder_get_state(void);
+/* True when kernel-launch callbacks arrive (state cupti). */
+bool transit_recorder_sees_launches(void);
+/* Kernel launches counted in the last complete iteration (0 when unknown). */
+uint32_t transit_recorder_prev_iteration_launches(void);
+/* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
+ * Ignored while a window is open or after TRANSIT_MAX_REPROFILES. */
+void transit_recorder_reprofile(const char *why);
+/* Iterations profiled so far (all windows) and re-profiling windows opened. */
+uint64_t transit_recorder_profiled_iterations(void);
+uint64_t transit_recorder_reprofiles(void);
+/* Bytes of HtoD / DtoH migration reported by CUPTI so far. */
+uint64_t transit_recorder_htod_bytes(void);
+uint64_t transit_recorder_dtoh_bytes(void);
+
+/* Stats sections, each followed by ", "; no lock, no allocation (signal handler safe).
+ * "migrations" and "faults": */
+void transit_recorder_migrations_json(jbuf *b);
+/* "recorder" and "timeline": */
+void transit_recorder_state_json(jbuf *b);
+
+#endif
