@@ -194,7 +194,8 @@ def test_notes_follow_thresholds(tmp_path: Path) -> None:
     def change(rank: int, stats: dict[str, Any]) -> None:
         stats["config"]["policy"] = "base"
         if rank == 1:
-            stats["recorder"].update(state="degraded", dropped_records=17)
+            stats["recorder"].update(state="degraded", dropped_records=17, reason="CUPTI subscriber taken")
+            stats["prefetch"]["errors"] = 2
         if rank == 2:
             stats["allocations"].update(refused=3, refused_bytes=3 << 30)
         if rank == 3:
@@ -206,6 +207,9 @@ def test_notes_follow_thresholds(tmp_path: Path) -> None:
     assert found["thrashing"]["ranks"] == list(range(8))
     assert found["migrations-every-iteration"]["ranks"] == list(range(8))
     assert found["recorder-degraded"]["ranks"] == [1]
+    assert "CUPTI subscriber taken" in found["recorder-degraded"]["message"]
+    assert found["policy-errors"]["ranks"] == [1]
+    assert "2 prefetch" in found["policy-errors"]["message"]
     assert found["dropped-records"]["ranks"] == [1]
     assert "17" in found["dropped-records"]["message"]
     assert found["refused-allocations"]["ranks"] == [2]

@@ -129,12 +129,33 @@ def _recorder_degraded(report: Report) -> Note | None:
     hit = _ranks(report.ranks, lambda r: r.recorder_state == "degraded")
     if not hit:
         return None
+    reasons = sorted({r.recorder_reason for r in hit if r.recorder_reason})
     return Note(
         "recorder-degraded",
         WARNING,
-        f"the recorder was degraded on {rank_list(_numbers(hit))}: another CUPTI subscriber "
-        "(torch.profiler?) held it, so there are no migration records and prefetch cannot profile; "
-        "kernel launches were counted by interposition",
+        f"the recorder was degraded on {rank_list(_numbers(hit))}"
+        + (f" ({'; '.join(reasons)})" if reasons else "")
+        + ": another CUPTI subscriber (torch.profiler?) held it, so there are no migration records and "
+        "prefetch cannot profile; kernel launches were counted by interposition",
+        _numbers(hit),
+    )
+
+
+def _policy_errors(report: Report) -> Note | None:
+    hit = _ranks(report.ranks, lambda r: r.prefetch_errors + r.advise_errors + r.eviction_errors > 0)
+    if not hit:
+        return None
+    failed = {
+        "prefetch": sum(r.prefetch_errors for r in hit),
+        "advise": sum(r.advise_errors for r in hit),
+        "eviction": sum(r.eviction_errors for r in hit),
+    }
+    counts = ", ".join(f"{n} {kind}" for kind, n in failed.items() if n)
+    return Note(
+        "policy-errors",
+        WARNING,
+        f"CUDA refused TRANSIT's own calls on {rank_list(_numbers(hit))} ({counts}): the policy did "
+        "less than it should; the rank's log has the CUDA errors",
         _numbers(hit),
     )
 
@@ -270,6 +291,7 @@ CHECKS = (
     _refused_allocations,
     _dropped_records,
     _recorder_degraded,
+    _policy_errors,
     _cuda_errors,
     _overshoot,
     _unrequested,
