@@ -20,8 +20,11 @@
  * a new period are reported as TRANSIT_PERIOD_CHANGED, so prefetch can re-profile.
  *
  * Memory is fixed at creation: a signature table sized by history_cap, reset whenever its
- * search epoch exceeds history_cap launches. Periods up to about history_cap / 5 launches
- * are found (the first iteration plus four). Not thread-safe. */
+ * search epoch exceeds history_cap launches. Periods up to about history_cap / 4 launches
+ * are found (four occurrences of a signature must fall in one epoch). Not thread-safe.
+ *
+ * Any stable 64-bit identity of a kernel works as the hash (the CUfunction handle is as good
+ * as a hash of the name, and cheaper). */
 #ifndef TRANSIT_PERIOD_H
 #define TRANSIT_PERIOD_H
 
@@ -29,7 +32,8 @@
 
 #include "internal.h"
 
-#define TRANSIT_PERIOD_HISTORY_DEFAULT (1u << 18) /* launches per search epoch: 3 MiB of table */
+#define TRANSIT_PERIOD_HISTORY_DEFAULT (1u << 18) /* launches per search epoch: 3 MiB of table,
+                                                     iterations up to ~50,000 launches */
 #define TRANSIT_PERIOD_WINDOW 12                  /* kernel names per signature */
 #define TRANSIT_PERIOD_MIN 8                      /* shortest iteration, in launches */
 #define TRANSIT_PERIOD_LOCK_OCCURRENCES 4

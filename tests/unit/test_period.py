@@ -251,7 +251,7 @@ def test_long_period_llama_sized(native):
 
 
 def test_history_cap_bounds_the_longest_period(native):
-    """A period beyond history_cap / 5 is not found (fixed memory); within it, it is."""
+    """A period beyond history_cap / 4 is not found (fixed memory); within it, it is."""
     vocab = Vocabulary(random.Random(9), 100)
     step = vocab.pattern(3000)
     assert feed(native, periodic(step, 8).tokens, history_cap=8192).period == 0
