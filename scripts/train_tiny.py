@@ -110,9 +110,12 @@ def main() -> int:
 
     if rank == 0:
         result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
-                  "world_size": world_size, "parallel": args.parallel, "seed": args.seed, "losses": losses}
+                  "world_size": world_size, "parallel": args.parallel, "seed": args.seed,
+                  # the policy the SPANK plugin gave this task (None without --transit)
+                  "transit_policy": os.environ.get("TRANSIT_POLICY"), "losses": losses}
         with open(args.out, "w") as out:
             json.dump(result, out, indent=2)
+    dist.barrier()  # no rank tears gloo down while another still has a collective in flight
     dist.destroy_process_group()
     return 0
 

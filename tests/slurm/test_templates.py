@@ -1,0 +1,74 @@
+"""The sbatch templates in scripts/, submitted to the real local Slurm cluster on CPU.
+
+sbatch-torchrun.sh trains the tiny model for real. TorchTitan is not installed on the CI/dev
+machine, so sbatch-torchtitan.sh runs in dry-run mode (LAUNCH_ARGS="--dry-run --json") and the
+test checks the command it builds from the allocation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
+TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
+TEMPLATES = {name: REPO / "scripts" / f"sbatch-{name}.sh" for name in ("torchrun", "torchtitan")}
+
+
+@pytest.fixture
+def env(cluster):
+    return cluster.env(PATH=f"{TRANSIT_BIN}:{os.environ['PATH']}", PYTHON=sys.executable)
+
+
+def submit_template(cluster, env, template: Path, nodes: int, output: Path, args: list[str]) -> str:
+    result = cluster.run(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
+                          str(template), *args], env=env)
+    log = output.read_text() if output.exists() else ""
+    assert result.returncode == 0, f"job failed: {result.stderr}\n{log}"
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_template_asks_for_transit_and_hard_codes_no_allocation(name):
+    text = TEMPLATES[name].read_text()
+    assert "#SBATCH --transit=advise" in text
+    assert "transit launch" in text
+    assert not re.search(r"^#SBATCH\s+(--nodes|-N)\b", text, re.MULTILINE)
+    assert not re.search(r"--nnodes|--rdzv|MASTER_ADDR", text)  # all left to `transit launch`
+
+
+def test_torchrun_template_trains_the_tiny_model_with_transit(cluster, env, tmp_path):
+    out = tmp_path / "loss.json"
+    env = env | {"GLOBAL_BATCH": "8", "LOCAL_BATCH": "2", "NPROC_PER_NODE": "2"}
+    submit_template(cluster, env, TEMPLATES["torchrun"], 2, tmp_path / "job.out",
+                    [str(TRAIN_TINY), "--steps", "3", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert (result["world_size"], result["global_batch"], result["grad_accum"]) == (4, 8, 1)
+    assert result["transit_policy"] == "advise"  # #SBATCH --transit=advise reached the srun step
+    assert len(result["losses"]) == 3 and result["losses"][-1] < result["losses"][0]
+
+
+def test_torchtitan_template_builds_the_torchtitan_command(cluster, env, tmp_path):
+    output = tmp_path / "job.out"
+    env = env | {"GLOBAL_BATCH": "16", "LOCAL_BATCH": "2", "TP": "2", "NPROC_PER_NODE": "2",
+                 "LAUNCH_ARGS": "--dry-run --json"}
+    job_id = submit_template(cluster, env, TEMPLATES["torchtitan"], 2, output,
+                             ["--module", "llama3", "--config", "llama3_debugmodel"])
+    launch = json.loads(output.read_text())
+    assert launch["job_id"] == job_id and len(launch["hostnames"]) == 2
+    assert (launch["dp"], launch["grad_accum"]) == (2, 4)
+    command = launch["command"]
+    torchrun = command.index("torchrun")
+    assert command[:torchrun] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--ntasks=2"]
+    assert command[torchrun:] == [
+        "torchrun", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={launch['rdzv_endpoint']}", f"--rdzv-id={job_id}",
+        "-m", "torchtitan.train", "--module", "llama3", "--config", "llama3_debugmodel",
+        "--training.global_batch_size=16", "--training.local_batch_size=2",
+        "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1"]
