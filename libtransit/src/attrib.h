@@ -34,13 +34,16 @@ typedef struct transit_attrib_counts {
 } transit_attrib_counts;
 
 /* Caps of 0 mean the defaults. NULL when out of memory. `out` is borrowed. */
-TRANSIT_INTERNAL transit_attrib *transit_attrib_create(transit_ranges *out, size_t kernel_cap, size_t pending_cap);
+TRANSIT_INTERNAL transit_attrib *transit_attrib_create(transit_ranges *out, size_t kernel_cap,
+                                                      size_t pending_cap);
 TRANSIT_INTERNAL void transit_attrib_destroy(transit_attrib *a);
 /* A kernel activity record: GPU timestamps (ns) and its launch ordinal within the iteration
  * (from the external correlation id), or TRANSIT_ATTRIB_NO_ORDINAL. */
-TRANSIT_INTERNAL void transit_attrib_kernel(transit_attrib *a, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
+TRANSIT_INTERNAL void transit_attrib_kernel(transit_attrib *a, uint64_t start_ns, uint64_t end_ns,
+                                            uint32_t ordinal);
 /* An HtoD migration record (its start timestamp decides; the end does not matter). */
-TRANSIT_INTERNAL void transit_attrib_migration(transit_attrib *a, uint64_t start_ns, uint64_t addr, uint64_t bytes);
+TRANSIT_INTERNAL void transit_attrib_migration(transit_attrib *a, uint64_t start_ns, uint64_t addr,
+                                               uint64_t bytes);
 /* End of profiling: migrations still waiting become unattributed; kept kernels are forgotten. */
 TRANSIT_INTERNAL void transit_attrib_flush(transit_attrib *a);
 TRANSIT_INTERNAL transit_attrib_counts transit_attrib_get_counts(const transit_attrib *a);

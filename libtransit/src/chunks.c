@@ -240,7 +240,8 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
         uint64_t first = w_first * 64u + (uint64_t)__builtin_ctzll(x->bits[w_first]);
         uint64_t last = w_last * 64u + 63u - (uint64_t)__builtin_clzll(x->bits[w_last]);
         uint64_t base = x->chunk << TRANSIT_CHUNK_SHIFT;
-        out[n_out++] = (transit_range){.addr = base + first * PAGE_BYTES, .bytes = (last - first + 1) * PAGE_BYTES};
+        out[n_out++] =
+            (transit_range){.addr = base + first * PAGE_BYTES, .bytes = (last - first + 1) * PAGE_BYTES};
         forget_node(c, find_slot(c, x->chunk), n);
     }
     qsort(out, n_out, sizeof *out, compare_range);

@@ -34,6 +34,7 @@ TRANSIT_INTERNAL void transit_hist_add(transit_hist *h, uint64_t bytes);
 /* Writes {"<4K": n, "4K-64K": n, "64K-1M": n, "1M-2M": n, ">2M": n} (counts or bytes) into
  * buf, NUL-terminated. Returns the length written, or -1 (buf holds "") when cap is too small.
  * No allocation: usable from a signal handler. */
-TRANSIT_INTERNAL int transit_hist_json(const transit_hist *h, transit_hist_field field, char *buf, size_t cap);
+TRANSIT_INTERNAL int transit_hist_json(const transit_hist *h, transit_hist_field field, char *buf,
+                                       size_t cap);
 
 #endif

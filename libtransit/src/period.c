@@ -113,7 +113,8 @@ static sig_entry *find_entry(transit_period *p, uint64_t sig)
     return &p->table[s];
 }
 
-static unsigned begin_iteration(transit_period *p, uint64_t start, uint64_t t, unsigned flags, uint32_t *ordinal)
+static unsigned begin_iteration(transit_period *p, uint64_t start, uint64_t t, unsigned flags,
+                                uint32_t *ordinal)
 {
     p->start = start;
     p->iterations++;
@@ -157,7 +158,8 @@ static unsigned follow(transit_period *p, uint64_t sig, uint64_t t, uint32_t *or
     uint64_t since = t - p->start;
     if (sig == p->anchor) {
         uint64_t gap = t - p->last_anchor;
-        int respaced = distance(gap, p->last_gap) <= tolerance(gap) && distance(gap, p->period) > tolerance(p->period);
+        int respaced =
+            distance(gap, p->last_gap) <= tolerance(gap) && distance(gap, p->period) > tolerance(p->period);
         p->last_anchor = t;
         p->last_gap = gap;
         if (respaced && gap >= TRANSIT_PERIOD_MIN) {

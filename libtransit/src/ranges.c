@@ -85,7 +85,9 @@ static void merge_raw(transit_ranges *r)
         raw_range *cur = &r->raw[i];
         raw_range *last = out ? &r->raw[out - 1] : NULL;
         /* cur->addr >= last->addr (sorted), so only the gap after last->end matters. */
-        if (last && last->ordinal == cur->ordinal && (cur->addr <= last->end || cur->addr - last->end <= r->gap)) {
+        int mergeable = last && last->ordinal == cur->ordinal &&
+                        (cur->addr <= last->end || cur->addr - last->end <= r->gap);
+        if (mergeable) {
             if (cur->end > last->end)
                 last->end = cur->end;
         } else {

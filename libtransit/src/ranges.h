@@ -43,7 +43,8 @@ TRANSIT_INTERNAL int transit_ranges_finalize(transit_ranges *r);
 TRANSIT_INTERNAL int transit_ranges_finalized(const transit_ranges *r);
 /* The merged ranges of an ordinal, ascending by address; *count = 0 (and NULL) for an ordinal
  * without ranges or before finalize. */
-TRANSIT_INTERNAL const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal, size_t *count);
+TRANSIT_INTERNAL const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal,
+                                                        size_t *count);
 /* Totals over all ordinals of the merged ranges (after finalize). */
 TRANSIT_INTERNAL size_t transit_ranges_total_count(const transit_ranges *r);
 TRANSIT_INTERNAL uint64_t transit_ranges_total_bytes(const transit_ranges *r);
