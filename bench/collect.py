@@ -1,0 +1,335 @@
+"""Combine one driver's runs into one result file, with the derived comparisons, and print a table.
+
+    python3 bench/collect.py compare --work /tmp/bench-work --out $OUT/compare.json
+
+A run NAME in the work directory (bench/lib.sh writes these) is NAME.cmd (the exact command),
+NAME.rc, NAME.log, NAME.json (the runner's result), NAME.transit/ (libtransit's per-process
+stats files, read here after the process exited) or NAME.skipped. TRANSIT's offloaded bytes
+per GPU are the stats' spilled peak (data resident in host memory, what the frameworks'
+offloaded bytes measure too); its PCIe traffic per step is migrations HtoD + DtoH over iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import GIB, git_commit, write_json
+
+COLLECT_SCHEMA = "transit.bench-collection/1"
+LOG_TAIL_LINES = 40
+TIMELINE_KEEP = 200
+
+# Issue targets, in one place (issue 8 item 3, issue 3 items 5-6, issue 2 item 9).
+TARGETS = {
+    "advise_vs_no_offload_min": 0.90, "advise_vs_no_offload_aim": 0.95,
+    "advise_vs_best_framework_min": 1.42, "advise_vs_best_framework_aim": 1.7,
+    "framework_vs_transit_offloaded_min": 3.0,
+    "prefetch_fault_reduction_min": 0.95,
+    "recorder_warmup_overhead_max": 1.05, "recorder_after_warmup_overhead_max": 1.01,
+    "transit_base_overhead_max": 1.01,
+}
+FRAMEWORK_OFFLOAD_SYSTEMS = ("fsdp-cpu-mb", "fsdp-cpu-accum", "zero-offload", "zero-infinity")
+SMALL_BINS = ("<4K", "4K-64K")
+LARGE_BINS = ("1M-2M", ">2M")
+
+
+def load_transit_stats(directory: Path) -> list[dict]:
+    """Per-process stats files of processes that used CUDA (the torchrun agent writes none)."""
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            docs.append({"file": path.name, "unreadable": str(exc)})
+            continue
+        if doc.get("cuda_active"):
+            if isinstance(doc.get("timeline"), list):
+                doc["timeline"] = doc["timeline"][:TIMELINE_KEEP]
+            doc["file"] = path.name
+            docs.append(doc)
+    return docs
+
+
+def transit_summary(stats: list[dict]) -> dict | None:
+    ranks = [s for s in stats if "unreadable" not in s]
+    if not ranks:
+        return None
+
+    def get(doc: dict, *keys: str):
+        for key in keys:
+            if not isinstance(doc, dict):
+                return None
+            doc = doc.get(key)
+        return doc
+
+    def total(*keys: str) -> int | None:
+        values = [get(r, *keys) for r in ranks]
+        return sum(values) if all(isinstance(v, (int, float)) for v in values) else None
+
+    per_rank_spill = [get(r, "memory", "spilled_peak_bytes") for r in ranks]
+    iterations = [get(r, "iterations", "count") or 0 for r in ranks]
+    htod, dtoh = total("migrations", "htod", "bytes"), total("migrations", "dtoh", "bytes")
+    hist: dict[str, int] = {}
+    for r in ranks:
+        for key in ("htod", "dtoh"):
+            for bin_name, count in (get(r, "migrations", key, "histogram") or {}).items():
+                hist[bin_name] = hist.get(bin_name, 0) + count
+    hist_total = sum(hist.values())
+    iters = max(iterations) if iterations else 0
+    return {
+        "ranks": len(ranks),
+        "policy": get(ranks[0], "config", "policy"),
+        "mode": get(ranks[0], "config", "mode"),
+        "limit_bytes": get(ranks[0], "config", "limit_bytes"),
+        "offloaded_bytes_per_gpu": (max(per_rank_spill) if all(isinstance(v, int) for v in per_rank_spill)
+                                    else None),
+        "resident_peak_bytes": max((get(r, "memory", "resident_peak_bytes") or 0) for r in ranks),
+        "overshoot_peak_bytes": max((get(r, "memory", "overshoot_peak_bytes") or 0) for r in ranks),
+        "htod_bytes": htod, "dtoh_bytes": dtoh,
+        "htod_count": total("migrations", "htod", "count"), "dtoh_count": total("migrations", "dtoh", "count"),
+        "migration_bytes_per_step": ((htod + dtoh) / iters / len(ranks)) if htod is not None and dtoh is not None
+                                    and iters else None,
+        "histogram": hist,
+        "small_migration_share": (sum(hist.get(b, 0) for b in SMALL_BINS) / hist_total) if hist_total else None,
+        "large_migration_share": (sum(hist.get(b, 0) for b in LARGE_BINS) / hist_total) if hist_total else None,
+        "gpu_page_faults": total("faults", "gpu_page_faults"),
+        "thrashing": total("faults", "thrashing"),
+        "remote_map_bytes": total("faults", "remote_map_bytes"),
+        "prefetch_bytes": total("prefetch", "bytes"),
+        "advise_calls": total("advise", "calls"),
+        "evictions_bytes": total("evictions", "bytes"),
+        "unrequested_bytes": total("migrations", "unrequested_bytes"),
+        "iterations": iters,
+        "iteration_method": get(ranks[0], "iterations", "method"),
+        "recorder_state": get(ranks[0], "recorder", "state"),
+        "dropped_records": total("recorder", "dropped_records"),
+        "refused_allocations": total("allocations", "refused"),
+        "cuda_errors": [get(r, "cuda_error") for r in ranks if get(r, "cuda_error")],
+        "exit_reasons": [get(r, "time", "exit_reason") for r in ranks],
+        "warnings": sorted({w for r in ranks for w in (get(r, "warnings") or [])}),
+    }
+
+
+def load_runs(work: Path) -> dict[str, dict]:
+    runs: dict[str, dict] = {}
+    for marker in sorted([*work.glob("*.cmd"), *work.glob("*.skipped")]):
+        name = marker.stem
+        if name in runs:
+            continue
+        run: dict = {"name": name}
+        skipped = work / f"{name}.skipped"
+        if skipped.exists():
+            run |= {"status": "skipped", "reason": skipped.read_text().strip()}
+            runs[name] = run
+            continue
+        rc_file, result_file, stats_dir = work / f"{name}.rc", work / f"{name}.json", work / f"{name}.transit"
+        rc = int(rc_file.read_text()) if rc_file.exists() else None
+        run["command"] = (work / f"{name}.cmd").read_text().strip()
+        run["rc"] = rc
+        run["result"] = json.loads(result_file.read_text()) if result_file.exists() else None
+        if stats_dir.is_dir():
+            run["transit_stats"] = load_transit_stats(stats_dir)
+            run["transit"] = transit_summary(run["transit_stats"])
+        run["status"] = ("ok" if rc == 0 and run["result"] is not None
+                         else "timeout" if rc in (124, 137) else "failed")
+        if run["status"] != "ok":
+            log = work / f"{name}.log"
+            run["log_tail"] = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+        runs[name] = run
+    return runs
+
+
+def metric(runs: dict, name: str, key: str):
+    run = runs.get(name) or {}
+    return (run.get("result") or {}).get(key)
+
+
+def tflops(runs: dict, name: str) -> float | None:
+    return metric(runs, name, "tflops_per_gpu")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def offloaded(run: dict) -> int | None:
+    """Host-resident training state per GPU: TRANSIT's spilled peak, or the framework's own count."""
+    if run.get("transit"):
+        return run["transit"]["offloaded_bytes_per_gpu"]
+    return (run.get("result") or {}).get("offloaded_bytes_per_gpu")
+
+
+def losses_compare(runs: dict, name: str, reference: str) -> dict | None:
+    a, b = metric(runs, name, "losses"), metric(runs, reference, "losses")
+    if not a or not b:
+        return None
+    n = min(len(a), len(b))
+    diffs = [abs(x - y) for x, y in zip(a[:n], b[:n])]
+    return {"reference": reference, "steps_compared": n, "bitwise_identical": a[:n] == b[:n],
+            "max_abs_diff": max(diffs)}
+
+
+def step_window(runs: dict, name: str, lo: int, hi: int | None) -> float | None:
+    times = ((metric(runs, name, "step_time") or {}).get("all_s") or [])[lo:hi]
+    return statistics.median(times) if times else None
+
+
+def check(value: float | None, threshold: float, higher_is_better: bool = True) -> dict:
+    if value is None:
+        return {"value": None, "threshold": threshold, "met": None}
+    met = value >= threshold if higher_is_better else value <= threshold
+    return {"value": value, "threshold": threshold, "met": met}
+
+
+def summarize_policies(runs: dict) -> dict:
+    names = [n for n in ("transit-base", "transit-prefetch", "transit-advise") if n in runs]
+    step = {n: (metric(runs, n, "step_time") or {}).get("mean_s") for n in ["native", *names]}
+    tr = {n: runs[n].get("transit") or {} for n in names}
+    faults_base = tr.get("transit-base", {}).get("gpu_page_faults")
+    faults_prefetch = tr.get("transit-prefetch", {}).get("gpu_page_faults")
+    reduction = (1 - faults_prefetch / faults_base) if faults_base and faults_prefetch is not None else None
+    order = [step.get(n) for n in ("transit-base", "transit-prefetch", "transit-advise")]
+    return {
+        "step_time_mean_s": step,
+        "base_over_prefetch": ratio(step.get("transit-base"), step.get("transit-prefetch")),
+        "base_over_advise": ratio(step.get("transit-base"), step.get("transit-advise")),
+        "prefetch_over_advise": ratio(step.get("transit-prefetch"), step.get("transit-advise")),
+        "ordered_base_prefetch_advise": (order[0] > order[1] > order[2]) if None not in order else None,
+        "prefetch_fault_reduction": check(reduction, TARGETS["prefetch_fault_reduction_min"]),
+        "small_migration_share": {n: tr[n].get("small_migration_share") for n in names},
+        "large_migration_share": {n: tr[n].get("large_migration_share") for n in names},
+        "nvml_peak_over_limit_bytes": {
+            n: ((metric(runs, n, "memory") or {}).get("peak_bytes_max") or 0) - (tr[n].get("limit_bytes") or 0)
+            for n in names if tr[n].get("limit_bytes")},
+        "losses_vs_native": {n: losses_compare(runs, n, "native") for n in names},
+    }
+
+
+def summarize_overhead(runs: dict) -> dict:
+    warm = int(((runs.get("transit-base") or {}).get("result") or {}).get("transit_env", {})
+               .get("TRANSIT_WARMUP_ITERS", 2))
+    # Step 0 holds allocation and autotuning: the warm-up window starts at step 1.
+    rec_warm = ratio(step_window(runs, "transit-base", 1, warm), step_window(runs, "transit-base-norec", 1, warm))
+    rec_after = ratio(step_window(runs, "transit-base", warm, None),
+                      step_window(runs, "transit-base-norec", warm, None))
+    base_vs_native = ratio((metric(runs, "transit-base", "step_time") or {}).get("p50_s"),
+                           (metric(runs, "native", "step_time") or {}).get("p50_s"))
+    return {
+        "transit_warmup_iters": warm,
+        "transit_base_over_native_p50": check(base_vs_native, TARGETS["transit_base_overhead_max"], False),
+        "recorder_warmup_over_no_recorder": check(rec_warm, TARGETS["recorder_warmup_overhead_max"], False),
+        "recorder_after_warmup_over_no_recorder": check(rec_after, TARGETS["recorder_after_warmup_overhead_max"],
+                                                        False),
+        "losses_base_vs_native": losses_compare(runs, "transit-base", "native"),
+    }
+
+
+def summarize_compare(runs: dict) -> dict:
+    baseline = tflops(runs, "fsdp2-2gpu")
+    advise = tflops(runs, "transit-advise")
+    frameworks = {n: tflops(runs, n) for n in FRAMEWORK_OFFLOAD_SYSTEMS if tflops(runs, n) is not None}
+    best_fw = max(frameworks, key=frameworks.get) if frameworks else None
+    fw_offloaded = {n: offloaded(runs[n]) for n in frameworks if offloaded(runs[n])}
+    advise_off = offloaded(runs["transit-advise"]) if "transit-advise" in runs else None
+    socket = tflops(runs, "fsdp2-2gpu-socket")
+    advise_socket = tflops(runs, "transit-advise-socket")
+    return {
+        "tflops_per_gpu": {n: tflops(runs, n) for n in runs},
+        "offloaded_bytes_per_gpu": {n: offloaded(runs[n]) for n in runs},
+        "advise_vs_no_offload": check(ratio(advise, baseline), TARGETS["advise_vs_no_offload_min"]),
+        "advise_vs_no_offload_aim": TARGETS["advise_vs_no_offload_aim"],
+        "best_framework": best_fw,
+        "advise_vs_best_framework": check(ratio(advise, frameworks.get(best_fw)),
+                                          TARGETS["advise_vs_best_framework_min"]),
+        "advise_vs_best_framework_aim": TARGETS["advise_vs_best_framework_aim"],
+        "framework_over_transit_offloaded_min": check(
+            ratio(min(fw_offloaded.values()), advise_off) if fw_offloaded and advise_off else None,
+            TARGETS["framework_vs_transit_offloaded_min"]),
+        "network": {
+            # rho(B1, B2) = throughput at the high bandwidth / throughput at the low one (paper, 4.2).
+            "rho_no_offload_2gpu": ratio(baseline, socket),
+            "rho_transit_advise_1gpu": ratio(advise, advise_socket),
+            "transit_advise_1gpu_over_no_offload_2gpu_socket": ratio(advise, socket),
+            "high_bandwidth": "NCCL default transport between the 2 GPUs (NVLink / P2P)",
+            "low_bandwidth": "NCCL over TCP sockets on loopback (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "
+                             "NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)",
+        },
+        "losses_vs_no_offload": {n: losses_compare(runs, n, "fsdp2-2gpu") for n in runs if n != "fsdp2-2gpu"},
+    }
+
+
+def summarize_junit(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    cases = []
+    for suite in suites:
+        for case in suite.iter("testcase"):
+            outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+            detail = next((child.get("message") for child in case if child.tag != "system-out"), None)
+            cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
+                          "detail": (detail or "")[:300] or None, "time_s": float(case.get("time") or 0)})
+    counts = {o: sum(c["outcome"] == o for c in cases) for o in ("passed", "failure", "error", "skipped")}
+    return {"counts": counts, "cases": cases}
+
+
+SUMMARIES = {"policies": summarize_policies, "overhead": summarize_overhead, "compare": summarize_compare}
+
+
+def gib(value: float | None) -> str:
+    return f"{value / GIB:.1f}" if value is not None else "-"
+
+
+def num(value: float | None, fmt: str = ".1f") -> str:
+    return format(value, fmt) if value is not None else "-"
+
+
+def print_table(kind: str, runs: dict, summary: dict) -> None:
+    header = ("run", "status", "GPUs", "TFLOPS/GPU", "step p50 s", "NVML peak GiB", "offloaded GiB/GPU",
+              "PCIe GiB/step", "faults")
+    rows = []
+    for name, run in runs.items():
+        res, tr = run.get("result") or {}, run.get("transit") or {}
+        rows.append((name, run["status"], str((res.get("config") or {}).get("world_size", "-")),
+                     num(res.get("tflops_per_gpu")), num((res.get("step_time") or {}).get("p50_s"), ".3f"),
+                     gib((res.get("memory") or {}).get("peak_bytes_max")), gib(offloaded(run)),
+                     gib(tr.get("migration_bytes_per_step")), str(tr.get("gpu_page_faults", "-"))))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    print(f"\n== {kind} ==")
+    for line in (header, *rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)))
+    print(json.dumps(summary, indent=1, default=str))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("kind", choices=sorted(SUMMARIES))
+    p.add_argument("--work", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    args = p.parse_args(argv)
+    runs = load_runs(args.work)
+    summary = SUMMARIES[args.kind](runs)
+    if "hf-native" in runs or "hf-transit" in runs:
+        summary["transparency_hf_trainer"] = losses_compare(runs, "hf-transit", "hf-native")
+    junit = summarize_junit(args.work / "pytest-gpu.xml")
+    if junit is not None:
+        summary["gpu_tests"] = junit
+    device = next((r["result"]["device"] for r in runs.values() if r.get("result")), None)
+    doc = {
+        "schema": COLLECT_SCHEMA, "kind": args.kind, "git_commit": git_commit(), "device": device,
+        "targets": TARGETS, "summary": summary, "runs": runs,
+    }
+    write_json(args.out, doc)
+    print_table(args.kind, runs, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
