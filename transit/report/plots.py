@@ -9,6 +9,7 @@ from transit.report.aggregate import HISTOGRAM_BUCKETS, Report
 
 GIB = 1024**3
 LEGEND_MAX_RANKS = 8  # above this, per-rank lines carry no legend
+BARS_MAX_RANKS = 64  # above this, per-rank bars become one filled outline, without rank labels
 
 
 def _pyplot() -> Any:
@@ -45,48 +46,66 @@ def migration_sizes(report: Report, path: Path) -> Path:
     return path
 
 
+def _stairs(edges: list[float], values: list[float]) -> Any:
+    """The polyline of a step plot: each value held from one edge to the next."""
+    import numpy as np
+
+    return np.column_stack([np.repeat(edges, 2)[1:-1], np.repeat(values, 2)])
+
+
 def timeline(report: Report, path: Path) -> Path:
+    """One line per rank in three LineCollections (one artist each, not one per rank: a thousand
+    ranks plot in about a second)."""
     plt = _pyplot()
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+
     fig, (moved_ax, resident_ax) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    rows = [row for row in report.ranks if len(row.timeline) > 1]
-    thin = len(rows) > LEGEND_MAX_RANKS
-    for index, row in enumerate(rows):
-        intervals = row.intervals()
+    series = [(row, row.intervals()) for row in report.ranks]
+    series = [(row, intervals) for row, intervals in series if intervals]
+    htod, dtoh, resident = [], [], []
+    for _, intervals in series:
         edges = [intervals[0].start_t] + [i.t for i in intervals]
-        style = {"linewidth": 0.6, "alpha": 0.5} if thin else {"linewidth": 1.2}
-        colour = f"C{index % 10}"  # one colour per rank for its three lines
-        moved_ax.stairs(
-            [i.htod_bytes / GIB for i in intervals],
-            edges,
-            color=colour,
-            label=f"rank {row.label} HtoD",
-            **style,
-        )
-        moved_ax.stairs(
-            [i.dtoh_bytes / GIB for i in intervals],
-            edges,
-            color=colour,
-            linestyle="--",
-            label=f"rank {row.label} DtoH",
-            **style,
-        )
-        t = [i.t for i in intervals]
-        resident = [i.resident_bytes / GIB for i in intervals]
-        resident_ax.plot(t, resident, color=colour, label=f"rank {row.label}", **style)
+        htod.append(_stairs(edges, [i.htod_bytes / GIB for i in intervals]))
+        dtoh.append(_stairs(edges, [i.dtoh_bytes / GIB for i in intervals]))
+        resident.append([(i.t, i.resident_bytes / GIB) for i in intervals])
+    thin = len(series) > LEGEND_MAX_RANKS
+    colours = [f"C{index % 10}" for index in range(len(series))]  # a rank's three lines share one
+    style = {"linewidths": 0.6, "alpha": 0.5} if thin else {"linewidths": 1.2}
+    moved_ax.add_collection(LineCollection(htod, colors=colours, **style))
+    moved_ax.add_collection(LineCollection(dtoh, colors=colours, linestyles="dashed", **style))
+    resident_ax.add_collection(LineCollection(resident, colors=colours, **style))
+    for ax in (moved_ax, resident_ax):
+        ax.autoscale()
     moved_ax.set_ylabel("migrated per interval (GiB)")
     moved_ax.set_title(
         f"Migrations and resident memory over time, job {report.header.job_id or '?'}"
-        + ("" if rows else " (no timeline samples)")
+        + ("" if series else " (no timeline samples)")
     )
     resident_ax.set_ylabel("resident on GPU (GiB)")
     resident_ax.set_xlabel("time since rank start (s)")
-    if rows and not thin:
-        moved_ax.legend(fontsize="small")
-        resident_ax.legend(fontsize="small")
+    kinds = [
+        Line2D([], [], color="gray", label="HtoD"),
+        Line2D([], [], color="gray", linestyle="--", label="DtoH"),
+    ]
+    moved_ax.legend(handles=kinds, fontsize="small")
+    if series and not thin:
+        ranks = [Line2D([], [], color=c, label=f"rank {row.label}") for c, (row, _) in zip(colours, series)]
+        resident_ax.legend(handles=ranks, fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _per_rank_bars(ax: Any, values: list[float], colour: str) -> None:
+    """Bars with gaps for a few ranks; for many, one filled step outline (a single artist)."""
+    import numpy as np
+
+    if len(values) <= BARS_MAX_RANKS:
+        ax.bar(range(len(values)), values, color=colour)
+    else:
+        ax.stairs(values, np.arange(len(values) + 1) - 0.5, fill=True, color=colour)
 
 
 def ranks(report: Report, path: Path) -> Path:
@@ -95,24 +114,23 @@ def ranks(report: Report, path: Path) -> Path:
     fig, (spill_ax, step_ax) = plt.subplots(
         2, 1, sharex=True, figsize=(max(6, min(24, 0.25 * len(labels))), 6)
     )
-    positions = range(len(labels))
-    spill_ax.bar(positions, [row.spilled_peak_bytes / GIB for row in report.ranks], color="tab:orange")
+    _per_rank_bars(spill_ax, [row.spilled_peak_bytes / GIB for row in report.ranks], "tab:orange")
     spill_ax.set_ylabel("spilled peak (GiB)")
     spill_ax.set_title(f"Per rank, job {report.header.job_id or '?'}")
-    step_ax.bar(positions, [row.step_time_mean_s or 0.0 for row in report.ranks], color="tab:blue")
+    _per_rank_bars(step_ax, [row.step_time_mean_s or 0.0 for row in report.ranks], "tab:blue")
     if report.iterations.step_time_p50_s is not None:
         step_ax.axhline(
             report.iterations.step_time_p50_s,
             color="gray",
             linestyle="--",
             linewidth=1,
-            label="median rank step time",
+            label="median step time",
         )
         step_ax.legend(fontsize="small")
     step_ax.set_ylabel("mean step time (s)")
-    step_ax.set_xlabel("rank")
-    if len(labels) <= 64:
-        step_ax.set_xticks(list(positions), labels)
+    step_ax.set_xlabel("rank (in report order)")
+    if len(labels) <= BARS_MAX_RANKS:
+        step_ax.set_xticks(range(len(labels)), labels)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
