@@ -323,6 +323,12 @@ def plugstack_report_dir() -> str | None:
             plugstack = value.strip()
     if result.returncode != 0 or not plugstack:
         return None
+    return report_dir_in_plugstack(plugstack)
+
+
+def report_dir_in_plugstack(plugstack: str) -> str | None:
+    """The ``report_dir=`` argument of the spank_transit.so line in a plugstack.conf (or a file it
+    includes); None when there is none."""
     for path in _plugstack_files(plugstack):
         with open(path, encoding="utf-8") as handle:
             for line in handle:

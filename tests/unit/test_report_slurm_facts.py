@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transit.slurm import parse_sacct_json, parse_squeue_json
+from transit.slurm import parse_sacct_json, parse_squeue_json, report_dir_in_plugstack
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -102,3 +102,20 @@ def test_wrong_types_inside_a_job_read_as_unknown() -> None:
     facts = parse_sacct_json(doc, "5")
     assert facts is not None
     assert (facts.name, facts.state, facts.elapsed_s, facts.num_nodes, facts.num_gpus) == (None,) * 5
+
+
+def test_report_dir_in_plugstack_follows_includes(tmp_path: Path) -> None:
+    included = tmp_path / "plugstack.conf.d"
+    included.mkdir()
+    (included / "10-other.conf").write_text("optional /usr/lib/slurm/other.so report_dir=/not/ours\n")
+    (included / "20-transit.conf").write_text(
+        "# required /old/spank_transit.so report_dir=/commented/out\n"
+        "required /opt/transit/lib/spank_transit.so lib=/opt/transit/lib/libtransit.so "
+        "report_dir=/shared/transit  # site default\n"
+    )
+    plugstack = tmp_path / "plugstack.conf"
+    plugstack.write_text(f"include {included}/*.conf\n")
+    assert report_dir_in_plugstack(str(plugstack)) == "/shared/transit"
+    plugstack.write_text("required /opt/transit/lib/spank_transit.so lib=/opt/transit/lib/libtransit.so\n")
+    assert report_dir_in_plugstack(str(plugstack)) is None
+    assert report_dir_in_plugstack(str(tmp_path / "missing.conf")) is None
