@@ -38,11 +38,16 @@ static void *open_beside_cudart(void)
     return dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
+/* One libcupti per process: a copy already loaded (PyTorch's profiler links one) comes first;
+ * then the one beside the application's libcudart, so the pip wheels' versions stay matched;
+ * then the loader's search path; then the toolkit. */
 static void *open_cupti(void)
 {
-    void *h = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_NOLOAD);
     if (!h)
         h = open_beside_cudart();
+    if (!h)
+        h = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_LOCAL);
     for (size_t i = 0; !h && i < sizeof toolkit_paths / sizeof toolkit_paths[0]; i++)
         h = dlopen(toolkit_paths[i], RTLD_NOW | RTLD_LOCAL);
     return h;
@@ -61,7 +66,7 @@ static void load(void)
     Dl_info info;
     void *h = open_cupti();
     if (!h) {
-        snprintf(cupti_why, sizeof cupti_why, "%s not found (by soname, beside libcudart, or in /usr/local/cuda)",
+        snprintf(cupti_why, sizeof cupti_why, "%s not found (loaded, beside libcudart, by soname, or in /usr/local/cuda)",
                  CUPTI_SONAME);
         cupti_state = -1;
         return;

@@ -26,8 +26,8 @@ typedef struct transit_cupti_api {
     CUptiResult (*GetResultString)(CUptiResult, const char **);
 } transit_cupti_api;
 
-/* Loads libcupti once (libcupti.so.13 by soname, then beside the loaded libcudart, then the
- * toolkit's usual directories) and resolves every function. NULL when it cannot; `why` then
+/* Loads libcupti once (a copy already loaded, then beside the loaded libcudart, then by
+ * soname, then the toolkit's usual directories) and resolves every function. NULL when it cannot; `why` then
  * says what was missing. Thread-safe; the answer never changes. */
 const transit_cupti_api *transit_cupti(const char **why);
 /* For the CPU tests: 0 when libcupti and all its functions were found, else -1; the path

@@ -31,6 +31,7 @@
 
 #define EVICT_HYSTERESIS_DIV 32             /* evict down to L - L/32, so not at every launch */
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
+#define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 
@@ -162,26 +163,37 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
         drv->ThreadExchangeStreamCaptureMode(saved);
 }
 
+/* The ordinal's ranges are copied out in batches: no lock is held across a driver call. */
 static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
     static int warned;
     const CUmemLocation to_device = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
-    size_t n = 0;
-    pthread_mutex_lock(&prof_lock);
-    const transit_range *r = replay ? transit_ranges_get(ranges, l->ordinal, &n) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        CUresult e = drv->MemPrefetchAsync(r[i].addr, r[i].bytes, to_device, 0, l->stream);
-        if (e != CUDA_SUCCESS) { /* e.g. the range was freed since it was profiled */
-            transit_add(&pc.prefetch_errors, 1);
-            warn_once(&warned, "prefetch: cuMemPrefetchAsync to the device", drv, e);
-            continue;
+    transit_range batch[PREFETCH_BATCH];
+    for (size_t done = 0;;) {
+        size_t n = 0, total = 0;
+        pthread_mutex_lock(&prof_lock);
+        const transit_range *r = replay ? transit_ranges_get(ranges, l->ordinal, &total) : NULL;
+        if (r && done < total) {
+            n = TRANSIT_MIN(total - done, (size_t)PREFETCH_BATCH);
+            memcpy(batch, r + done, n * sizeof *batch);
         }
-        transit_add(&pc.prefetch_calls, 1);
-        transit_add(&pc.prefetch_bytes, r[i].bytes);
-        if (estimating())
-            mark_resident(r[i].addr, r[i].bytes);
+        pthread_mutex_unlock(&prof_lock);
+        if (!n)
+            return;
+        done += n;
+        for (size_t i = 0; i < n; i++) {
+            CUresult e = drv->MemPrefetchAsync(batch[i].addr, batch[i].bytes, to_device, 0, l->stream);
+            if (e != CUDA_SUCCESS) { /* e.g. the range was freed since it was profiled */
+                transit_add(&pc.prefetch_errors, 1);
+                warn_once(&warned, "prefetch: cuMemPrefetchAsync to the device", drv, e);
+                continue;
+            }
+            transit_add(&pc.prefetch_calls, 1);
+            transit_add(&pc.prefetch_bytes, batch[i].bytes);
+            if (estimating())
+                mark_resident(batch[i].addr, batch[i].bytes);
+        }
     }
-    pthread_mutex_unlock(&prof_lock);
 }
 
 static void evict(const transit_driver_api *drv, CUstream stream)

@@ -1,0 +1,123 @@
+"""The recorder and the policies as far as a machine without a GPU can see them: the library
+loads, the stats document carries every recorder/policy section with the right types, the
+recorder reports itself off with the reason, and libcupti is found where the pip wheels and
+the toolkit put it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transit import _native
+
+HIST_BINS = ["<4K", "4K-64K", "64K-1M", "1M-2M", ">2M"]
+CALL_CUDA = (
+    "import ctypes; c=ctypes.c_void_p(); rc=ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 4096); "
+    "t=ctypes.CDLL(None); [t.transit_mark_iteration() for _ in range(3)]; print(rc)"
+)
+TOOLKIT_CUPTI = [Path("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"), Path("/usr/local/cuda/lib64/libcupti.so.13")]
+
+
+def is_uint(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def check_sections(doc: dict) -> None:
+    """Every section the recorder and the policies add, with sane types."""
+    mem = doc["memory"]
+    for key in ("resident_bytes", "resident_peak_bytes", "overshoot_peak_bytes", "spilled_peak_bytes"):
+        assert is_uint(mem[key]), key
+    for direction in ("htod", "dtoh"):
+        d = doc["migrations"][direction]
+        assert is_uint(d["bytes"]) and is_uint(d["count"])
+        assert list(d["histogram"]) == HIST_BINS and all(is_uint(v) for v in d["histogram"].values())
+        assert list(d["histogram_bytes"]) == HIST_BINS
+    assert is_uint(doc["migrations"]["unrequested_bytes"])
+    assert all(is_uint(doc["faults"][k]) for k in ("gpu_page_faults", "thrashing", "remote_map_bytes"))
+    for key in ("calls", "bytes", "ranges", "profiled_iterations", "reprofiles", "errors"):
+        assert is_uint(doc["prefetch"][key]), key
+    assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
+    assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
+    rec = doc["recorder"]
+    assert rec["state"] in ("cupti", "degraded", "off")
+    assert is_uint(rec["kernels"]) and is_uint(rec["dropped_records"])
+    assert isinstance(rec["overhead_s"], float) and rec["overhead_s"] >= 0
+    assert isinstance(rec["profiling"], bool)
+    assert isinstance(doc["timeline"], list)
+    for entry in doc["timeline"]:
+        assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes"}
+
+
+def test_library_loads_and_live_stats_have_every_section() -> None:
+    code = "from transit import _native; print(_native.stats())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    doc = json.loads(r.stdout)
+    check_sections(doc)
+    assert doc["recorder"]["state"] == "off"
+    assert "no managed allocation" in doc["recorder"]["reason"]
+    assert doc["timeline"] == [] and doc["migrations"]["htod"]["count"] == 0
+
+
+@pytest.mark.parametrize(("policy", "limit", "mode"), [("prefetch", "1G", "limit"), ("advise", None, "physical")])
+def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path, policy, limit, mode) -> None:
+    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY=policy)
+    if limit:
+        env["TRANSIT_MEM_LIMIT"] = limit
+    r = subprocess.run([sys.executable, "-c", CALL_CUDA.format(cudart=cudart)], env=env, check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and int(r.stdout) != 0, r.stderr  # the CUDA call failed: no GPU here
+    (stats_file,) = tmp_path.glob("*.json")
+    doc = json.loads(stats_file.read_text())
+    check_sections(doc)
+    assert doc["config"]["policy"] == policy and doc["config"]["mode"] == mode
+    assert doc["cuda_active"] is False
+    rec = doc["recorder"]
+    assert rec["state"] == "off" and "no managed allocation" in rec["reason"]
+    assert rec["kernels"] == 0 and rec["profiling"] is False
+    assert doc["iterations"]["count"] == 3 and doc["iterations"]["method"] == "api"
+    assert doc["prefetch"]["calls"] == 0 and doc["advise"]["calls"] == 0 and doc["evictions"]["count"] == 0
+    assert doc["memory"]["resident_bytes"] == 0 and doc["memory"]["overshoot_peak_bytes"] == 0
+
+
+PROBE = """
+import ctypes, sys
+from cffi import FFI
+{preload}
+ffi = FFI()
+ffi.cdef("int transit_cupti_probe(char *out, size_t cap);")
+lib = ffi.dlopen(sys.argv[1])
+buf = ffi.new("char[]", 1024)
+rc = lib.transit_cupti_probe(buf, 1024)
+print(rc, ffi.string(buf).decode())
+"""
+
+
+def probe_cupti(preload: str = "") -> tuple[int, str]:
+    code = PROBE.format(preload=preload)
+    r = subprocess.run([sys.executable, "-c", code, str(_native.lib_path())], capture_output=True, text=True,
+                       timeout=60, check=True)
+    rc, _, text = r.stdout.strip().partition(" ")
+    return int(rc), text
+
+
+def test_cupti_found_in_the_toolkit_or_reason_given() -> None:
+    rc, text = probe_cupti()
+    if any(p.is_file() for p in TOOLKIT_CUPTI):
+        assert rc == 0, text  # found, and every function it needs resolved
+        assert Path(text).name == "libcupti.so.13" and Path(text).is_file()
+    else:
+        assert rc == -1 and "libcupti.so.13 not found" in text
+
+
+def test_cupti_found_beside_the_wheels_libcudart(cudart) -> None:
+    beside = cudart.parent / "libcupti.so.13"
+    if not beside.is_file():
+        pytest.skip(f"no {beside}: the nvidia-cuda-cupti wheel is not installed")
+    rc, text = probe_cupti(f"ctypes.CDLL('{cudart}', mode=ctypes.RTLD_GLOBAL)")
+    assert rc == 0, text
+    assert Path(text).resolve() == beside.resolve()
+
