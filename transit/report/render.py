@@ -17,6 +17,7 @@ from transit.report.thresholds import (
     SMALL_MIGRATION_SHARE,
     STRAGGLER_RATIO,
     THRASHING_EVENTS,
+    UNDERUSED_CAP_SHARE,
 )
 from transit.report.units import (
     format_bytes,
@@ -25,9 +26,9 @@ from transit.report.units import (
     format_seconds,
 )
 
-GOOD, CAUTION, BAD, MUTED = "green", "yellow", "red", "dim"
+GOOD, CAUTION, BAD, MUTED, UNDERUSED = "green", "yellow", "red", "dim", "cyan"
 RANKS_LEGEND = (
-    f"Peak: peak bytes resident on the GPU. Spill: peak bytes left on the host. "
+    f"Peak: peak bytes resident on the GPU (cyan: under {UNDERUSED_CAP_SHARE:.0%} of the cap). Spill: peak bytes left on the host. "
     f"<{format_bytes_short(SMALL_MIGRATION_BYTES)}: share of HtoD migrations under "
     f"{format_bytes(SMALL_MIGRATION_BYTES)}. 0-copy: bytes the GPU read from host memory in place. "
     "Step s: mean step time in seconds. Rec.: recorder state. Sizes in binary units (1.5G = 1.5 GiB)."
@@ -133,6 +134,15 @@ def _ranks_table(report: Report) -> Grid:
     return table
 
 
+def _peak_style(row: RankRow) -> str:
+    """Red above the limit; cyan far under the cap (the job could use fewer GPUs)."""
+    if row.overshoot_peak_bytes > 0:
+        return BAD
+    if row.cuda_active and row.cap_bytes and row.resident_peak_bytes < UNDERUSED_CAP_SHARE * row.cap_bytes:
+        return UNDERUSED
+    return ""
+
+
 def _rank_cells(row: RankRow, median_step: float | None) -> list[Cell]:
     small = row.small_htod_share
     small_style = (
@@ -149,7 +159,7 @@ def _rank_cells(row: RankRow, median_step: float | None) -> list[Cell]:
         (row.label, ""),
         (row.node or "?", ""),
         ("-" if row.device is None or not row.cuda_active else str(row.device), ""),
-        (format_bytes_short(row.resident_peak_bytes), BAD if row.overshoot_peak_bytes > 0 else ""),
+        (format_bytes_short(row.resident_peak_bytes), _peak_style(row)),
         (format_bytes_short(row.spilled_peak_bytes), CAUTION if row.spilled_peak_bytes > 0 else ""),
         (format_bytes_short(row.htod_bytes), ""),
         ("-" if small is None else f"{small:.0%}", small_style),
