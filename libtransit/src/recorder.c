@@ -383,6 +383,7 @@ static void at_exit(void)
     if (owner_pid != getpid())
         return;
     stop_thread();
+    iteration_check(); /* a last mark the thread had no time to see */
     if (get_state() == TRANSIT_RECORDER_CUPTI)
         flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }

@@ -1,0 +1,119 @@
+"""The policies on a real GPU (run on the device machine), in limit mode: a small PyTorch training
+loop whose footprint (about 1.5 GiB: weights, gradients, Adam states, bf16 copies) is 1.5x the
+emulated capacity L = 1G, so every policy has to spill to host memory, while the absolute sizes
+stay tiny next to the device.
+
+  base     - fault-driven migrations, many of them small; TRANSIT evicts to keep L;
+  prefetch - profiled ranges are prefetched: fewer GPU page faults than base;
+  advise   - SetAccessedBy on every allocation: zero-copy (remote maps) or fewer migrations;
+  all      - losses bitwise identical to the run without TRANSIT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[2]
+LIMIT = "1G"
+STEPS = 16
+WARMUP = 2
+SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
+# 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
+# Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
+TRAIN = r"""
+import json, torch
+torch.manual_seed(0); torch.use_deterministic_algorithms(True)
+layers = []
+for _ in range(5):
+    layers += [torch.nn.Linear(4096, 4096), torch.nn.GELU()]
+model = torch.nn.Sequential(*layers).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+g = torch.Generator(device="cuda").manual_seed(1)
+losses = []
+for step in range(%d):
+    x = torch.randn(256, 4096, device="cuda", generator=g)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = (model(x) - x).pow(2).mean()
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    losses.append(loss.item())
+print(json.dumps(losses))
+""" % STEPS
+
+
+def run(out: Path | None, policy: str | None) -> list[float]:
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=pythonpath, CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    cmd = [sys.executable, "-c", TRAIN]
+    if policy:
+        cmd = [sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", LIMIT, "--out", str(out),
+               "--", *cmd]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, f"{policy}: {r.stderr[-4000:]}"
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def stats(out: Path) -> dict:
+    (stats_file,) = out.glob("*.json")
+    return json.loads(stats_file.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float], dict]]:
+    """One run without TRANSIT and one per policy, shared by the tests below."""
+    pytest.importorskip("torch")
+    results: dict[str, tuple[list[float], dict]] = {"native": (run(None, None), {})}
+    for policy in ("base", "prefetch", "advise"):
+        out = tmp_path_factory.mktemp(policy)
+        results[policy] = (run(out, policy), stats(out))
+    return results
+
+
+def small_migrations(doc: dict) -> int:
+    return sum(doc["migrations"]["htod"]["histogram"][b] for b in SMALL_BINS)
+
+
+@pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
+def test_losses_identical_and_sections_present(runs, policy) -> None:
+    losses, doc = runs[policy]
+    assert losses == runs["native"][0]
+    assert doc["config"]["policy"] == policy and doc["config"]["mode"] == "limit"
+    for section in ("memory", "migrations", "faults", "prefetch", "advise", "evictions", "iterations", "recorder",
+                    "timeline"):
+        assert section in doc, section
+    rec = doc["recorder"]
+    assert rec["state"] == "cupti", rec
+    assert rec["kernels"] > 0 and rec["kernel_records"] > 0 and rec["profiling"] is False
+    assert rec["unified_memory_counters"] is True  # limit mode keeps them on for the estimate
+    assert doc["iterations"]["method"] == "python-hook" and doc["iterations"]["count"] == STEPS
+    assert len(doc["timeline"]) == STEPS
+    assert doc["memory"]["resident_estimated"] is True and doc["memory"]["resident_peak_bytes"] > 0
+
+
+def test_base_faults_with_small_migrations_and_evicts(runs) -> None:
+    doc = runs["base"][1]
+    assert doc["faults"]["gpu_page_faults"] > 0
+    assert small_migrations(doc) > 0, doc["migrations"]["htod"]
+    assert doc["prefetch"]["calls"] == 0 and doc["advise"]["calls"] == 0
+    assert doc["evictions"]["count"] > 0, doc["evictions"]  # the footprint is above L
+
+
+def test_prefetch_replays_ranges_and_cuts_faults(runs) -> None:
+    base, doc = runs["base"][1], runs["prefetch"][1]
+    assert doc["prefetch"]["profiled_iterations"] == WARMUP and doc["prefetch"]["ranges"] > 0, doc["prefetch"]
+    assert doc["prefetch"]["calls"] > 0 and doc["prefetch"]["bytes"] > 0
+    assert doc["faults"]["gpu_page_faults"] < base["faults"]["gpu_page_faults"], (doc["faults"], base["faults"])
+
+
+def test_advise_maps_instead_of_migrating(runs) -> None:
+    base, doc = runs["base"][1], runs["advise"][1]
+    assert doc["advise"]["applied"] is True and doc["advise"]["calls"] > 0 and doc["advise"]["bytes"] > 0
+    assert (doc["faults"]["remote_map_bytes"] > 0
+            or doc["migrations"]["htod"]["count"] < base["migrations"]["htod"]["count"]), (doc["faults"],
+                                                                                         doc["migrations"]["htod"])
