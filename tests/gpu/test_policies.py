@@ -28,7 +28,8 @@ SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
 TRAIN = r"""
-import json, torch
+import json, sys, torch
+STEPS = int(sys.argv[1])
 torch.manual_seed(0); torch.use_deterministic_algorithms(True)
 layers = []
 for _ in range(5):
@@ -37,20 +38,20 @@ model = torch.nn.Sequential(*layers).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 g = torch.Generator(device="cuda").manual_seed(1)
 losses = []
-for step in range(%d):
+for step in range(STEPS):
     x = torch.randn(256, 4096, device="cuda", generator=g)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = (model(x) - x).pow(2).mean()
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
     losses.append(loss.item())
 print(json.dumps(losses))
-""" % STEPS
+"""
 
 
 def run(out: Path | None, policy: str | None) -> list[float]:
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=pythonpath, CUBLAS_WORKSPACE_CONFIG=":4096:8")
-    cmd = [sys.executable, "-c", TRAIN]
+    cmd = [sys.executable, "-c", TRAIN, str(STEPS)]
     if policy:
         cmd = [sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", LIMIT, "--out", str(out),
                "--", *cmd]
