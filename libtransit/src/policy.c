@@ -77,10 +77,10 @@ static void raise_peaks(uint64_t resident)
         transit_raise_peak(&pc.spilled_peak, live - resident);
 }
 
-/* The estimate is built only when migration records arrive: limit mode with the recorder on. */
+/* The estimate is built only when migration records arrive, and acted on at launches. */
 static bool estimating(void)
 {
-    return transit_limit_mode() && transit_recorder_sees_launches();
+    return transit_limit_mode() && transit_recorder_sees_migrations();
 }
 
 uint64_t transit_policy_resident(void)

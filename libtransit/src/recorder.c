@@ -215,7 +215,8 @@ static void iteration_check(void)
     if (launches)
         __atomic_store_n(&prev_launches, launches, __ATOMIC_RELAXED);
     timeline_add(now);
-    window_advance(seen, now, launches);
+    if (get_state() == TRANSIT_RECORDER_CUPTI)
+        window_advance(seen, now, launches);
     wake_thread();
 }
 
@@ -240,7 +241,8 @@ static void apply_activity(void)
     if (wp != have_profiling) {
         for (size_t i = 0; i < sizeof profiling_kinds / sizeof profiling_kinds[0]; i++) {
             CUptiResult r = wp ? api->ActivityEnable(profiling_kinds[i]) : api->ActivityDisable(profiling_kinds[i]);
-            if (r != CUPTI_SUCCESS)
+            static int warned;
+            if (r != CUPTI_SUCCESS && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
                 transit_warn("recorder: %s activity kind %d failed: %s", wp ? "enabling" : "disabling",
                              (int)profiling_kinds[i], transit_cupti_error(r));
         }
@@ -749,6 +751,9 @@ void transit_recorder_start(void)
         return;
     owner_pid = getpid();
     start_cupti();
+    if (transit_limit_mode() && !transit_recorder_sees_migrations())
+        transit_warn("limit mode without migration records: no residency estimate and no evictions; "
+                     "resident bytes are reported as min(managed, limit)");
     start_thread();
     if (!at_exit_registered) {
         at_exit_registered = 1;
@@ -798,6 +803,11 @@ transit_recorder_state transit_recorder_get_state(void)
 bool transit_recorder_sees_launches(void)
 {
     return get_state() == TRANSIT_RECORDER_CUPTI;
+}
+
+bool transit_recorder_sees_migrations(void)
+{
+    return get_state() == TRANSIT_RECORDER_CUPTI && __atomic_load_n(&um_ok, __ATOMIC_RELAXED);
 }
 
 uint32_t transit_recorder_prev_iteration_launches(void)

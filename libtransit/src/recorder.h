@@ -38,6 +38,8 @@ void transit_recorder_after_fork(void);
 transit_recorder_state transit_recorder_get_state(void);
 /* True when kernel-launch callbacks arrive (state cupti). */
 bool transit_recorder_sees_launches(void);
+/* True when unified-memory migration records arrive (state cupti, counters configured). */
+bool transit_recorder_sees_migrations(void);
 /* Kernel launches counted in the last complete iteration (0 when unknown). */
 uint32_t transit_recorder_prev_iteration_launches(void);
 /* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
