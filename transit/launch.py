@@ -146,7 +146,10 @@ def launch_main(args: argparse.Namespace) -> int:
     print(f"transit launch: {launch.nodes} nodes x {launch.nproc_per_node} = {launch.world_size} ranks, "
           f"DP {launch.dp}, global batch {launch.global_batch} = local {launch.local_batch} x DP {launch.dp} "
           f"x accumulation {launch.grad_accum}", flush=True)
-    os.execvpe(command[0], command, os.environ | environment)
+    try:
+        os.execvpe(command[0], command, os.environ | environment)
+    except FileNotFoundError:
+        raise UsageError(f"{command[0]} not found on PATH") from None
 
 
 def scaled_nodes(nodes: int, fraction: float) -> int:
@@ -200,7 +203,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "required for CPU runs")
     parser.add_argument("--framework", choices=("torchrun", "torchtitan"), default="torchrun",
                         help="torchrun SCRIPT ARGS, or torchrun -m torchtitan.train ARGS + batch flags")
-    parser.add_argument("--rdzv-port", type=int, help="rendezvous port on the first node (default: a free one)")
+    parser.add_argument("--rdzv-port", type=int,
+                        help="rendezvous port on the first node (default: a port free on this host, which is "
+                             "the first node when this runs in a batch script)")
     parser.add_argument("--nodes", type=int, help="node count for a --dry-run preview outside an allocation")
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the launch plan as JSON")

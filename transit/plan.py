@@ -380,6 +380,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--global-batch", type=int,
                         help="target global batch in sequences (default: local batch x DP at --nodes)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--plot", metavar="PNG", help="also draw memory per GPU and efficiency per node count")
     parser.set_defaults(func=main)
 
 
@@ -415,9 +416,41 @@ def print_table(result: dict) -> None:
                   f"{result['min_feasible_nodes']} nodes; smallest without spilling: {result['min_native_nodes']}.")
 
 
+def plot(result: dict, path: str) -> None:
+    """Stacked device bytes per GPU against HBM, and the efficiency estimate, per node count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    candidates = result["candidates"]
+    labels = [str(c["nodes"]) for c in candidates]
+    parts = {"model states": [c["model_state_bytes"] / GIB for c in candidates],
+             "activations": [c["activation_bytes"] / GIB for c in candidates],
+             "framework": [c["memory"]["framework"] / GIB for c in candidates]}
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    bottom = [0.0] * len(candidates)
+    for name, values in parts.items():
+        ax.bar(labels, values, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.axhline(result["cluster"]["hbm_bytes"] / GIB, color="black", linestyle="--", label="HBM per GPU")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("GiB per GPU")
+    ax.set_title(f"{result['model']['name']}: global batch {result['global_batch']}")
+    eff = ax.twinx()
+    eff.plot(labels, [100 * c["efficiency"] for c in candidates], color="tab:red", marker="o")
+    eff.set_ylabel("estimated efficiency (%)", color="tab:red")
+    eff.set_ylim(0, 105)
+    fig.legend(loc="outside lower center", ncols=4, fontsize="small")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(args: argparse.Namespace) -> int:
     config, cluster = config_from_args(args)
     result = plan(config, cluster, args.nodes, args.global_batch, args.min_nodes)
+    if args.plot:
+        plot(result, args.plot)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

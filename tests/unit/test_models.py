@@ -81,3 +81,37 @@ def test_bad_dimensions_are_usage_errors(kwargs, message):
 def test_unknown_preset_names_the_choices():
     with pytest.raises(UsageError, match="llama3-8b"):
         preset("gpt-5")
+
+
+def llama_style_module(model: ModelSpec):
+    """The same architecture built from torch modules, to count parameters independently."""
+    from torch import nn
+
+    q_out, kv_out = model.heads * model.head_dim, model.kv_heads * model.head_dim
+
+    def swiglu() -> nn.ModuleList:
+        return nn.ModuleList([nn.Linear(model.hidden, model.ffn, bias=False),
+                              nn.Linear(model.ffn, model.hidden, bias=False),
+                              nn.Linear(model.hidden, model.ffn, bias=False)])
+
+    def layer() -> nn.Module:
+        mlp = (nn.ModuleList([swiglu() for _ in range(model.experts + model.shared_experts)]
+                             + [nn.Linear(model.hidden, model.experts, bias=False)])
+               if model.is_moe else swiglu())
+        return nn.ModuleList([nn.RMSNorm(model.hidden), nn.Linear(model.hidden, q_out, bias=False),
+                              nn.Linear(model.hidden, kv_out, bias=False), nn.Linear(model.hidden, kv_out, bias=False),
+                              nn.Linear(q_out, model.hidden, bias=False), nn.RMSNorm(model.hidden), mlp])
+
+    return nn.ModuleList([nn.Embedding(model.vocab, model.hidden), *[layer() for _ in range(model.layers)],
+                          nn.RMSNorm(model.hidden), nn.Linear(model.hidden, model.vocab, bias=False)])
+
+
+@pytest.mark.parametrize("model", [
+    TINY,
+    ModelSpec("gqa-wide-heads", layers=3, hidden=48, ffn=80, heads=6, kv_heads=2, vocab=50, head_dim=16),
+    ModelSpec("moe", layers=2, hidden=32, ffn=24, heads=4, kv_heads=1, vocab=40, experts=4, active_experts=2,
+              shared_experts=1),
+], ids=lambda m: m.name)
+def test_parameter_count_matches_a_real_torch_module(model):
+    module = llama_style_module(model)
+    assert model.total_params() == sum(p.numel() for p in module.parameters())

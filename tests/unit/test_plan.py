@@ -176,6 +176,12 @@ def test_cli_json_with_explicit_dimensions(capsys):
     assert result["global_batch"] == 12
 
 
+def test_cli_plot_writes_a_png(tmp_path, capsys):
+    png = tmp_path / "plan.png"
+    assert run_cli(["--model", "llama3-70b", "--nodes", "6", "--gpus-per-node", "4", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
 def test_cli_table_and_preset_override(capsys):
     assert run_cli(["--model", "llama3-8b", "--layers", "4", "--nodes", "2"]) == 0
     out = capsys.readouterr().out
