@@ -113,8 +113,10 @@ int transit_cupti_probe(char *out, size_t cap)
 
 const char *transit_cupti_error(CUptiResult r)
 {
+    static __thread char unknown[32];
     const char *s = NULL;
     if (cupti_state > 0 && cupti.GetResultString && cupti.GetResultString(r, &s) == CUPTI_SUCCESS && s)
         return s;
-    return "unknown CUPTI error";
+    snprintf(unknown, sizeof unknown, "CUPTI error %d", (int)r);
+    return unknown;
 }

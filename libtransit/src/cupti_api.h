@@ -33,7 +33,7 @@ const transit_cupti_api *transit_cupti(const char **why);
 /* For the CPU tests: 0 when libcupti and all its functions were found, else -1; the path
  * loaded (or the reason) goes into `out`. */
 TRANSIT_INTERNAL int transit_cupti_probe(char *out, size_t cap);
-/* A CUPTI result as text ("CUPTI_ERROR_..."), never NULL. */
+/* A CUPTI result as text ("CUPTI_ERROR_...", else "CUPTI error N"), never NULL. */
 const char *transit_cupti_error(CUptiResult r);
 
 #endif

@@ -24,6 +24,7 @@
 #ifndef TRANSIT_RECORDER_H
 #define TRANSIT_RECORDER_H
 
+#include "internal.h"
 #include "json.h"
 
 #include <stdbool.h>
@@ -31,8 +32,9 @@
 
 typedef enum { TRANSIT_RECORDER_OFF, TRANSIT_RECORDER_DEGRADED, TRANSIT_RECORDER_CUPTI } transit_recorder_state;
 
-/* Called at each managed allocation; starts the recorder the first time. */
-void transit_recorder_start(void);
+/* Called at each managed allocation; starts the recorder the first time. Exported so that
+ * the CPU tests can start it without a GPU (it then reports why it is off). */
+TRANSIT_INTERNAL void transit_recorder_start(void);
 /* A fork child starts with the recorder off and all counters cleared. */
 void transit_recorder_after_fork(void);
 transit_recorder_state transit_recorder_get_state(void);

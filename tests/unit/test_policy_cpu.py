@@ -83,6 +83,34 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
     assert doc["memory"]["resident_bytes"] == 0 and doc["memory"]["overshoot_peak_bytes"] == 0
 
 
+STARTED = (
+    "import ctypes, time; c=ctypes.c_void_p(); ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 4096); "
+    "t=ctypes.CDLL(None); t.transit_recorder_start(); "
+    "[(t.transit_mark_iteration(), time.sleep(0.2)) for _ in range(3)]"
+)
+
+
+def test_started_without_gpu_reports_why_and_keeps_a_timeline(cudart, clean_env, tmp_path) -> None:
+    """The recorder's start, thread and exit path without a driver: CUPTI refuses, the recorder
+    says why, its thread still turns iteration marks into timeline entries, and exit does not hang."""
+    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY="advise",
+               TRANSIT_MEM_LIMIT="1G")
+    r = subprocess.run([sys.executable, "-c", STARTED.format(cudart=cudart)], env=env, check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (stats_file,) = tmp_path.glob("*.json")
+    doc = json.loads(stats_file.read_text())
+    check_sections(doc)
+    rec = doc["recorder"]
+    assert rec["state"] == "off"
+    assert rec["reason"].startswith(("cuptiSubscribe failed", "libcupti.so.13 not found")), rec["reason"]
+    assert any(rec["reason"] in w for w in doc["warnings"])
+    assert any("limit mode without migration records" in w for w in doc["warnings"])
+    assert [e["iteration"] for e in doc["timeline"]] == [1, 2, 3]
+    assert all(e["resident_bytes"] == 0 and e["htod_bytes"] == 0 for e in doc["timeline"])
+    assert doc["advise"]["applied"] is False  # past warm-up, but no device to advise for
+
+
 PROBE = """
 import ctypes, sys
 from cffi import FFI
