@@ -277,11 +277,24 @@ static const transit_driver_api *policy_driver(void)
 
 /* ---- called by the recorder ---- */
 
+/* Whether the profile has ranges for this launch (most launches have none: no driver call). */
+static bool has_ranges(uint32_t ordinal)
+{
+    size_t n = 0;
+    if (!__atomic_load_n(&replay, __ATOMIC_ACQUIRE))
+        return false;
+    pthread_mutex_lock(&prof_lock);
+    if (replay)
+        transit_ranges_get(ranges, ordinal, &n);
+    pthread_mutex_unlock(&prof_lock);
+    return n > 0;
+}
+
 void transit_policy_launch(const transit_launch *l)
 {
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
-    bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && __atomic_load_n(&replay, __ATOMIC_ACQUIRE);
+    bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && has_ranges(l->ordinal);
     bool do_evict = estimating() && transit_get(&pc.resident) > c->mem_limit;
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
