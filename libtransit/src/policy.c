@@ -404,19 +404,18 @@ void transit_policy_gpu_fault(uint64_t addr)
  * from the recorder's thread, in the device's primary context (the one PyTorch uses). */
 void transit_policy_tick(void)
 {
-    static int warned;
+    static int gave_up; /* the recorder thread could not enter the context: do not retry every tick */
     const transit_driver_api *drv;
     CUcontext ctx;
     CUresult e = CUDA_ERROR_NOT_SUPPORTED;
     int dev = transit_g.id.device;
-    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || transit_recorder_sees_launches() ||
+    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || transit_recorder_sees_launches() || gave_up ||
         __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) || transit_iteration_count() <= transit_g.cfg.warmup_iters ||
         dev < 0 || !(drv = policy_driver()))
         return;
     if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
         (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-        __atomic_store_n(&advise_applied, 1, __ATOMIC_RELEASE); /* do not retry every tick */
-        warn_once(&warned, "advise: entering the primary context from the recorder thread", drv, e);
+        warn_once(&gave_up, "advise: entering the primary context from the recorder thread", drv, e);
         return;
     }
     CUstreamCaptureMode saved;
