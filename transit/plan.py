@@ -37,9 +37,9 @@ FRAMEWORK_RESERVED_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + WORKSPACE_BY
 # state, data loader workers).
 HOST_BYTES_PER_RANK = 8 * GIB
 
-# FSDP2 holds the current layer's unsharded parameters (and its unsharded gradients) while
-# prefetching the next layer's: two layers in flight.
-FSDP_LAYERS_IN_FLIGHT = 2
+# In backward, FSDP2 holds one unit's unsharded parameters, gradients and reduce-scatter input
+# while the next units' parameters are being all-gathered (prefetch): parameters only.
+FSDP_PREFETCHED_UNITS = 1
 
 # Precision policies: bytes per parameter of each kind of model state.
 # mixed: fp32 params (bf16 copies only while gathered), fp32 grads, fp32 Adam m and v.
@@ -116,9 +116,9 @@ class MemoryEstimate:
     params: int
     grads: int
     optimizer: int
-    gathered: int  # FSDP's unsharded parameters and gradients of the layers in flight
-    activations: int
-    logits: int
+    gathered: int  # FSDP's unsharded parameters and gradients of the units in flight
+    activations: int  # kept for backward: layer inputs with checkpointing, everything without
+    transient: int  # the larger of the logits with the loss's fp32 copies and one recomputed layer
     framework: int = FRAMEWORK_RESERVED_BYTES
 
     @property
@@ -127,7 +127,7 @@ class MemoryEstimate:
 
     @property
     def activation_total(self) -> int:
-        return self.activations + self.logits
+        return self.activations + self.transient
 
     @property
     def device_total(self) -> int:
@@ -148,9 +148,12 @@ def dp_degree(config: TrainingConfig, world_size: int) -> int:
 def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     """Peak device bytes per GPU for `config` trained on `world_size` GPUs.
 
-    Pipeline stages get an equal share of the parameters. With 1F1B the first stage keeps
-    the activations of up to `pp` micro-batches (TorchTitan's micro-batch is one sequence);
-    the last stage keeps one micro-batch plus the logits; the larger of the two is reported.
+    FSDP units are the layers and the output head (with the final norm), as TorchTitan wraps
+    them; the largest one is counted as being reduced and as prefetched. Pipeline stages get an equal share of
+    the parameters. With 1F1B the first stage keeps the activations of up to `pp` micro-batches
+    (TorchTitan's micro-batch is one sequence) and the last stage one micro-batch plus the
+    logits; the larger of the two is reported. With checkpointing the logits (at the loss) and
+    a recomputed layer (in backward) never coexist, so only the larger counts.
     """
     model, tp, pp = config.model, config.tp, config.pp
     dp = dp_degree(config, world_size)
@@ -158,7 +161,11 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     shard = dp if config.data_parallel == "fsdp" else 1
     params_per_gpu = model.total_params() / (tp * pp * shard)
     if config.data_parallel == "fsdp":
-        gathered = FSDP_LAYERS_IN_FLIGHT * model.layer_params() / tp * (sizes["compute"] + sizes["reduce"])
+        largest_unit = max(model.layer_params(), model.embedding_params + model.hidden) / tp
+        # the unit being reduced: compute-dtype parameters and gradients, plus a reduce-dtype copy
+        # of the gradients for the reduce-scatter when the dtypes differ (fp32 reduce in mixed)
+        reduce_copy = sizes["reduce"] if sizes["reduce"] != sizes["compute"] else 0
+        gathered = largest_unit * (2 * sizes["compute"] + reduce_copy + FSDP_PREFETCHED_UNITS * sizes["compute"])
     elif config.precision == "mixed":
         gathered = model.total_params() / (tp * pp) * sizes["compute"]  # autocast's bf16 weight copies
     else:
@@ -170,22 +177,22 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     else:
         micro_tokens, in_flight_first = config.seq_len, min(pp, config.local_batch)
 
-    def stage_activations(in_flight: int) -> int:
+    def stage(in_flight: int, has_logits: bool) -> tuple[int, int]:
+        logits = model.logits_bytes(micro_tokens, tp) if has_logits else 0
         if config.activation_checkpointing:
             kept = layers_per_stage * model.layer_input_bytes(micro_tokens, tp) * in_flight
-            return kept + model.layer_activation_bytes(micro_tokens, tp)  # one layer recomputed at a time
-        return layers_per_stage * model.layer_activation_bytes(micro_tokens, tp) * in_flight
+            return kept, max(logits, model.layer_activation_bytes(micro_tokens, tp))
+        return layers_per_stage * model.layer_activation_bytes(micro_tokens, tp) * in_flight, logits
 
-    logits = model.logits_bytes(micro_tokens, tp)
-    first, last = stage_activations(in_flight_first), stage_activations(1)
-    activations, logits = (last, logits) if pp == 1 or last + logits >= first else (first, 0)
+    first = stage(in_flight_first, has_logits=pp == 1)
+    activations, transient = first if pp == 1 else max(first, stage(1, has_logits=True), key=sum)
     return MemoryEstimate(
         params=round(params_per_gpu * sizes["param"]),
         grads=round(params_per_gpu * sizes["grad"]),
         optimizer=round(params_per_gpu * sizes["optimizer"]),
         gathered=round(gathered),
         activations=activations,
-        logits=logits,
+        transient=transient,
     )
 
 
@@ -288,7 +295,7 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, target_global
             "nccl_buffer_bytes": NCCL_BUFFER_BYTES,
             "workspace_bytes": WORKSPACE_BYTES,
             "host_bytes_per_rank": HOST_BYTES_PER_RANK,
-            "fsdp_layers_in_flight": FSDP_LAYERS_IN_FLIGHT,
+            "fsdp_prefetched_units": FSDP_PREFETCHED_UNITS,
             "recompute_flop_factor": RECOMPUTE_FLOP_FACTOR,
             "pcie_crossings_per_use": PCIE_CROSSINGS_PER_USE,
         },

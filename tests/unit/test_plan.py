@@ -30,14 +30,22 @@ def test_tiny_mixed_fsdp_memory_by_hand():
     memory = predict_memory(config, world_size=2)
     shard = TINY_PARAMS / 2
     assert (memory.params, memory.grads, memory.optimizer) == (shard * 4, shard * 4, shard * 8)
-    # two layers in flight, bf16 gathered params + fp32 unsharded grads
-    assert memory.gathered == 2 * TINY_LAYER * (2 + 4)
-    # checkpointed: one layer input per layer, plus one layer's full activations being recomputed
+    # a layer (the largest FSDP unit here) being reduced: bf16 params and grads + fp32 reduce-scatter
+    # input; one more prefetched: bf16 params
+    assert memory.gathered == TINY_LAYER * (2 + 2 + 4 + 2)
+    # checkpointed: one layer input per layer ...
+    assert memory.activations == 2 * 16 * 64 * 2
+    # ... plus the larger of one recomputed layer (bf16) and the logits (bf16 + two fp32 copies)
     per_token_layer = 4 * 64 + 2 * 64 + 2 * 64 + 4 * 128
-    assert memory.activations == 2 * 16 * 64 * 2 + 16 * per_token_layer * 2
-    assert memory.logits == 16 * 100 * 10
-    assert memory.device_total == (16 * TINY_PARAMS / 2 + memory.gathered + memory.activations + memory.logits
+    assert memory.transient == max(16 * per_token_layer * 2, 16 * 100 * 10)
+    assert memory.device_total == (16 * TINY_PARAMS / 2 + memory.gathered + memory.activations + memory.transient
                                    + FRAMEWORK_RESERVED_BYTES)
+
+
+def test_the_output_head_is_the_largest_fsdp_unit_of_a_large_vocabulary_model():
+    model = preset("llama3-8b")  # 525M-parameter head vs 218M-parameter layers
+    memory = predict_memory(TrainingConfig(model, precision="bf16"), 8)
+    assert memory.gathered == (128256 * 4096 + 4096) * (2 + 2 + 2)
 
 
 def test_bf16_states_take_half_of_mixed_and_ddp_does_not_shard():
@@ -45,12 +53,14 @@ def test_bf16_states_take_half_of_mixed_and_ddp_does_not_shard():
     bf16 = predict_memory(TrainingConfig(TINY, precision="bf16", seq_len=16), 4)
     assert bf16.params + bf16.grads + bf16.optimizer == (mixed.params + mixed.grads + mixed.optimizer) / 2
     ddp = predict_memory(TrainingConfig(TINY, precision="bf16", data_parallel="ddp", seq_len=16), 4)
+    assert bf16.gathered == TINY_LAYER * (2 + 2 + 2)  # bf16 grads are reduce-scattered as they are
     assert ddp.params == TINY_PARAMS * 2 and ddp.gathered == 0
 
 
 def test_no_checkpointing_keeps_every_layer():
     config = TrainingConfig(TINY, seq_len=16, local_batch=2, activation_checkpointing=False)
-    assert predict_memory(config, 1).activations == 2 * TINY.layer_activation_bytes(32)
+    memory = predict_memory(config, 1)
+    assert (memory.activations, memory.transient) == (2 * TINY.layer_activation_bytes(32), TINY.logits_bytes(32))
 
 
 def test_tp_and_pp_divide_states_and_first_stage_holds_pp_micro_batches():
@@ -59,10 +69,11 @@ def test_tp_and_pp_divide_states_and_first_stage_holds_pp_micro_batches():
     memory = predict_memory(config, world_size=32)  # DP 2
     assert memory.params == round(model.total_params() / (4 * 4 * 2) * 2)
     # first stage: 20 layers x 4 micro-batches of checkpoints + one layer recomputed
-    first = 20 * model.layer_input_bytes(4096, 4) * 4 + model.layer_activation_bytes(4096, 4)
-    last = 20 * model.layer_input_bytes(4096, 4) + model.layer_activation_bytes(4096, 4)
-    expected = max((first, 0), (last, model.logits_bytes(4096, 4)), key=sum)
-    assert (memory.activations, memory.logits) == expected
+    layer = model.layer_activation_bytes(4096, 4)
+    first = (20 * model.layer_input_bytes(4096, 4) * 4, layer)
+    # last stage: one micro-batch, but the logits (vocabulary split over TP) too
+    last = (20 * model.layer_input_bytes(4096, 4), max(layer, model.logits_bytes(4096, 4)))
+    assert (memory.activations, memory.transient) == max(first, last, key=sum) == first
 
 
 def test_llama3_70b_needs_six_h100_nodes_of_four_gpus_as_in_the_paper():
