@@ -419,8 +419,8 @@ def print_table(result: dict) -> None:
                   f"host DRAM {_gib(cluster['host_dram_bytes'])} GiB/node; PCIe {cluster['pcie_bytes_per_s'] / 1e9:.0f} "
                   f"GB/s; {cluster['sustained_flops'] / 1e12:.0f} TFLOPS sustained.")
     console.print(f"Global batch {result['global_batch']} (target {result['target_global_batch']}) is a common "
-                  f"multiple of local batch x DP for every count; smallest feasible: "
-                  f"{result['min_feasible_nodes']} nodes; smallest without spilling: {result['min_native_nodes']}.")
+                  f"multiple of local batch x DP for every count. Smallest feasible node count: "
+                  f"{result['min_feasible_nodes']}; smallest without spilling: {result['min_native_nodes'] or 'none'}.")
 
 
 def plot(result: dict, path: str) -> None:
