@@ -358,7 +358,7 @@ def test_timeline_intervals_from_cumulative_samples() -> None:
         stats = synthetic.example_stats() | {"timeline": timeline}
         return [
             (i.start_t, i.t, i.iteration, i.htod_bytes)
-            for i in rank_row(RankFile(Path("x"), stats)).intervals()
+            for i in rank_row(RankFile(Path("x"), stats)).intervals
         ]
 
     def sample(t: float, iteration: int, htod: int) -> dict[str, Any]:

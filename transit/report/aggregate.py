@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import statistics
@@ -107,6 +108,7 @@ class RankRow:
     def small_htod_share(self) -> float | None:
         return small_share(self.htod_histogram)
 
+    @functools.cached_property
     def intervals(self) -> list[Interval]:
         """The timeline as intervals between samples. The sample counters are cumulative since the
         rank started, so bytes migrated in an interval are the difference of two samples. libtransit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from transit.report.aggregate import RankRow, Report, Totals
@@ -12,10 +12,11 @@ REPORT_SCHEMA = "transit.report/1"
 
 # RankRow fields left out of "ranks": the timeline is for plots, and can be long.
 OMITTED_RANK_FIELDS = ("timeline",)
+RANK_KEYS = [f.name for f in fields(RankRow) if f.name not in OMITTED_RANK_FIELDS]
 
 
 def _rank(row: RankRow) -> dict[str, Any]:
-    out = {name: value for name, value in vars(row).items() if name not in OMITTED_RANK_FIELDS}
+    out = {name: getattr(row, name) for name in RANK_KEYS}
     out["small_htod_share"] = row.small_htod_share
     out["migrating_interval_share"] = migrating_interval_share(row)
     return out

@@ -74,7 +74,7 @@ def _thrashing(report: Report) -> Note | None:
 
 def migrating_interval_share(row: RankRow) -> float | None:
     """Share of post-warm-up timeline intervals with HtoD migrations; None if too few to judge."""
-    after_warmup = [i.htod_bytes for i in row.intervals() if i.iteration > row.warmup_iterations]
+    after_warmup = [i.htod_bytes for i in row.intervals if i.iteration > row.warmup_iterations]
     if len(after_warmup) < MIN_INTERVALS_FOR_PATTERN:
         return None
     return sum(1 for moved in after_warmup if moved > 0) / len(after_warmup)

@@ -61,7 +61,7 @@ def timeline(report: Report, path: Path) -> Path:
     from matplotlib.lines import Line2D
 
     fig, (moved_ax, resident_ax) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    series = [(row, row.intervals()) for row in report.ranks]
+    series = [(row, row.intervals) for row in report.ranks]
     series = [(row, intervals) for row, intervals in series if intervals]
     htod, dtoh, resident = [], [], []
     for _, intervals in series:
