@@ -161,9 +161,8 @@ static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
         }
         if (now >= win_end) {
             __atomic_store_n(&win_phase, WINDOW_DRAINING, __ATOMIC_RELEASE);
-            drain_until = now + 1; /* one more iteration for late records */
+            drain_until = now + 1; /* one more iteration for late records; migrations still on */
             __atomic_store_n(&want_profiling, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&want_um, transit_limit_mode(), __ATOMIC_RELAXED);
         }
     } else if (win_phase == WINDOW_DRAINING && now >= drain_until) {
         __atomic_store_n(&finalize_due, 1, __ATOMIC_RELEASE);
@@ -283,6 +282,7 @@ static void finish_window(void)
         return;
     }
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
+    __atomic_store_n(&want_um, transit_limit_mode(), __ATOMIC_RELAXED);
     max_launches = win_max_launches;
     pthread_mutex_unlock(&win_lock);
     transit_policy_profile_end(max_launches);
@@ -302,8 +302,10 @@ static void thread_step(uint64_t *last_flush)
             flush(0);
             *last_flush = t;
         }
-        if (due)
+        if (due) {
             finish_window();
+            apply_activity(); /* physical mode: the migration counters go off now */
+        }
     }
     transit_policy_tick();
 }

@@ -12,11 +12,12 @@
  * Profiling window: kernel activity, external correlation and the API records they need run
  * from the start through iteration TRANSIT_WARMUP_ITERS (iteration i is the span in which
  * transit_iteration_count() == i; iteration 0, with its lazy initialisations, is profiled but
- * its kernels carry no ordinal). After the window they are switched off, as are the unified
- * memory counters in physical mode. In limit mode the counters stay on for the whole run:
- * TRANSIT's residency estimate is built from the HtoD/DtoH migration records. One iteration
- * after the window closes (so late records arrive) the recorder's thread flushes CUPTI and
- * calls transit_policy_profile_end(). transit_recorder_reprofile() opens a new window.
+ * its kernels carry no ordinal). After the window they are switched off. One iteration later
+ * (so that the window's last kernels have completed and late records arrive) the recorder's
+ * thread flushes CUPTI, calls transit_policy_profile_end() and, in physical mode, switches the
+ * unified memory counters off too. In limit mode the counters stay on for the whole run:
+ * TRANSIT's residency estimate is built from the HtoD/DtoH migration records.
+ * transit_recorder_reprofile() opens a new window.
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
  * that none is made inside a CUPTI callback, polls iteration marks (the only source of
