@@ -93,7 +93,8 @@ def test_losses_identical_and_sections_present(runs, policy) -> None:
     assert rec["kernels"] > 0 and rec["kernel_records"] > 0 and rec["profiling"] is False
     assert rec["unified_memory_counters"] is True  # limit mode keeps them on for the estimate
     assert doc["iterations"]["method"] == "python-hook" and doc["iterations"]["count"] == STEPS
-    assert len(doc["timeline"]) == STEPS
+    # one entry per boundary (the period detector may mark a few before the optimizer hook takes over)
+    assert [e["iteration"] for e in doc["timeline"]][-STEPS:] == list(range(1, STEPS + 1))
     assert doc["memory"]["resident_estimated"] is True and doc["memory"]["resident_peak_bytes"] > 0
 
 
