@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,36 @@ def test_unknown_job_id(cluster: Cluster) -> None:
         f"transit report: unknown job id 987654321: no {cluster.report_dir / '987654321'} "
         "and Slurm does not know the job"
     )
+
+
+def test_report_of_a_job_still_running(cluster: Cluster, tmp_path: Path) -> None:
+    """A step that has ended inside a batch job that is still running: its ranks are reported, and
+    a named warning says the job is not finished."""
+    task = tmp_path / "task.py"
+    task.write_text(CUDA_TASK)
+    done = tmp_path / "step-done"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"srun --transit=advise {os.path.realpath(sys.executable)} {task} {libcudart()}\n"
+        f"touch {done}\n"
+        "sleep 60\n"
+    )
+    out = cluster.run(
+        ["sbatch", "--parsable", "-J", unique_job_name(), "-N1", "-o", str(tmp_path / "out"), str(script)]
+    )
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert time.monotonic() < deadline, (tmp_path / "out").read_text()
+            time.sleep(0.2)
+        report = transit_report(cluster, job_id, "--json")
+        assert report.returncode == 0, report.stderr
+        parsed = json.loads(report.stdout)
+        assert parsed["job"]["state"] == "RUNNING"
+        assert [r["rank"] for r in parsed["ranks"]] == [0]
+        assert [w["code"] for w in parsed["warnings"]] == ["job-not-finished"]
+    finally:
+        cluster.run(["scancel", job_id])

@@ -28,6 +28,10 @@ MISSING_RANK = "missing-rank"
 DUPLICATE_RANK = "duplicate-rank"
 NO_SLURM_FACTS = "no-slurm-facts"
 NO_STATS_FILES = "no-stats-files"
+JOB_NOT_FINISHED = "job-not-finished"
+
+# Slurm states in which tasks may still be running, so stats files may still be missing
+UNFINISHED_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,14 @@ class SlurmJob:
     def facts(self) -> tuple[slurm.JobFacts | None, list[ReportWarning]]:
         facts = slurm.job_facts(self.job_id)
         if facts is not None:
+            if facts.state and any(state in facts.state for state in UNFINISHED_STATES):
+                return facts, [
+                    ReportWarning(
+                        JOB_NOT_FINISHED,
+                        f"job {self.job_id} is {facts.state}: ranks write their stats when they exit, "
+                        "so this report covers only the tasks that have ended",
+                    )
+                ]
             return facts, []
         return None, [
             ReportWarning(
