@@ -368,3 +368,19 @@ def test_timeline_intervals_from_cumulative_samples() -> None:
     assert intervals([sample(1.5, 1, 100), sample(2.5, 2, 130)]) == [(0.0, 1.5, 1, 100), (1.5, 2.5, 2, 30)]
     # a ring buffer that wrapped keeps later marks only: no origin is invented
     assert intervals([sample(90.0, 300, 5000), sample(90.3, 301, 5010)]) == [(90.0, 90.3, 301, 10)]
+
+
+def test_report_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transit.report import load
+
+    option, env, dev = tmp_path / "option", tmp_path / "env", tmp_path / "dev"
+    dev.mkdir()
+    monkeypatch.setattr(load, "DEV_CLUSTER_REPORT_DIR", dev)
+    monkeypatch.setenv("TRANSIT_REPORT_DIR", str(env))
+    assert load.default_report_dir(str(option), use_slurm=False) == option
+    assert load.default_report_dir(None, use_slurm=False) == env
+    monkeypatch.delenv("TRANSIT_REPORT_DIR")
+    assert load.default_report_dir(None, use_slurm=False) == dev
+    dev.rmdir()
+    with pytest.raises(UsageError, match="no report directory"):
+        load.default_report_dir(None, use_slurm=False)
