@@ -66,8 +66,8 @@ static void load(void)
     Dl_info info;
     void *h = open_cupti();
     if (!h) {
-        snprintf(cupti_why, sizeof cupti_why, "%s not found (loaded, beside libcudart, by soname, or in /usr/local/cuda)",
-                 CUPTI_SONAME);
+        snprintf(cupti_why, sizeof cupti_why,
+                 "%s not found (loaded, beside libcudart, by soname, or in /usr/local/cuda)", CUPTI_SONAME);
         cupti_state = -1;
         return;
     }

@@ -471,21 +471,24 @@ void transit_policy_stats_json(jbuf *b)
 {
     const transit_config *c = &transit_g.cfg;
     jb_printf(b,
-              "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64 ", \"overshoot_peak_bytes\": %" PRIu64
-              ", \"spilled_peak_bytes\": %" PRIu64 ", \"resident_estimated\": %s}, ",
+              "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64
+              ", \"overshoot_peak_bytes\": %" PRIu64 ", \"spilled_peak_bytes\": %" PRIu64
+              ", \"resident_estimated\": %s}, ",
               transit_policy_resident(), transit_get(&pc.resident_peak), transit_get(&pc.overshoot_peak),
               transit_get(&pc.spilled_peak), estimating() ? "true" : "false");
     transit_recorder_migrations_json(b);
     jb_printf(b,
-              "\"prefetch\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"ranges\": %" PRIu64
-              ", \"range_bytes\": %" PRIu64 ", \"ranges_dropped\": %" PRIu64 ", \"unattributed_bytes\": %" PRIu64
-              ", \"profiled_iterations\": %" PRIu64 ", \"reprofiles\": %" PRIu64 ", \"replaying\": %s}, ",
+              "\"prefetch\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
+              ", \"ranges\": %" PRIu64 ", \"range_bytes\": %" PRIu64 ", \"ranges_dropped\": %" PRIu64
+              ", \"unattributed_bytes\": %" PRIu64 ", \"profiled_iterations\": %" PRIu64 ", \"reprofiles\": %" PRIu64
+              ", \"replaying\": %s}, ",
               transit_get(&pc.prefetch_calls), transit_get(&pc.prefetch_bytes), transit_get(&pc.prefetch_errors),
               transit_get(&pc.ranges_count), transit_get(&pc.ranges_bytes), transit_get(&pc.ranges_dropped),
-              transit_get(&pc.unattributed_bytes), transit_recorder_profiled_iterations(), transit_recorder_reprofiles(),
-              __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
+              transit_get(&pc.unattributed_bytes), transit_recorder_profiled_iterations(),
+              transit_recorder_reprofiles(), __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
-              "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"applied\": %s}, ",
+              "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
+              ", \"applied\": %s}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,

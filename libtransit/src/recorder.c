@@ -50,6 +50,7 @@ static struct {
     uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_disagree, corr_none;
+    uint64_t runtime_callbacks, runtime_without_driver;
     uint64_t profiled_iterations, reprofiles;
 } rc;
 static transit_hist htod_hist, dtoh_hist; /* under records_lock */
@@ -82,6 +83,11 @@ static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes a
 static uint64_t corr_from_callback[CORR_TABLE_SIZE];
 static uint64_t corr_from_external[CORR_TABLE_SIZE];
 static __thread int corr_pushed; /* this thread has an external id of ours on CUPTI's stack */
+/* The enclosing runtime launch on this thread (cudaLaunchKernel and kin): its correlation id,
+ * which the kernel record may carry instead of the driver call's, and whether the driver
+ * launch callback came inside it. */
+static __thread uint32_t runtime_corr;
+static __thread int runtime_saw_driver;
 
 static transit_period *period;
 static pthread_mutex_t period_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -555,6 +561,17 @@ static const CUpti_CallbackId launch_cbids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
 };
 
+static const CUpti_CallbackId runtime_launch_cbids[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, /* nvcc's <<<>>> stubs since CUDA 13 */
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+};
+
 /* The launch's function and stream; 0 for a callback that is not a kernel launch. */
 static int launch_params(CUpti_CallbackId cbid, const void *params, CUfunction *f, CUstream *stream)
 {
@@ -628,9 +645,26 @@ static void correlate(const transit_launch *l, uint32_t corr)
     }
     if (!__atomic_load_n(&have_profiling, __ATOMIC_ACQUIRE))
         return;
-    corr_store(corr_from_callback, corr, window_ordinal(l->iteration, l->ordinal));
+    uint32_t ordinal = window_ordinal(l->iteration, l->ordinal);
+    corr_store(corr_from_callback, corr, ordinal);
+    if (runtime_corr)
+        corr_store(corr_from_callback, runtime_corr, ordinal);
     corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, l->iteration << 32 | l->ordinal) ==
                   CUPTI_SUCCESS;
+}
+
+/* Runtime launches are not launches here (their driver call is): only their correlation id is
+ * kept for the driver callback nested inside. */
+static void runtime_launch(const CUpti_CallbackData *cb)
+{
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        runtime_corr = cb->correlationId;
+        runtime_saw_driver = 0;
+        return;
+    }
+    if (!runtime_saw_driver) /* the driver callback did not fire inside: launches are missed */
+        transit_add(&rc.runtime_without_driver, 1);
+    runtime_corr = 0;
 }
 
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -640,10 +674,17 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     CUfunction f = NULL;
     CUstream stream = NULL;
     (void)userdata;
-    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !cb || cb->callbackSite != CUPTI_API_ENTER ||
-        get_state() != TRANSIT_RECORDER_CUPTI || !launch_params(cbid, cb->functionParams, &f, &stream))
+    if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
+        return;
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+        runtime_launch(cb);
+        return;
+    }
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER ||
+        !launch_params(cbid, cb->functionParams, &f, &stream))
         return;
     uint64_t t0 = now_ns();
+    runtime_saw_driver = 1;
     transit_add(&rc.launches, 1);
     feed_period(cb->symbolName, f); /* may mark an iteration that begins with this launch */
     iteration_check();
@@ -654,8 +695,8 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     };
     correlate(&l, cb->correlationId);
     uint32_t profiled = __atomic_load_n(&win_max_launches, __ATOMIC_RELAXED);
-    if (transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE &&
-        profiled && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
+    if (transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH && profiled &&
+        __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
         transit_recorder_reprofile("an iteration ran far more kernels than profiled");
     transit_policy_launch(&l);
     transit_add(&rc.overhead_ns, now_ns() - t0);
@@ -728,6 +769,11 @@ static void start_cupti(void)
             return;
         }
     }
+    /* Optional: without them, kernels launched through the runtime may lack an ordinal when
+     * their records carry the runtime call's correlation id (see correlate()). */
+    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        if (api->EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]) == CUPTI_SUCCESS)
+            transit_add(&rc.runtime_callbacks, 1);
     r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     activity_ok = r == CUPTI_SUCCESS;
     if (activity_ok)
@@ -789,6 +835,7 @@ void transit_recorder_after_fork(void)
     win_max_launches = 0;
     finalize_due = want_profiling = want_um = have_profiling = have_um = 0;
     corr_pushed = 0;
+    runtime_corr = 0;
     transit_period_destroy(period);
     period = NULL;
     memset(buffer_busy, 0, sizeof buffer_busy); /* the buffers themselves are reused */
@@ -880,9 +927,9 @@ void transit_recorder_state_json(jbuf *b)
               have_um ? "true" : "false");
     jb_printf(b,
               ", \"correlation\": {\"callback\": %" PRIu64 ", \"external\": %" PRIu64 ", \"disagree\": %" PRIu64
-              ", \"none\": %" PRIu64 "}",
+              ", \"none\": %" PRIu64 ", \"runtime_callbacks\": %" PRIu64 ", \"runtime_without_driver\": %" PRIu64 "}",
               transit_get(&rc.corr_callback), transit_get(&rc.corr_external), transit_get(&rc.corr_disagree),
-              transit_get(&rc.corr_none));
+              transit_get(&rc.corr_none), transit_get(&rc.runtime_callbacks), transit_get(&rc.runtime_without_driver));
     jb_printf(b, ", \"period\": {\"length\": %u, \"iterations\": %" PRIu64 ", \"changes\": %" PRIu64 "}}, ",
               p ? transit_period_length(p) : 0, p ? transit_period_iterations(p) : 0,
               p ? transit_period_changes(p) : 0);
