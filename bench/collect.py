@@ -136,8 +136,7 @@ def load_runs(work: Path) -> dict[str, dict]:
         if stats_dir.is_dir():
             run["transit_stats"] = load_transit_stats(stats_dir)
             run["transit"] = transit_summary(run["transit_stats"])
-        run["status"] = ("ok" if rc == 0 and run["result"] is not None
-                         else "timeout" if rc in (124, 137) else "failed")
+        run["status"] = "ok" if rc == 0 else "timeout" if rc in (124, 137) else "failed"
         if run["status"] != "ok":
             log = work / f"{name}.log"
             run["log_tail"] = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 3 item 5: TRANSIT base / prefetch / advise on 1 GPU in limit mode (L = MEM_LIMIT, footprint
+# ~1.4x L), against a native run for the reference losses. One device command (nvidia-h200):
+#   bash bench/run_policies.sh        (results: $OUT/policies.json, $OUT/policies-logs.txt)
+# Deterministic kernels everywhere, so TRANSIT's losses can be compared bit for bit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DEADLINE_S=${DEADLINE_S:-500}
+source bench/device_setup.sh || exit 1
+source bench/lib.sh
+
+# Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
+TRAIN=(torchrun --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
+       --local-batch 4 --deterministic --steps 8 --warmup 3)
+
+bench_run native 120 "${TRAIN[@]}" --label native --time-budget 40 --out "$WORK/native.json"
+# Fastest first, so that the slowest (base) gets what is left of the deadline.
+for policy in advise prefetch base; do
+    bench_run "transit-$policy" 200 \
+        $TRANSIT run --policy "$policy" --mem-limit "$MEM_LIMIT" --out "$WORK/transit-$policy.transit" -- \
+        "${TRAIN[@]}" --label "transit-$policy" --time-budget 90 --out "$WORK/transit-$policy.json"
+done
+finish policies
