@@ -28,7 +28,8 @@ from transit.report.units import (
 
 GOOD, CAUTION, BAD, MUTED, UNDERUSED = "green", "yellow", "red", "dim", "cyan"
 RANKS_LEGEND = (
-    f"Peak: peak bytes resident on the GPU (cyan: under {UNDERUSED_CAP_SHARE:.0%} of the cap). Spill: peak bytes left on the host. "
+    f"Peak: peak bytes resident on the GPU (cyan: under {UNDERUSED_CAP_SHARE:.0%} of the cap). "
+    "Spill: peak bytes left on the host. "
     f"<{format_bytes_short(SMALL_MIGRATION_BYTES)}: share of HtoD migrations under "
     f"{format_bytes(SMALL_MIGRATION_BYTES)}. 0-copy: bytes the GPU read from host memory in place. "
     "Step s: mean step time in seconds. Rec.: recorder state. Sizes in binary units (1.5G = 1.5 GiB)."
