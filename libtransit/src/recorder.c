@@ -677,7 +677,9 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
         return;
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+        uint64_t t0 = now_ns();
         runtime_launch(cb);
+        transit_add(&rc.overhead_ns, now_ns() - t0);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER ||
