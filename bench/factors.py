@@ -1,0 +1,76 @@
+"""Scaling factors for `transit simulate --factors`, from the network-sensitivity runs of a comparison.
+
+    python3 bench/factors.py bench/results/compare-h200.json --out bench/results/scaling-factors.json
+
+The paper (section 4.3) derives three placement-transition factors from its section 4.2 runs at
+400 and 100 Gbps. Here the fast link is NCCL's default transport between the 2 GPUs of one
+host (NVLink / P2P) and the slow one NCCL over TCP sockets on loopback, both for the no-offload
+baseline on 2 GPUs, against TRANSIT-Advise on 1 GPU (the scaled-in job: no inter-GPU link at all):
+- inter_to_intra_speedup = advise(1 GPU) / no-offload(2 GPUs, sockets) - 1     (measured)
+- unchanged              = advise(1 GPU) / no-offload(2 GPUs, fast link) - 1   (measured)
+- intra_to_inter_slowdown = 1 - advise(1 GPU) / (rho x no-offload(2 GPUs, fast link)), with rho the
+  baseline's bandwidth sensitivity: a scaled-in job that lands across racks is assumed to lose
+  what the baseline loses on the slow link (a single-GPU job cannot be placed across a link, so
+  this one is an estimate from measured numbers, and says so in the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json
+
+FACTORS_SCHEMA = "transit.factors/1"
+# The simulator needs the slowdown in [0, 1).
+MAX_SLOWDOWN = 0.99
+
+
+def tflops(doc: dict, run: str) -> float:
+    value = ((doc["runs"].get(run) or {}).get("result") or {}).get("tflops_per_gpu")
+    if value is None:
+        raise SystemExit(f"factors: run {run!r} has no TFLOPS in the comparison file (status: "
+                         f"{(doc['runs'].get(run) or {}).get('status', 'absent')})")
+    return value
+
+
+def factors(doc: dict, source: str) -> dict:
+    fast, slow, advise = tflops(doc, "fsdp2-2gpu"), tflops(doc, "fsdp2-2gpu-socket"), tflops(doc, "transit-advise")
+    rho = fast / slow
+    slowdown = min(MAX_SLOWDOWN, max(0.0, 1 - advise / (rho * fast)))
+    device = (doc.get("device") or {}).get("name")
+    return {
+        "schema": FACTORS_SCHEMA,
+        "inter_to_intra_speedup": advise / slow - 1,
+        "intra_to_inter_slowdown": slowdown,
+        "unchanged": advise / fast - 1,
+        "source": (f"{source} (commit {doc.get('git_commit')}, {device}): speedup and unchanged measured; "
+                   "slowdown estimated as 1 - advise / (rho x no-offload fast)"),
+        "inputs": {
+            "no_offload_2gpu_fast_tflops_per_gpu": fast,
+            "no_offload_2gpu_socket_tflops_per_gpu": slow,
+            "transit_advise_1gpu_tflops_per_gpu": advise,
+            "rho_no_offload_2gpu": rho,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("compare", type=Path, help="a comparison result (bench/collect.py compare)")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "scaling-factors.json")
+    args = p.parse_args(argv)
+    doc = json.loads(args.compare.read_text())
+    if doc.get("kind") != "compare":
+        raise SystemExit(f"factors: {args.compare} is not a comparison result (kind {doc.get('kind')!r})")
+    result = factors(doc, str(args.compare))
+    write_json(args.out, result)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

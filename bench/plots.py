@@ -1,0 +1,160 @@
+"""PNG figures from the committed benchmark results (bench/collect.py files).
+
+    python3 bench/plots.py --compare bench/results/compare-h200.json --policies bench/results/policies-h200.json
+
+compare  -> compare-tflops.png      per-GPU TFLOPS per system, no-offload baseline dashed (paper Fig. 7)
+            compare-offloaded.png   host-resident training state per GPU (paper Fig. 8)
+policies -> policies-histogram.png  migration-size histogram per policy (paper Fig. 5)
+            policies-faults-pcie.png GPU page faults and PCIe bytes per policy (paper Fig. 6)
+Every figure names the commit and device it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect import offloaded
+from common import GIB
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Display order and names; runs absent from a file are left out.
+COMPARE_SYSTEMS = {
+    "fsdp2-2gpu": "no offload\n(2 GPUs)",
+    "transit-advise": "TRANSIT\nadvise",
+    "transit-prefetch": "TRANSIT\nprefetch",
+    "transit-base": "TRANSIT\nbase",
+    "fsdp-cpu-mb": "FSDP2 offload\n(1 x 8)",
+    "fsdp-cpu-accum": "FSDP2 offload\n(2 x 4 accum)",
+    "zero-offload": "ZeRO-\nOffload",
+    "zero-infinity": "ZeRO-\nInfinity",
+    "fsdp2-2gpu-socket": "no offload\n(2 GPUs, sockets)",
+    "transit-advise-socket": "TRANSIT advise\n(sockets)",
+}
+POLICIES = ("transit-base", "transit-prefetch", "transit-advise")
+HIST_BINS = ("<4K", "4K-64K", "64K-1M", "1M-2M", ">2M")
+COLORS = {"baseline": "#4c72b0", "transit": "#55a868", "framework": "#c44e52", "network": "#8172b2"}
+
+
+def color(name: str) -> str:
+    if name.endswith("socket"):
+        return COLORS["network"]
+    if name.startswith("transit"):
+        return COLORS["transit"]
+    return COLORS["baseline"] if name == "fsdp2-2gpu" else COLORS["framework"]
+
+
+def provenance_note(fig: plt.Figure, doc: dict, source: Path) -> None:
+    device = (doc.get("device") or {}).get("name", "unknown device")
+    commit = (doc.get("git_commit") or "unknown")[:10]
+    fig.text(0.01, 0.01, f"{source.name} - commit {commit} - {device}", fontsize=7, color="gray")
+
+
+def bar_chart(ax: plt.Axes, names: list[str], values: list[float], ylabel: str, fmt: str) -> None:
+    bars = ax.bar(range(len(names)), values, color=[color(n) for n in names])
+    ax.bar_label(bars, labels=[format(v, fmt) for v in values], fontsize=8)
+    ax.set_xticks(range(len(names)), [COMPARE_SYSTEMS[n] for n in names], fontsize=8)
+    ax.set_ylabel(ylabel)
+
+
+def plot_compare(doc: dict, source: Path, out_dir: Path) -> list[Path]:
+    runs = doc["runs"]
+    tflops = {n: ((runs.get(n) or {}).get("result") or {}).get("tflops_per_gpu") for n in COMPARE_SYSTEMS}
+    names = [n for n in COMPARE_SYSTEMS if tflops[n] is not None]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    bar_chart(ax, names, [tflops[n] for n in names], "per-GPU TFLOPS", ".0f")
+    if tflops.get("fsdp2-2gpu"):
+        ax.axhline(tflops["fsdp2-2gpu"], color=COLORS["baseline"], linestyle="--", linewidth=1)
+    model = ((runs.get("fsdp2-2gpu") or {}).get("result") or {}).get("config", {})
+    ax.set_title(f"Per-GPU TFLOPS under the same cap L, {model.get('params', 0) / 1e9:.1f}B model, "
+                 f"{model.get('tokens_per_step', '?')} tokens per step")
+    provenance_note(fig, doc, source)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths = [out_dir / "compare-tflops.png"]
+    fig.savefig(paths[0], dpi=150)
+    plt.close(fig)
+
+    sizes = {n: offloaded(runs[n]) for n in COMPARE_SYSTEMS if n in runs and not n.endswith("socket")}
+    names = [n for n, v in sizes.items() if v is not None and n != "fsdp2-2gpu"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    bar_chart(ax, names, [sizes[n] / GIB for n in names], "offloaded GiB per GPU", ".1f")
+    ax.set_title("Training state resident in host memory per GPU")
+    provenance_note(fig, doc, source)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths.append(out_dir / "compare-offloaded.png")
+    fig.savefig(paths[1], dpi=150)
+    plt.close(fig)
+    return paths
+
+
+def plot_policies(doc: dict, source: Path, out_dir: Path) -> list[Path]:
+    summaries = {p: (doc["runs"].get(p) or {}).get("transit") for p in POLICIES}
+    names = [p for p in POLICIES if summaries[p]]
+    labels = [p.removeprefix("transit-") for p in names]
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, name in enumerate(names):
+        counts = [summaries[name]["histogram"].get(b, 0) for b in HIST_BINS]
+        ax.bar([x + i * width for x in range(len(HIST_BINS))], counts, width, label=labels[i])
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(HIST_BINS))], HIST_BINS)
+    ax.set_yscale("symlog")
+    ax.set_xlabel("migration size")
+    ax.set_ylabel("migrations (HtoD + DtoH)")
+    ax.set_title("Migration sizes per policy")
+    ax.legend()
+    provenance_note(fig, doc, source)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths = [out_dir / "policies-histogram.png"]
+    fig.savefig(paths[0], dpi=150)
+    plt.close(fig)
+
+    fig, (faults_ax, bytes_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
+    faults_ax.bar(labels, [summaries[n]["gpu_page_faults"] or 0 for n in names], color=COLORS["transit"])
+    faults_ax.set_ylabel("GPU page faults")
+    faults_ax.set_title("GPU page faults")
+    kinds = (("htod_bytes", "HtoD"), ("dtoh_bytes", "DtoH"), ("remote_map_bytes", "remote map (zero-copy)"))
+    width = 0.8 / len(kinds)
+    for i, (key, label) in enumerate(kinds):
+        bytes_ax.bar([x + i * width for x in range(len(names))],
+                     [(summaries[n][key] or 0) / GIB for n in names], width, label=label)
+    bytes_ax.set_xticks([x + width for x in range(len(names))], labels)
+    bytes_ax.set_ylabel("GiB over the run")
+    bytes_ax.set_title("PCIe traffic")
+    bytes_ax.legend()
+    provenance_note(fig, doc, source)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths.append(out_dir / "policies-faults-pcie.png")
+    fig.savefig(paths[1], dpi=150)
+    plt.close(fig)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--compare", type=Path, help="comparison result (bench/collect.py compare)")
+    p.add_argument("--policies", type=Path, help="policies result (bench/collect.py policies)")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    if not (args.compare or args.policies):
+        p.error("give --compare and/or --policies")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if args.compare:
+        written += plot_compare(json.loads(args.compare.read_text()), args.compare, args.out_dir)
+    if args.policies:
+        written += plot_policies(json.loads(args.policies.read_text()), args.policies, args.out_dir)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
