@@ -331,9 +331,7 @@ void transit_policy_profile_begin(void)
         transit_ranges_reset(ranges);
     if (attrib)
         transit_attrib_flush(attrib); /* forget kernels and migrations of an earlier window */
-    __atomic_store_n(&pc.ranges_count, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pc.ranges_bytes, 0, __ATOMIC_RELAXED);
-    collecting = ranges && attrib;
+    collecting = ranges && attrib;     /* the stats keep the last finished profile's totals */
     pthread_mutex_unlock(&prof_lock);
 }
 
