@@ -227,13 +227,55 @@ static void iteration_check(void)
 
 /* ---- CUPTI control (never called inside a CUPTI callback) ---- */
 
-static const CUpti_ActivityKind profiling_kinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
-    /* External correlation records are emitted only before API records: enable those too. */
-    CUPTI_ACTIVITY_KIND_RUNTIME,
-    CUPTI_ACTIVITY_KIND_DRIVER,
+static const CUpti_CallbackId launch_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
 };
+
+static const CUpti_CallbackId runtime_launch_cbids[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, /* nvcc's <<<>>> stubs since CUDA 13 */
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+};
+
+static void profiling_failed(int enable, const char *what, int id, CUptiResult r)
+{
+    static int warned;
+    if (r != CUPTI_SUCCESS && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        transit_warn("recorder: %s %s %d failed: %s", enable ? "enabling" : "disabling", what, id,
+                     transit_cupti_error(r));
+}
+
+static void set_kind(const transit_cupti_api *api, int enable, CUpti_ActivityKind kind)
+{
+    CUptiResult r = enable ? api->ActivityEnable(kind) : api->ActivityDisable(kind);
+    profiling_failed(enable, "activity kind", (int)kind, r);
+}
+
+/* Kernel records, external correlation records, and the API records these precede: of the
+ * launch functions only where this libcupti can choose, else of every API call. */
+static void set_profiling(const transit_cupti_api *api, int enable)
+{
+    set_kind(api, enable, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    set_kind(api, enable, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    if (!api->ActivityEnableDriverApi || !api->ActivityEnableRuntimeApi) {
+        set_kind(api, enable, CUPTI_ACTIVITY_KIND_DRIVER);
+        set_kind(api, enable, CUPTI_ACTIVITY_KIND_RUNTIME);
+        return;
+    }
+    for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++)
+        profiling_failed(enable, "driver API records", (int)launch_cbids[i],
+                         api->ActivityEnableDriverApi(launch_cbids[i], (uint8_t)enable));
+    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        profiling_failed(enable, "runtime API records", (int)runtime_launch_cbids[i],
+                         api->ActivityEnableRuntimeApi(runtime_launch_cbids[i], (uint8_t)enable));
+}
 
 static void apply_activity(void)
 {
@@ -244,13 +286,7 @@ static void apply_activity(void)
     int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
     int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
     if (wp != have_profiling) {
-        for (size_t i = 0; i < sizeof profiling_kinds / sizeof profiling_kinds[0]; i++) {
-            CUptiResult r = wp ? api->ActivityEnable(profiling_kinds[i]) : api->ActivityDisable(profiling_kinds[i]);
-            static int warned;
-            if (r != CUPTI_SUCCESS && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-                transit_warn("recorder: %s activity kind %d failed: %s", wp ? "enabling" : "disabling",
-                             (int)profiling_kinds[i], transit_cupti_error(r));
-        }
+        set_profiling(api, wp);
         __atomic_store_n(&have_profiling, wp, __ATOMIC_RELEASE);
     }
     if (wu != have_um) {
@@ -554,23 +590,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 }
 
 /* ---- launch callbacks ---- */
-
-static const CUpti_CallbackId launch_cbids[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-};
-
-static const CUpti_CallbackId runtime_launch_cbids[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, /* nvcc's <<<>>> stubs since CUDA 13 */
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-};
 
 /* The launch's function and stream; 0 for a callback that is not a kernel launch. */
 static int launch_params(CUpti_CallbackId cbid, const void *params, CUfunction *f, CUstream *stream)
