@@ -3,7 +3,10 @@
  * window, and the recorder's own statistics.
  *
  * One CUPTI subscriber, started at the first managed allocation (after activation, so CUPTI's
- * own start-up can never re-enter activation). States:
+ * own start-up can never re-enter activation). Launches are seen at the driver's launch
+ * functions (runtime launches reach them too, so nothing is counted twice); callbacks on the
+ * runtime's launch functions only note their correlation id, which kernel records may carry.
+ * States:
  *   cupti    - subscribed: launch callbacks and activity records;
  *   degraded - another subscriber holds CUPTI (torch.profiler, Nsight): no launch callbacks and
  *              no activity (its buffers are not ours to take); iteration marks only;
