@@ -102,6 +102,15 @@ def nproc_per_node(requested: int | None) -> int:
     return gpus
 
 
+def global_batch_from_env() -> int:
+    value = os.environ.get("TRANSIT_GLOBAL_BATCH")
+    if value is None:
+        raise UsageError("--global-batch is required (or TRANSIT_GLOBAL_BATCH in the environment)")
+    if not value.isdigit():
+        raise UsageError(f"TRANSIT_GLOBAL_BATCH={value!r} is not a positive integer")
+    return int(value)
+
+
 def build_launch(args: argparse.Namespace) -> Launch:
     if "SLURM_JOB_ID" in os.environ:
         allocation = slurm.current_allocation()
@@ -117,21 +126,20 @@ def build_launch(args: argparse.Namespace) -> Launch:
     else:
         raise UsageError("not inside a Slurm allocation: run under sbatch/salloc, or preview with "
                          "--dry-run --nodes N")
-    if args.global_batch is None:
-        raise UsageError("--global-batch is required (or TRANSIT_GLOBAL_BATCH in the environment)")
-    if args.local_batch < 1 or args.tp < 1 or args.pp < 1:
-        raise UsageError("--local-batch, --tp and --pp must be at least 1")
+    global_batch = args.global_batch if args.global_batch is not None else global_batch_from_env()
+    if min(global_batch, args.local_batch, args.tp, args.pp) < 1:
+        raise UsageError("--global-batch, --local-batch, --tp and --pp must be at least 1")
     # The batch script runs on the first node of the allocation, where the rendezvous store lives.
     port = args.rdzv_port or free_port()
     return Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc_per_node(args.nproc_per_node),
-                  tp=args.tp, pp=args.pp, global_batch=args.global_batch, local_batch=args.local_batch,
+                  tp=args.tp, pp=args.pp, global_batch=global_batch, local_batch=args.local_batch,
                   rdzv_endpoint=f"{host}:{port}")
 
 
 def launch_main(args: argparse.Namespace) -> int:
-    if not args.program:
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
         raise UsageError("give the training script (or TorchTitan arguments) after the options")
-    program = args.program[1:] if args.program[0] == "--" else args.program
     launch = build_launch(args)
     environment = launch.environment()  # raises when the global batch does not divide
     command = launch.command(args.framework, program)
@@ -191,8 +199,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Inside a Slurm allocation: read its nodes and GPUs, recompute DP degree and gradient "
                     "accumulation for the fixed global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
                     "and TRANSIT_GRAD_ACCUM, and run srun torchrun with the rendezvous on the first node.")
-    env_batch = os.environ.get("TRANSIT_GLOBAL_BATCH")
-    parser.add_argument("--global-batch", type=int, default=int(env_batch) if env_batch else None,
+    parser.add_argument("--global-batch", type=int,
                         help="sequences per optimizer step, fixed whatever the node count "
                              "(default: $TRANSIT_GLOBAL_BATCH, which `transit submit --to-min` sets)")
     parser.add_argument("--local-batch", type=int, default=1, help="sequences per rank per micro-batch")

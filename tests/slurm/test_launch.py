@@ -79,6 +79,15 @@ def test_dry_run_json_reads_the_allocation(cluster, env):
         "train.py", "--x"]
 
 
+def test_global_batch_defaults_to_what_submit_to_min_exports(cluster, env):
+    env = env | {"TRANSIT_GLOBAL_BATCH": "240"}  # `transit submit --to-min` passes it through sbatch
+    result = salloc(cluster, env, 2, ["transit", "launch", "--dry-run", "--json", "--nproc-per-node", "3",
+                                      "train.py"])
+    assert result.returncode == 0, result.stderr
+    launch = json.loads(result.stdout)
+    assert (launch["global_batch"], launch["dp"], launch["grad_accum"]) == (240, 6, 40)
+
+
 def test_gpus_per_node_come_from_slurm_when_not_given(cluster, env):
     env = env | {"CUDA_VISIBLE_DEVICES": "0,1,2"}  # what Slurm's GRES would set on a GPU node
     result = salloc(cluster, env, 1, ["transit", "launch", "--dry-run", "--json", "--global-batch", "6",
