@@ -110,16 +110,18 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     import numpy as np
 
     width = 0.8 / max(len(studies), 1)
-    figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(PLOTTED) + 0.3 * len(studies)), 4.8))
+    figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(PLOTTED) + 0.3 * len(studies)) + 3.5, 4.8))
     positions = np.arange(len(PLOTTED))
+    colours = plt.get_cmap("tab20" if len(studies) > 10 else "tab10")
     for index, study in enumerate(studies):
         values = [study["change_pct"][label] or 0.0 for label in PLOTTED]
-        axes.bar(positions + (index - (len(studies) - 1) / 2) * width, values, width, label=_label(study))
+        axes.bar(positions + (index - (len(studies) - 1) / 2) * width, values, width, label=_label(study),
+                 color=colours(index % colours.N))
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_xticks(positions, [label.replace(" (", "\n(") for label in PLOTTED])
     axes.set_ylabel("change with TRANSIT vs baseline (%)")
     axes.set_title(title)
-    axes.legend(fontsize=7, loc="best")
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
