@@ -87,3 +87,13 @@ def test_reduction_out_of_range_is_rejected(capsys):
     with pytest.raises(SystemExit):
         run(["simulate", "--reduction", "1.0"], capsys)
     assert "must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_sweep_over_placements_and_slowdowns(capsys):
+    code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "300", "--racks", "8,16",
+                     "--gpus-per-node", "8", "--reductions", "0.5", "--placements", "pack,spread",
+                     "--slowdowns", "0,0.55", "--processes", "2", "--json"], capsys)
+    assert code == 0
+    setups = [(s["setup"]["racks"], s["setup"]["placement"], s["setup"]["factors"]["intra_to_inter_slowdown"])
+              for s in json.loads(out)["studies"]]
+    assert setups == [(r, p, y) for r in (8, 16) for p in ("pack", "spread") for y in (0.0, 0.55)]

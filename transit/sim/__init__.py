@@ -101,6 +101,8 @@ def register(subparsers) -> None:
     sweep.add_argument("--placements", type=_list(str), default=["pack"], metavar="pack,spread")
     sweep.add_argument("--speedups", type=_list(float), metavar="X,X",
                        help="inter->intra-rack throughput gains to try (default: the one factor)")
+    sweep.add_argument("--slowdowns", type=_list(float), metavar="Y,Y",
+                       help="intra->inter-rack throughput losses to try (default: the one factor)")
     sweep.add_argument("--processes", type=_positive_int, metavar="N", help="worker processes (default: CPUs)")
     sweep.add_argument("--json", action="store_true", help="print the results as JSON")
     sweep.add_argument("--plot", metavar="PNG", help="write a Figure-12-style bar chart of every study")
@@ -183,11 +185,14 @@ def sweep_main(args: argparse.Namespace) -> int:
             raise UsageError(f"--gpus-per-node {per_node}: expected 4 or 8")
     if args.speedups and any(value <= -1 for value in args.speedups):
         raise UsageError("--speedups values must be above -1")
+    if args.slowdowns and any(not 0 <= value < 1 for value in args.slowdowns):
+        raise UsageError("--slowdowns values must be in [0, 1)")
     racks = args.racks_list or [_default_racks(args)]
     load, extra = _load(args)
     trace = _prepare(load, racks + ([args.baseline_racks] if args.baseline_racks else []))
     base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks)
-    points = sweep.setups(racks, args.gpn_list, args.reductions, args.placements, args.speedups, base)
+    points = sweep.setups(racks, args.gpn_list, args.reductions, args.placements, args.speedups,
+                          args.slowdowns, base)
     studies = sweep.run(trace, points, args.processes, quiet=args.json and not sys.stderr.isatty())
     document = {"schema": "transit.sim-sweep/1", "command": _command(), "trace": load.summary(), **extra,
                 "studies": studies}

@@ -98,7 +98,8 @@ def _label(study: dict) -> str:
     setup = study["setup"]
     racks = f"{setup['racks']}" + (f"/{setup['baseline_racks']}b" if setup["baseline_racks"] != setup["racks"] else "")
     return (f"{racks} racks, {setup['gpus_per_node']} GPU/node, r={setup['reduction']}, "
-            f"+{100 * setup['factors']['inter_to_intra_speedup']:.0f}%")
+            f"+{100 * setup['factors']['inter_to_intra_speedup']:.0f}%/-{100 * setup['factors']['intra_to_inter_slowdown']:.0f}%"
+            + ("" if setup["placement"] == "pack" else f", {setup['placement']}"))
 
 
 def plot_studies(studies: list[dict], path: str, title: str) -> None:
@@ -149,7 +150,8 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
         queue = [_seconds(study[side]["all"]["queue"]["mean_s"]) for side in ("baseline", "transit")]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}",
                f"{setup['reduction']:g}", setup["placement"],
-               f"{100 * setup['factors']['inter_to_intra_speedup']:.0f} %"]
+               f"{100 * setup['factors']['inter_to_intra_speedup']:.0f} %",
+               f"{100 * setup['factors']['intra_to_inter_slowdown']:.0f} %"]
         row += ["n/a" if changes[key] is None else f"{changes[key]:+.1f} %" for _, key in SWEEP_COLUMNS]
         row.append(f"{queue[0]} -> {queue[1]}")
         row.append(f"{study['baseline']['gpu_utilization_pct']:.0f} %")
@@ -159,6 +161,7 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
 
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
+                "intra->inter slowdown",
                 *[name for name, _ in SWEEP_COLUMNS], "mean queue (all)", "baseline GPU use",
                 "eligible on 1 node"]
 

@@ -33,12 +33,13 @@ def _study(setup: Setup, baseline: tuple[Replay, float]) -> dict:
 
 
 def setups(racks: list[int], gpus_per_node: list[int], reductions: list[float], placements: list[str],
-           speedups: list[float] | None, base: Setup) -> list[Setup]:
-    """Every combination, in a stable order; speedups replace the inter->intra factor when given."""
+           speedups: list[float] | None, slowdowns: list[float] | None, base: Setup) -> list[Setup]:
+    """Every combination, in a stable order; speedups and slowdowns replace those factors when given."""
     points = []
     for rack_count, per_node, placement, reduction in itertools.product(racks, gpus_per_node, placements, reductions):
-        for speedup in speedups or [base.factors.inter_to_intra_speedup]:
-            factors = base.factors if speedups is None else replace(base.factors, inter_to_intra_speedup=speedup)
+        for speedup, slowdown in itertools.product(speedups or [base.factors.inter_to_intra_speedup],
+                                                   slowdowns or [base.factors.intra_to_inter_slowdown]):
+            factors = replace(base.factors, inter_to_intra_speedup=speedup, intra_to_inter_slowdown=slowdown)
             points.append(replace(base, racks=rack_count, gpus_per_node=per_node, placement=placement,
                                   reduction=reduction, factors=factors))
     return points
