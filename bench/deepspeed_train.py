@@ -127,9 +127,9 @@ def train(args: argparse.Namespace) -> dict | None:
     on_gpu = torch.cuda.is_available()
     # CPU (gloo, DS_ACCELERATOR=cpu) only for the harness's own tests.
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    monitor = NvmlMonitor(local_rank) if on_gpu else None  # baseline before the CUDA context
     if on_gpu:
         torch.cuda.set_device(device)
-    monitor = NvmlMonitor(local_rank) if on_gpu else None
     cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -64,10 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    if "RANK" not in os.environ:
-        raise SystemExit("train.py runs under torchrun (e.g. torchrun --standalone --nproc-per-node 1 ...)")
-    local_rank = int(os.environ["LOCAL_RANK"])
+def init_distributed(local_rank: int) -> tuple[int, int, torch.device]:
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -150,11 +147,16 @@ def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 
 
 def train(args: argparse.Namespace) -> dict | None:
-    rank, world, device = init_distributed()
-    monitor = NvmlMonitor(device.index) if device.type == "cuda" else None
-    cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
+    if "LOCAL_RANK" not in os.environ:
+        raise SystemExit("train.py runs under torchrun (e.g. torchrun --standalone --nproc-per-node 1 ...)")
+    local_rank = int(os.environ["LOCAL_RANK"])
     if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.use_deterministic_algorithms(True, warn_only=True)
+    # NVML's baseline is read before this process creates its CUDA context.
+    monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() else None
+    rank, world, device = init_distributed(local_rank)
+    cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     batch = resolve_batch(world, args.global_batch, args.local_batch, args.grad_accum)
     cfg = config_by_name(args.model)
     model = build_model(args, device, world)
