@@ -108,16 +108,19 @@ class ModelSpec:
     def layer_activation_bytes(self, tokens: int, tp: int = 1) -> int:
         """Bytes one layer keeps for backward without recomputation, for `tokens` tokens.
 
-        Counted tensors (bf16): attention-norm input and output (2h), q, k, v (h_q + 2 h_kv),
-        attention output (h_q; flash attention keeps no s x s matrix, its log-sum-exp is
-        negligible), MLP-norm input and output (2h), and per SwiGLU expert a token passes
-        through: w1 and w3 outputs, silu(w1) and the product fed to w2 (4 x ffn). Tensor
-        parallelism with sequence parallelism divides every one of them by tp.
+        Counted tensors (bf16), as TorchTitan's Llama layer saves them: attention-norm input and
+        output (2h); q and the key/value heads repeated up to the query heads (TorchTitan
+        repeats them so SDPA takes the flash kernel), the attention output and its contiguous
+        copy fed to the output projection (5 x heads x head_dim; flash attention keeps no
+        s x s matrix and its log-sum-exp is negligible); MLP-norm input and output (2h); and per
+        SwiGLU expert a token passes through: w1 and w3 outputs, silu(w1) and the product fed
+        to w2 (4 x ffn). Norms that upcast to fp32 (as PyTorch's composite RMSNorm does on CPU)
+        keep more; fused GPU kernels keep less. Tensor parallelism with sequence parallelism
+        divides every tensor by tp.
         """
         q_out = self.heads * self.head_dim
-        kv_out = self.kv_heads * self.head_dim
         experts_per_token = (self.active_experts + self.shared_experts) if self.is_moe else 1
-        per_token = 4 * self.hidden + 2 * q_out + 2 * kv_out + 4 * self.ffn * experts_per_token
+        per_token = 4 * self.hidden + 5 * q_out + 4 * self.ffn * experts_per_token
         if self.is_moe:
             per_token += self.experts  # router scores
         return tokens * per_token * ACTIVATION_ELEMENT_BYTES // tp
