@@ -119,7 +119,7 @@ class MemoryEstimate:
     gathered: int  # FSDP's unsharded parameters and gradients of the units in flight
     activations: int  # kept for backward: layer inputs with checkpointing, everything without
     transient: int  # the larger of the logits with the loss's fp32 copies and one recomputed layer
-    framework: int = FRAMEWORK_RESERVED_BYTES
+    framework: int  # CUDA context, NCCL buffers (only with more than one rank), workspaces
 
     @property
     def model_state(self) -> int:
@@ -193,6 +193,7 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
         gathered=round(gathered),
         activations=activations,
         transient=transient,
+        framework=FRAMEWORK_RESERVED_BYTES - (NCCL_BUFFER_BYTES if world_size == 1 else 0),
     )
 
 

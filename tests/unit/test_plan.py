@@ -48,6 +48,12 @@ def test_the_output_head_is_the_largest_fsdp_unit_of_a_large_vocabulary_model():
     assert memory.gathered == (128256 * 4096 + 4096) * (2 + 2 + 2)
 
 
+def test_a_single_rank_needs_no_nccl_buffers():
+    config = TrainingConfig(TINY, seq_len=16)
+    assert predict_memory(config, 2).framework == FRAMEWORK_RESERVED_BYTES
+    assert predict_memory(config, 1).framework == FRAMEWORK_RESERVED_BYTES - plan.NCCL_BUFFER_BYTES
+
+
 def test_bf16_states_take_half_of_mixed_and_ddp_does_not_shard():
     mixed = predict_memory(TrainingConfig(TINY, precision="mixed", seq_len=16), 4)
     bf16 = predict_memory(TrainingConfig(TINY, precision="bf16", seq_len=16), 4)
