@@ -17,10 +17,21 @@ static void resolve_dlsym(void)
         real_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 }
 
-void *transit_real_dlsym(void *handle, const char *name)
+static void *no_dlsym(void *handle, const char *name)
+{
+    (void)handle, (void)name;
+    return NULL;
+}
+
+transit_dlsym_fn transit_glibc_dlsym(void)
 {
     pthread_once(&dlsym_once, resolve_dlsym);
-    return real_dlsym ? real_dlsym(handle, name) : NULL;
+    return real_dlsym ? real_dlsym : no_dlsym;
+}
+
+void *transit_real_dlsym(void *handle, const char *name)
+{
+    return transit_glibc_dlsym()(handle, name);
 }
 
 /* The application's cudart: the next definition after ours in the global scope, else a

@@ -53,5 +53,7 @@ const transit_runtime_api *transit_runtime(void);
 const transit_driver_api *transit_driver(void);
 /* dlsym as glibc implements it, bypassing our own interposition. */
 void *transit_real_dlsym(void *handle, const char *name);
+typedef void *(*transit_dlsym_fn)(void *, const char *);
+transit_dlsym_fn transit_glibc_dlsym(void);
 
 #endif

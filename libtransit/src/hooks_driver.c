@@ -9,7 +9,6 @@
 #include "state.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <string.h>
 
 #define HOOK __attribute__((visibility("default")))
@@ -273,35 +272,13 @@ void *transit_exported_hook(const char *name)
     return NULL;
 }
 
-/* dlsym(RTLD_NEXT, name) means "after the caller", but glibc would see libtransit as the
- * caller. Walk the link map from the real caller's object instead, keeping only a symbol
- * defined by each object itself (dlsym on a handle also searches its dependencies). */
-static void *next_after(const void *caller, const char *name)
-{
-    Dl_info info;
-    struct link_map *self = NULL;
-    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
-        return NULL;
-    for (struct link_map *l = self->l_next; l; l = l->l_next) {
-        void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
-        void *sym;
-        struct link_map *owner = NULL;
-        if (!h)
-            continue;
-        sym = transit_real_dlsym(h, name);
-        dlclose(h);
-        if (sym && dladdr1(sym, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == l)
-            return sym;
-    }
-    return NULL;
-}
-
-HOOK void *dlsym(void *handle, const char *name)
+/* The tail call matters: glibc's dlsym reads its return address to know who called it (for
+ * RTLD_NEXT), and a sibling call leaves the application's return address in place, so RTLD_NEXT
+ * keeps meaning "after the caller", not "after libtransit". Forced at every build type. */
+HOOK __attribute__((optimize("O2", "optimize-sibling-calls"))) void *dlsym(void *handle, const char *name)
 {
     void *hook = transit_exported_hook(name);
     if (hook)
         return hook;
-    if (handle == RTLD_NEXT)
-        return next_after(__builtin_return_address(0), name);
-    return transit_real_dlsym(handle, name);
+    return transit_glibc_dlsym()(handle, name);
 }
