@@ -38,7 +38,7 @@ FRAMEWORK_RESERVED_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + WORKSPACE_BY
 HOST_BYTES_PER_RANK = 8 * GIB
 
 # In backward, FSDP2 holds one unit's unsharded parameters, gradients and reduce-scatter input
-# while the next units' parameters are being all-gathered (prefetch): parameters only.
+# while the next unit's parameters are being all-gathered (prefetch): parameters only.
 FSDP_PREFETCHED_UNITS = 1
 
 # Precision policies: bytes per parameter of each kind of model state.
@@ -50,8 +50,8 @@ PRECISION_BYTES = {
 }
 
 # --- Efficiency model ---
-# Full activation checkpointing runs every layer's forward twice: hardware FLOPs are
-# (2 forward + 4 backward) / (1 forward + ... ) = 8/6 of the model FLOPs.
+# Full activation checkpointing runs every layer's forward twice: per parameter and token the
+# hardware does 2 (forward) + 2 (recomputed forward) + 4 (backward) FLOPs instead of 2 + 4.
 RECOMPUTE_FLOP_FACTOR = 8 / 6
 # Each spilled byte crosses PCIe twice (to the GPU and back) whenever it is used. Optimizer
 # states are used once per optimizer step, so they are spilled first; anything spilled beyond
