@@ -13,30 +13,37 @@ import sys
 from transit import __version__
 from transit.errors import UsageError
 
-# subcommand modules, in the order `transit --help` lists them
-SUBCOMMAND_MODULES = (
-    "transit.run",        # run, lib-path
-    "transit.plan",       # plan
-    "transit.launch",     # launch, submit
-    "transit.report",     # report
-    "transit.sim",        # simulate
-    "transit.cluster",    # cluster (wraps scripts/dev-cluster)
-)
+# subcommand -> the module that registers it, in the order `transit --help` lists them
+SUBCOMMANDS = {
+    "run": "transit.run",
+    "lib-path": "transit.run",
+    "plan": "transit.plan",
+    "launch": "transit.launch",
+    "submit": "transit.launch",
+    "report": "transit.report",
+    "simulate": "transit.sim",
+    "cluster": "transit.cluster",  # wraps scripts/dev-cluster
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands, or only the module of `command`: a command imports nothing it does not use."""
     parser = argparse.ArgumentParser(
         prog="transit", description="Transparent scale-in for multi-node LLM training."
     )
     parser.add_argument("--version", action="version", version=f"transit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    wanted = SUBCOMMANDS.get(command or "")
+    for module in dict.fromkeys(SUBCOMMANDS.values()):
+        if wanted in (None, module):
+            importlib.import_module(module).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
