@@ -68,7 +68,8 @@ class StatsFiles:
                 files.append(RankFile(path=path, stats=stats))
         if not paths:
             warnings.append(
-                ReportWarning(NO_STATS_FILES, f"no {RANK_FILE_PATTERN} files in {self.directory}")
+                ReportWarning(NO_STATS_FILES, f"no {RANK_FILE_PATTERN} files in {self.directory}: no task called "
+                              "CUDA (libtransit stays inert in CPU-only processes) or TRANSIT was off")
             )
         return files, warnings
 
