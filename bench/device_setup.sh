@@ -8,8 +8,9 @@
 # shared GPUs out of service): NCCL, PyTorch symmetric memory and NVSHMEM.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
-# Where DeepSpeed's JIT-built ops go (the CPU Adam op is built on first use). DeepSpeed's CUDA
-# check knows CUDA majors up to 12 only; nvcc and torch are both 13.0 on the device.
+# Where DeepSpeed's JIT-built ops go (the CPU Adam op is built on first use). Its build refuses an
+# nvcc whose version differs from torch's CUDA; both are 13.0 on the device, and a minor mismatch
+# (it knows compatible minors only up to CUDA 12) should not cost the DeepSpeed runs.
 export TORCH_EXTENSIONS_DIR=/tmp/torch_extensions DS_SKIP_CUDA_CHECK=1
 
 _setup_t0=$SECONDS
