@@ -119,3 +119,14 @@ def test_unknown_format_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="header lacks"):
         read_trace(str(path), "acme")
     assert os.path.exists(path)
+
+
+def test_unreadable_files_are_usage_errors(tmp_path):
+    binary = tmp_path / "trace.csv"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(UsageError, match="not a text file"):
+        read_trace(str(binary))
+    with pytest.raises(UsageError, match="not a text file"):
+        read_trace(str(binary), "acme")
+    with pytest.raises(UsageError, match="Is a directory"):
+        read_trace(str(tmp_path), "sacct")

@@ -18,6 +18,8 @@ def detect_format(path: str) -> str:
             head = handle.read(4096)
     except OSError as exc:
         raise UsageError(f"cannot read trace {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a text file ({exc.reason})") from exc
     if head.lstrip().startswith("{"):
         with open(path, encoding="utf-8") as handle:
             try:
@@ -46,4 +48,9 @@ def read_trace(path: str, fmt: str | None = None) -> TraceLoad:
                "sacct-json": sacct_json.read, "transit-json": project_json.read}
     if fmt not in readers:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    return readers[fmt](path)
+    try:
+        return readers[fmt](path)
+    except OSError as exc:
+        raise UsageError(f"cannot read trace {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a text file ({exc.reason})") from exc
