@@ -6,7 +6,8 @@ scheduler starts jobs from the head of the FIFO queue until one does not fit.
 
 Backfill (optional, EASY style): when the head is blocked, a later queued job may start now if it
 fits and ends before the head's *shadow time*, the earliest time enough nodes will have been freed
-for the head. The trace's run times serve as perfect run-time estimates. At most
+for the head. The run times given to ``replay`` serve as run-time estimates (in the TRANSIT
+scenario, before the placement-transition factor, which is known only once a job is placed). At most
 ``BACKFILL_DEPTH`` queued jobs are examined per pass, like Slurm's ``bf_max_job_test``.
 """
 

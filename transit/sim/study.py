@@ -9,7 +9,7 @@ import numpy as np
 
 from transit.sim import metrics
 from transit.sim.engine import Replay
-from transit.sim.placement import RACK_GPUS, Cluster
+from transit.sim.placement import RACK_GPUS
 from transit.sim.scenario import Factors, Trace, run_baseline, run_transit
 
 
@@ -66,7 +66,7 @@ def study(trace: Trace, setup: Setup, baseline: tuple[Replay, float] | None = No
             "baseline_racks": setup.baseline_cluster_racks,
             "rack_gpus": RACK_GPUS,
             "gpus_per_node": setup.gpus_per_node,
-            "nodes": Cluster(setup.racks, setup.gpus_per_node).nodes,
+            "nodes": setup.racks * RACK_GPUS // setup.gpus_per_node,
             "reduction": setup.reduction,
             "placement": setup.placement,
             "backfill": setup.backfill,
