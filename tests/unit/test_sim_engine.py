@@ -130,3 +130,15 @@ def test_study_on_a_small_synthetic_trace():
     assert result["change_pct"]["inter-rack traffic"] < 0
     assert result["transit"]["eligible"]["single_node_share_pct"] > 0
     assert sum(result["transitions"].values()) == result["eligible_jobs"]
+
+
+def test_spread_fragments_racks_more_than_pack():
+    from transit.sim import synthetic
+
+    trace = prepare(synthetic.generate("seren", 10_000, seed=1), 16 * 32)
+    eligible = np.array(trace.gpus) > 8
+    share = {}
+    for placement in ("pack", "spread"):
+        racks = np.array(run_baseline(trace, 16, 8, placement, False).racks)[eligible]
+        share[placement] = (racks > 1).mean()
+    assert share["spread"] > share["pack"] + 0.05, share
