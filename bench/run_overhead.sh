@@ -8,6 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-500}
 source bench/device_setup.sh || exit 1
+[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
 source bench/lib.sh
 
 # The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 10 gives a warm-up window to time.
@@ -23,7 +24,7 @@ bench_run transit-base-norec 120 env TRANSIT_WARMUP_ITERS=$WARMUP_ITERS TRANSIT_
     $TRANSIT run --policy base --out "$WORK/transit-base-norec.transit" -- \
     "${TRAIN[@]}" --label transit-base-norec --out "$WORK/transit-base-norec.json"
 
-bench_run gpu-tests 200 python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider \
+bench_run gpu-tests 240 python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider \
     --junitxml "$WORK/pytest-gpu.xml"
 
 # Transparency: the unmodified HF Trainer, native and under TRANSIT (advise, ~2x oversubscribed).

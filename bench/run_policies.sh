@@ -7,6 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-500}
 source bench/device_setup.sh || exit 1
+[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
 source bench/lib.sh
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
