@@ -73,9 +73,10 @@ class NvmlMonitor:
     """Polls NVML in a thread for this process's device memory and the device's used memory.
 
     Two readings, both kept: the process's usedGpuMemory (what NVML charges to our pid) and the
-    device's used memory minus its value before this process touched CUDA (`baseline`). The
-    first is the one compared with the cap; the second is the fallback where NVML does not
-    report per-process usage (some containers hide pids).
+    device's used memory minus its value before this process created its CUDA context. The peak
+    compared with the cap is the larger of the two: the process reading may leave out managed
+    (UVM) pages resident on the device, the device reading counts everything on a GPU that runs
+    one benchmark at a time (the drivers run them one after the other).
     """
 
     def __init__(self, device_index: int) -> None:
@@ -129,15 +130,11 @@ class NvmlMonitor:
         self._stop.set()
         self._thread.join()
         self.sample()
-        peak, source = (
-            (self.process_peak, "nvml-process") if self.process_peak is not None
-            else (self.device_peak, "nvml-device-minus-baseline")
-        )
         return {
             "nvml_process_peak_bytes": self.process_peak,
             "nvml_device_used_peak_minus_baseline_bytes": self.device_peak,
-            "peak_bytes": peak,
-            "peak_source": source,
+            "peak_bytes": max(self.process_peak or 0, self.device_peak),
+            "peak_source": "max(nvml-process, nvml-device-minus-baseline)",
             "driver_version": self._nvml.nvmlSystemGetDriverVersion(),
         }
 
