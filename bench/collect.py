@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import xml.etree.ElementTree as ET
@@ -23,6 +24,7 @@ from common import GIB, git_commit, write_json
 
 COLLECT_SCHEMA = "transit.bench-collection/1"
 LOG_TAIL_LINES = 40
+STEP_LINE = re.compile(r"step \d+: loss ([-\d.naif]+) time ([\d.]+)s")  # timed_steps' progress line
 TIMELINE_KEEP = 200
 
 # Issue targets, in one place (issue 8 item 3, issue 3 items 5-6, issue 2 item 9).
@@ -139,7 +141,12 @@ def load_runs(work: Path) -> dict[str, dict]:
         run["status"] = "ok" if rc == 0 else "timeout" if rc in (124, 137) else "failed"
         if run["status"] != "ok":
             log = work / f"{name}.log"
-            run["log_tail"] = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            run["log_tail"] = lines[-LOG_TAIL_LINES:]
+            # A run stopped by its limit wrote no result: keep the steps its log printed.
+            steps = [STEP_LINE.match(line) for line in lines]
+            run["steps_from_log"] = {"losses": [float(m[1]) for m in steps if m],
+                                     "step_times_s": [float(m[2]) for m in steps if m]}
         runs[name] = run
     return runs
 
@@ -186,9 +193,19 @@ def check(value: float | None, threshold: float, higher_is_better: bool = True) 
     return {"value": value, "threshold": threshold, "met": met}
 
 
+def step_mean(runs: dict, name: str) -> float | None:
+    """Mean step time after warm-up; for a run stopped by its limit, the steps its log shows
+    after the first (labelled as such in the run's steps_from_log)."""
+    mean = (metric(runs, name, "step_time") or {}).get("mean_s")
+    if mean is None:
+        times = ((runs.get(name) or {}).get("steps_from_log") or {}).get("step_times_s", [])[1:]
+        mean = statistics.fmean(times) if times else None
+    return mean
+
+
 def summarize_policies(runs: dict) -> dict:
     names = [n for n in ("transit-base", "transit-prefetch", "transit-advise") if n in runs]
-    step = {n: (metric(runs, n, "step_time") or {}).get("mean_s") for n in ["native", *names]}
+    step = {n: step_mean(runs, n) for n in ["native", *names]}
     tr = {n: runs[n].get("transit") or {} for n in names}
     faults_base = tr.get("transit-base", {}).get("gpu_page_faults")
     faults_prefetch = tr.get("transit-prefetch", {}).get("gpu_page_faults")
