@@ -22,15 +22,15 @@ MODEL_BATCH=(--model "$MODEL" --global-batch 8)
 COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations and switches policy during the third: 3 warm-up steps.
 TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 7 --warmup 3)
-ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 torchrun --standalone --nproc-per-node 1)
-TWO_GPUS=(torchrun --standalone --nproc-per-node 2)
+ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalone --nproc-per-node 1)
+TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
 
 bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
 bench_run transit-advise 120 env CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$MEM_LIMIT" --out "$WORK/transit-advise.transit" -- \
-    torchrun --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
+    python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget 40 --label transit-advise --out "$WORK/transit-advise.json"
 bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
@@ -58,11 +58,11 @@ bench_run fsdp-cpu-accum 110 "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" 
 for policy in prefetch base; do
     bench_run "transit-$policy" 120 env CUDA_VISIBLE_DEVICES=0 \
         $TRANSIT run --policy "$policy" --mem-limit "$MEM_LIMIT" --out "$WORK/transit-$policy.transit" -- \
-        torchrun --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
+        python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
         --local-batch 4 --time-budget 40 --label "transit-$policy" --out "$WORK/transit-$policy.json"
 done
 bench_run transit-advise-socket 100 "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$MEM_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
-    torchrun --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
+    python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget 30 --label transit-advise-socket --out "$WORK/transit-advise-socket.json"
 finish compare

@@ -13,7 +13,7 @@ source bench/lib.sh
 
 # The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 10 gives a warm-up window to time.
 WARMUP_ITERS=10
-TRAIN=(torchrun --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
+TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
        --local-batch 8 --steps 60 --warmup "$WARMUP_ITERS")
 
 bench_run native 120 "${TRAIN[@]}" --label native --out "$WORK/native.json"

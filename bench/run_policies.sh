@@ -11,7 +11,7 @@ source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
-TRAIN=(torchrun --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
+TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
        --local-batch 4 --deterministic --steps 8 --warmup 3)
 
 bench_run native 120 "${TRAIN[@]}" --label native --time-budget 40 --out "$WORK/native.json"
