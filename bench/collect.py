@@ -74,7 +74,16 @@ def transit_summary(stats: list[dict]) -> dict | None:
         values = [get(r, *keys) for r in ranks]
         return sum(values) if all(isinstance(v, (int, float)) for v in values) else None
 
+    def beyond_limit(doc: dict) -> int | None:
+        managed, limit = get(doc, "allocations", "managed_bytes_peak"), get(doc, "config", "limit_bytes")
+        return max(0, managed - limit) if isinstance(managed, int) and isinstance(limit, int) else None
+
     per_rank_spill = [get(r, "memory", "spilled_peak_bytes") for r in ranks]
+    spill_source = "memory.spilled_peak_bytes"
+    if not all(isinstance(v, int) for v in per_rank_spill):
+        # Without a spill count: what cannot be on the device at the peak, managed peak minus L.
+        spill_source = "allocations.managed_bytes_peak - config.limit_bytes"
+        per_rank_spill = [beyond_limit(r) for r in ranks]
     iterations = [get(r, "iterations", "count") or 0 for r in ranks]
     htod, dtoh = total("migrations", "htod", "bytes"), total("migrations", "dtoh", "bytes")
     hist: dict[str, int] = {}
@@ -91,6 +100,7 @@ def transit_summary(stats: list[dict]) -> dict | None:
         "limit_bytes": get(ranks[0], "config", "limit_bytes"),
         "offloaded_bytes_per_gpu": (max(per_rank_spill) if all(isinstance(v, int) for v in per_rank_spill)
                                     else None),
+        "offloaded_source": spill_source,
         "resident_peak_bytes": max((get(r, "memory", "resident_peak_bytes") or 0) for r in ranks),
         "overshoot_peak_bytes": max((get(r, "memory", "overshoot_peak_bytes") or 0) for r in ranks),
         "htod_bytes": htod, "dtoh_bytes": dtoh,
