@@ -9,6 +9,8 @@ DEADLINE_S=${DEADLINE_S:-500}
 source bench/device_setup.sh || exit 1
 [ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
 source bench/lib.sh
+# One GPU, also on the 2-GPU machine (the HF Trainer would otherwise spread over every visible GPU).
+export CUDA_VISIBLE_DEVICES=0
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
