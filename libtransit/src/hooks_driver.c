@@ -130,6 +130,8 @@ HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 
 HOOK CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
+    if (transit_in_real_call) /* TRANSIT itself, through the runtime: the real numbers */
+        return transit_driver()->MemGetInfo(free_bytes, total_bytes);
     const transit_driver_api *drv = driver_for_hook();
     if (!drv)
         return CUDA_ERROR_NOT_INITIALIZED;

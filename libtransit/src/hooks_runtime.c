@@ -19,6 +19,15 @@ static cudaError_t fail(const transit_runtime_api *rt, cudaError_t e)
     return e;
 }
 
+/* The device's real free and total memory, never the limit-mode view of TRANSIT's driver hook. */
+static cudaError_t real_mem_get_info(const transit_runtime_api *rt, size_t *free_bytes, size_t *total_bytes)
+{
+    transit_in_real_call++;
+    cudaError_t e = rt->MemGetInfo(free_bytes, total_bytes);
+    transit_in_real_call--;
+    return e;
+}
+
 static const transit_runtime_api *runtime_for_hook(void)
 {
     transit_ensure_active();
@@ -36,7 +45,7 @@ static cudaError_t malloc_managed(const transit_runtime_api *rt, void **ptr, siz
         return fail(rt, e);
     if (transit_mem_need_budget(dev)) {
         size_t free_b, total_b;
-        if ((e = rt->MemGetInfo(&free_b, &total_b)) != cudaSuccess)
+        if ((e = real_mem_get_info(rt, &free_b, &total_b)) != cudaSuccess)
             return fail(rt, e);
         transit_mem_set_budget(dev, free_b, total_b);
     }
@@ -132,7 +141,7 @@ HOOK cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
     const transit_runtime_api *rt = runtime_for_hook();
     if (!rt)
         return cudaErrorInitializationError;
-    cudaError_t e = rt->MemGetInfo(free_bytes, total_bytes);
+    cudaError_t e = real_mem_get_info(rt, free_bytes, total_bytes);
     if (e != cudaSuccess)
         return fail(rt, e);
     transit_note_cuda_ok();

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 transit_state transit_g;
+__thread int transit_in_real_call;
 
 static pthread_mutex_t activate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int expandable_segments_disabled;

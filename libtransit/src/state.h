@@ -60,6 +60,10 @@ static inline bool transit_limit_mode(void)
     return transit_g.cfg.mem_limit != 0;
 }
 
+/* Set while TRANSIT calls a real CUDA runtime function: the runtime may reach the driver
+ * through TRANSIT's own driver hooks (cuGetProcAddress), which must then pass through. */
+extern __thread int transit_in_real_call;
+
 void transit_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void transit_note_cuda_ok(void);
 void transit_note_cuda_error(const char *name);
