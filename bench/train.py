@@ -153,6 +153,11 @@ def train(args: argparse.Namespace) -> dict | None:
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.use_deterministic_algorithms(True, warn_only=True)
+        # cuDNN, flash and memory-efficient attention backward accumulate with atomics: the math
+        # backend is the one SDPA path that repeats bit for bit.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
     # NVML's baseline is read before this process creates its CUDA context.
     monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() else None
     rank, world, device = init_distributed(local_rank)

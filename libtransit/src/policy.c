@@ -433,6 +433,10 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
     const transit_driver_api *drv;
     transit_recorder_start();
+    /* PyTorch's device tensors are first touched by the GPU, which populates them on the device
+     * without any migration record: count a new allocation as resident from the start. */
+    if (estimating())
+        mark_resident(ptr, size);
     raise_peaks(transit_policy_resident());
     if (transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
         (drv = policy_driver())) {
