@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
+# A training job may wait in the queue behind other tests' jobs: longer than the conftest's limit.
+TRAINING_JOB_TIMEOUT_S = 600
 NPROC_PER_NODE = 2  # CPU processes per emulated node (each node has 4 CPUs)
 
 
@@ -25,18 +28,24 @@ def env(cluster):
     return cluster.env(PATH=f"{TRANSIT_BIN}:{os.environ['PATH']}", PYTHON=sys.executable)
 
 
-def sbatch_wait(cluster, env, nodes: int, command: str, output: Path, extra: tuple[str, ...] = ()) -> str:
+def run_waiting(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a command that waits for a batch job (sbatch --wait) to finish."""
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=TRAINING_JOB_TIMEOUT_S,
+                          check=False)
+
+
+def sbatch_wait(env, nodes: int, command: str, output: Path) -> str:
     """Run `command` as a batch job on `nodes` nodes, wait for it, return its output."""
-    result = cluster.run(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
-                          *extra, "--wrap", command], env=env)
+    result = run_waiting(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
+                          "--wrap", command], env)
     log = output.read_text() if output.exists() else ""
     assert result.returncode == 0, f"job failed: {result.stderr}\n{log}"
     return log
 
 
-def train_through_launch(cluster, env, tmp_path: Path, nodes: int, parallel: str) -> dict:
+def train_through_launch(env, tmp_path: Path, nodes: int, parallel: str) -> dict:
     out = tmp_path / f"loss-{parallel}-{nodes}.json"
-    log = sbatch_wait(cluster, env, nodes,
+    log = sbatch_wait(env, nodes,
                       f"transit launch --global-batch 8 --local-batch 2 --nproc-per-node {NPROC_PER_NODE} "
                       f"-- {TRAIN_TINY} --parallel {parallel} --steps 5 --out {out}",
                       tmp_path / f"job-{parallel}-{nodes}.out")
@@ -46,9 +55,9 @@ def train_through_launch(cluster, env, tmp_path: Path, nodes: int, parallel: str
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_nodes_and_one_node_train_the_same_global_batch_and_losses(cluster, env, tmp_path, parallel):
-    two = train_through_launch(cluster, env, tmp_path, nodes=2, parallel=parallel)
-    one = train_through_launch(cluster, env, tmp_path, nodes=1, parallel=parallel)
+def test_two_nodes_and_one_node_train_the_same_global_batch_and_losses(env, tmp_path, parallel):
+    two = train_through_launch(env, tmp_path, nodes=2, parallel=parallel)
+    one = train_through_launch(env, tmp_path, nodes=1, parallel=parallel)
     assert (two["world_size"], two["grad_accum"]) == (4, 1)
     assert (one["world_size"], one["grad_accum"]) == (2, 2)
     assert two["global_batch"] == one["global_batch"] == 8
@@ -128,12 +137,12 @@ def test_submit_to_min_uses_the_plan(cluster, env):
                                   "--export=ALL,TRANSIT_GLOBAL_BATCH=240", "job.sh"]
 
 
-def test_submit_runs_sbatch_with_transit_on_fewer_nodes(cluster, env, tmp_path):
+def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
     output = tmp_path / "job.out"
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun bash -c 'echo $SLURM_JOB_NUM_NODES $TRANSIT_POLICY'\n")
-    result = cluster.run(["transit", "submit", "--nodes", "4", "--scale-in", "0.5", "--json",
-                          "--sbatch-arg=--wait", f"--sbatch-arg=--output={output}", str(script)], env=env)
+    result = run_waiting(["transit", "submit", "--nodes", "4", "--scale-in", "0.5", "--json",
+                          "--sbatch-arg=--wait", f"--sbatch-arg=--output={output}", str(script)], env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["job_id"].isdigit() and summary["nodes"] == 2

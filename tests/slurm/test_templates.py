@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
+# A training job may wait in the queue behind other tests' jobs: longer than the conftest's limit.
+TRAINING_JOB_TIMEOUT_S = 600
 TEMPLATES = {name: REPO / "scripts" / f"sbatch-{name}.sh" for name in ("torchrun", "torchtitan")}
 
 
@@ -26,9 +29,10 @@ def env(cluster):
     return cluster.env(PATH=f"{TRANSIT_BIN}:{os.environ['PATH']}", PYTHON=sys.executable)
 
 
-def submit_template(cluster, env, template: Path, nodes: int, output: Path, args: list[str]) -> str:
-    result = cluster.run(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
-                          str(template), *args], env=env)
+def submit_template(env, template: Path, nodes: int, output: Path, args: list[str]) -> str:
+    result = subprocess.run(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
+                             str(template), *args], env=env, capture_output=True, text=True,
+                            timeout=TRAINING_JOB_TIMEOUT_S, check=False)
     log = output.read_text() if output.exists() else ""
     assert result.returncode == 0, f"job failed: {result.stderr}\n{log}"
     return result.stdout.strip()
@@ -43,10 +47,10 @@ def test_template_asks_for_transit_and_hard_codes_no_allocation(name):
     assert not re.search(r"--nnodes|--rdzv|MASTER_ADDR", text)  # all left to `transit launch`
 
 
-def test_torchrun_template_trains_the_tiny_model_with_transit(cluster, env, tmp_path):
+def test_torchrun_template_trains_the_tiny_model_with_transit(env, tmp_path):
     out = tmp_path / "loss.json"
     env = env | {"GLOBAL_BATCH": "8", "LOCAL_BATCH": "2", "NPROC_PER_NODE": "2"}
-    submit_template(cluster, env, TEMPLATES["torchrun"], 2, tmp_path / "job.out",
+    submit_template(env, TEMPLATES["torchrun"], 2, tmp_path / "job.out",
                     [str(TRAIN_TINY), "--steps", "3", "--out", str(out)])
     result = json.loads(out.read_text())
     assert (result["world_size"], result["global_batch"], result["grad_accum"]) == (4, 8, 1)
@@ -54,11 +58,11 @@ def test_torchrun_template_trains_the_tiny_model_with_transit(cluster, env, tmp_
     assert len(result["losses"]) == 3 and result["losses"][-1] < result["losses"][0]
 
 
-def test_torchtitan_template_builds_the_torchtitan_command(cluster, env, tmp_path):
+def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
     output = tmp_path / "job.out"
     env = env | {"GLOBAL_BATCH": "16", "LOCAL_BATCH": "2", "TP": "2", "NPROC_PER_NODE": "2",
                  "LAUNCH_ARGS": "--dry-run --json"}
-    job_id = submit_template(cluster, env, TEMPLATES["torchtitan"], 2, output,
+    job_id = submit_template(env, TEMPLATES["torchtitan"], 2, output,
                              ["--module", "llama3", "--config", "llama3_debugmodel"])
     launch = json.loads(output.read_text())
     assert launch["job_id"] == job_id and len(launch["hostnames"]) == 2
