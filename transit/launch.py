@@ -38,6 +38,7 @@ class Launch:
     global_batch: int
     local_batch: int
     rdzv_endpoint: str
+    cpus_per_node: int | None  # given to the one srun task per node
 
     @property
     def nodes(self) -> int:
@@ -77,7 +78,7 @@ class Launch:
                       f"--training.local_batch_size={self.local_batch}",
                       f"--parallelism.tensor_parallel_degree={self.tp}",
                       f"--parallelism.pipeline_parallel_degree={self.pp}"]
-        return slurm.srun_command(self.nodes, [*self.torchrun(), *worker])
+        return slurm.srun_command(self.nodes, [*self.torchrun(), *worker], self.cpus_per_node)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"nodes": self.nodes, "world_size": self.world_size, "dp": self.dp,
@@ -119,9 +120,10 @@ def build_launch(args: argparse.Namespace) -> Launch:
             raise UsageError(f"--nodes {args.nodes} disagrees with the allocation's {allocation.num_nodes} nodes "
                              f"({','.join(hostnames)}); leave --nodes out inside an allocation")
         host = slurm.node_address(allocation.first_host)
+        cpus = slurm.min_cpus_per_node()
     elif args.dry_run and args.nodes:
         # a preview outside Slurm: this host stands for the first node
-        job_id, host = "preview", socket.gethostname()
+        job_id, host, cpus = "preview", socket.gethostname(), None
         hostnames = tuple([host] + [f"<node{i}>" for i in range(2, args.nodes + 1)])
     else:
         raise UsageError("not inside a Slurm allocation: run under sbatch/salloc, or preview with "
@@ -133,7 +135,7 @@ def build_launch(args: argparse.Namespace) -> Launch:
     port = args.rdzv_port or free_port()
     return Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc_per_node(args.nproc_per_node),
                   tp=args.tp, pp=args.pp, global_batch=global_batch, local_batch=args.local_batch,
-                  rdzv_endpoint=f"{host}:{port}")
+                  rdzv_endpoint=f"{host}:{port}", cpus_per_node=cpus)
 
 
 def launch_main(args: argparse.Namespace) -> int:

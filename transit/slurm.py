@@ -86,10 +86,26 @@ def gpus_on_node(env: Mapping[str, str] | None = None) -> int | None:
     return None
 
 
-def srun_command(num_nodes: int, command: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
-    """One task per node across the allocation (torchrun then starts the ranks)."""
-    return ["srun", f"--nodes={num_nodes}", "--ntasks-per-node=1", f"--ntasks={num_nodes}",
-            *extra, *command]
+def min_cpus_per_node(env: Mapping[str, str] | None = None) -> int | None:
+    """Fewest CPUs the job has on any of its nodes, from SLURM_JOB_CPUS_PER_NODE (``72(x2),36``)."""
+    env = os.environ if env is None else env
+    counts = []
+    for group in filter(None, env.get("SLURM_JOB_CPUS_PER_NODE", "").split(",")):
+        count = group.split("(", 1)[0]
+        if not count.isdigit():
+            raise UsageError(f"cannot read SLURM_JOB_CPUS_PER_NODE={env['SLURM_JOB_CPUS_PER_NODE']!r}")
+        counts.append(int(count))
+    return min(counts, default=None)
+
+
+def srun_command(num_nodes: int, command: Sequence[str], cpus_per_task: int | None = None) -> list[str]:
+    """One task per node across the allocation (torchrun then starts the ranks).
+
+    The task gets all the node's CPUs: srun would otherwise confine it, and with it every rank
+    torchrun starts, to one CPU (since 22.05 srun no longer inherits --cpus-per-task).
+    """
+    cpus = [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []
+    return ["srun", f"--nodes={num_nodes}", "--ntasks-per-node=1", f"--ntasks={num_nodes}", *cpus, *command]
 
 
 def sbatch_command(script: str, script_args: Sequence[str], nodes: int, transit_policy: str | None,

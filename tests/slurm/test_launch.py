@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from transit import slurm
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
@@ -82,8 +84,9 @@ def test_dry_run_json_reads_the_allocation(cluster, env):
     assert launch["env"] == {"TRANSIT_GLOBAL_BATCH": "12", "TRANSIT_LOCAL_BATCH": "3", "TRANSIT_GRAD_ACCUM": "1"}
     endpoint = launch["rdzv_endpoint"]
     assert endpoint.startswith("127.0.0.1:")  # the first node's NodeAddr: node1..4 are not DNS names
+    assert launch["cpus_per_node"] == 1  # what the dev cluster gives a job by default
     assert launch["command"] == [
-        "srun", "--nodes=2", "--ntasks-per-node=1", "--ntasks=2", "torchrun", "--nnodes=2",
+        "srun", "--nodes=2", "--ntasks-per-node=1", "--ntasks=2", "--cpus-per-task=1", "torchrun", "--nnodes=2",
         "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}",
         "train.py", "--x"]
 
@@ -95,6 +98,13 @@ def test_global_batch_defaults_to_what_submit_to_min_exports(cluster, env):
     assert result.returncode == 0, result.stderr
     launch = json.loads(result.stdout)
     assert (launch["global_batch"], launch["dp"], launch["grad_accum"]) == (240, 6, 40)
+
+
+def test_the_torchrun_task_gets_every_cpu_of_its_node(cluster, env):
+    result = salloc(cluster, env, 2, ["--cpus-per-task=3", "transit", "launch", "--dry-run", "--json",
+                                      "--global-batch", "4", "--nproc-per-node", "2", "train.py"])
+    assert result.returncode == 0, result.stderr
+    assert "--cpus-per-task=3" in json.loads(result.stdout)["command"]
 
 
 def test_gpus_per_node_come_from_slurm_when_not_given(cluster, env):
@@ -156,3 +166,8 @@ def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
 def test_submit_rejects_bad_shrinking(cluster, env, args, message):
     result = cluster.run(["transit", "submit", "--nodes", "4", *args, "--dry-run", "job.sh"], env=env)
     assert result.returncode == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("value, expected", [("72(x2),36", 36), ("4", 4), ("", None)])
+def test_fewest_cpus_per_node_from_the_slurm_format(value, expected):
+    assert slurm.min_cpus_per_node({"SLURM_JOB_CPUS_PER_NODE": value}) == expected

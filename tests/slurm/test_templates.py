@@ -69,7 +69,7 @@ def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
     assert (launch["dp"], launch["grad_accum"]) == (2, 4)
     command = launch["command"]
     torchrun = command.index("torchrun")
-    assert command[:torchrun] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--ntasks=2"]
+    assert command[:torchrun] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--ntasks=2", "--cpus-per-task=1"]
     assert command[torchrun:] == [
         "torchrun", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
         f"--rdzv-endpoint={launch['rdzv_endpoint']}", f"--rdzv-id={job_id}",
