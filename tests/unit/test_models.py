@@ -58,7 +58,7 @@ def test_activation_bytes_by_hand():
     assert TINY.layer_activation_bytes(tokens) == tokens * per_token * 2
     assert TINY.layer_activation_bytes(tokens, tp=2) == tokens * per_token
     assert TINY.layer_input_bytes(tokens) == tokens * 64 * 2
-    assert TINY.logits_bytes(tokens) == tokens * 100 * 10
+    assert TINY.logits_bytes(tokens) == tokens * 100 * 14
 
 
 def test_all_presets_are_reachable_case_insensitively():

@@ -69,7 +69,7 @@ def test_no_checkpointing_keeps_every_layer():
     assert (memory.activations, memory.transient) == (2 * TINY.layer_activation_bytes(32), TINY.logits_bytes(32))
 
 
-def test_tp_and_pp_divide_states_and_first_stage_holds_pp_micro_batches():
+def test_tp_and_pp_divide_states_and_the_larger_stage_counts():
     model = preset("llama3-70b")
     config = TrainingConfig(model, precision="bf16", tp=4, pp=4, local_batch=8, seq_len=4096)
     memory = predict_memory(config, world_size=32)  # DP 2
@@ -79,7 +79,8 @@ def test_tp_and_pp_divide_states_and_first_stage_holds_pp_micro_batches():
     first = (20 * model.layer_input_bytes(4096, 4) * 4, layer)
     # last stage: one micro-batch, but the logits (vocabulary split over TP) too
     last = (20 * model.layer_input_bytes(4096, 4), max(layer, model.logits_bytes(4096, 4)))
-    assert (memory.activations, memory.transient) == max(first, last, key=sum) == first
+    # the last stage's logits (14 bytes per entry, 128K vocabulary) outweigh 4 micro-batches of checkpoints
+    assert (memory.activations, memory.transient) == max(first, last, key=sum) == last
 
 
 def test_llama3_70b_needs_six_h100_nodes_of_four_gpus_as_in_the_paper():
@@ -148,7 +149,8 @@ def test_efficiency_by_hand():
 def test_plan_stops_at_the_smallest_count_whose_spill_fits_in_host_dram():
     model = ModelSpec("m", layers=8, hidden=2048, ffn=5632, heads=16, kv_heads=16, vocab=32000)
     config = TrainingConfig(model, seq_len=1024)
-    result = plan.plan(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=19 * GIB), nodes=4)
+    # 3 nodes need 19.0 GiB of host DRAM per node, 2 nodes 20.35 GiB
+    result = plan.plan(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB), nodes=4)
     assert [c["nodes"] for c in result["candidates"]] == [4, 3]
     assert result["min_feasible_nodes"] == 3
 
