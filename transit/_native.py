@@ -53,7 +53,7 @@ def lib_path() -> Path:
 
 
 @functools.cache
-def lib():  # noqa: ANN201 - a cffi library object
+def lib():
     return ffi.dlopen(str(lib_path()))
 
 
@@ -70,7 +70,7 @@ def stats() -> str:
         lib().transit_free(p)
 
 
-def _c(text: str | None):  # noqa: ANN202 - cffi char* or NULL
+def _c(text: str | None):
     return ffi.new("char[]", text.encode()) if text is not None else ffi.NULL
 
 

@@ -60,7 +60,7 @@ def transit_run(code: str, out: Path, *opts: str, transit: bool = True) -> subpr
     cmd = [sys.executable, "-c", code]
     if transit:
         cmd = [sys.executable, "-m", "transit", "run", "--out", str(out), *opts, "--", *cmd]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
 def stats(out: Path) -> dict:

@@ -22,19 +22,19 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 x = torch.randn(32, 1024, device="cuda")
-for _ in range(%d):
+for _ in range(STEPS):
     model(x).square().mean().backward()
     opt.step(); opt.zero_grad()
     mark()
 torch.cuda.synchronize()
-""" % STEPS
+""".replace("STEPS", str(STEPS))
 
 
 def test_three_sources_agree(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "base", "--mem-limit", "8G", "--out",
                         str(tmp_path), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     (stats_file,) = tmp_path.glob("*.json")
     it = json.loads(stats_file.read_text())["iterations"]

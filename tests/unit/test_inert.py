@@ -25,15 +25,15 @@ CASES = [
 
 def test_inert_processes_unchanged(clean_env, tmp_path) -> None:
     for cmd in CASES:
-        plain = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=60)
-        pre = subprocess.run(cmd, env=preload_env(clean_env, tmp_path), capture_output=True, text=True, timeout=60)
+        plain = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=60, check=False)
+        pre = subprocess.run(cmd, env=preload_env(clean_env, tmp_path), capture_output=True, text=True, timeout=60, check=False)
         assert (pre.returncode, pre.stdout, pre.stderr) == (plain.returncode, plain.stdout, plain.stderr), cmd
     assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_config_does_not_touch_inert_processes(clean_env, tmp_path) -> None:
     env = dict(preload_env(clean_env, tmp_path), TRANSIT_POLICY="fast")
-    r = subprocess.run(["bash", "-c", "echo ok"], env=env, capture_output=True, text=True)
+    r = subprocess.run(["bash", "-c", "echo ok"], env=env, capture_output=True, text=True, check=False)
     assert (r.returncode, r.stdout, r.stderr) == (0, "ok\n", "")
 
 

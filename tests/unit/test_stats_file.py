@@ -34,7 +34,7 @@ def test_written_at_exit_without_gpu(cudart, clean_env, tmp_path) -> None:
     env = env_for(clean_env, tmp_path, TRANSIT_POLICY="advise", TRANSIT_MEM_LIMIT="24G", RANK="3",
                   SLURM_JOB_ID="77", SLURM_STEP_ID="1")
     p = run_py(CALL_CUDA.format(cudart=cudart) + "; print(rc)", env)
-    out, err = p.communicate(timeout=60)
+    out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and int(out) != 0  # the CUDA call failed: no GPU here
     doc = only_stats_file(tmp_path)
     assert doc["schema"] == "transit.rank/1"
