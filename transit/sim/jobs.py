@@ -7,8 +7,11 @@ but are not meaningful GPU jobs are *filtered*, and each reason is counted.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
+
+from transit.errors import UsageError
 
 # A job that ran for less than this never did GPU work worth simulating (cancelled before start,
 # 0-second failures). ACME and Slurm durations are whole seconds, so 1 s keeps every job that ran.
@@ -85,3 +88,12 @@ class TraceLoad:
             "filtered_rows": sum(self.filtered.values()),
             "filtered_by_reason": dict(self.filtered),
         }
+
+
+def load_json(path: str) -> object:
+    """A whole JSON trace document; a file that is not JSON is one clear error."""
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not JSON ({exc})") from exc

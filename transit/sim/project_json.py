@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad
+from transit.sim.jobs import Job, TraceLoad, load_json
 
 SCHEMA = "transit.trace/1"
 
@@ -34,12 +34,7 @@ def read_document(document: dict, source: str) -> TraceLoad:
 
 
 def read(path: str) -> TraceLoad:
-    with open(path, encoding="utf-8") as handle:
-        try:
-            document = json.load(handle)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}: not JSON ({exc})") from exc
-    return read_document(document, path)
+    return read_document(load_json(path), path)
 
 
 def write(path: str, jobs: list[Job], source: str) -> None:
