@@ -121,7 +121,9 @@ def build_launch(args: argparse.Namespace) -> Launch:
                              f"({','.join(hostnames)}); leave --nodes out inside an allocation")
         host = slurm.node_address(allocation.first_host)
         cpus = slurm.min_cpus_per_node()
-    elif args.dry_run and args.nodes:
+    elif args.dry_run and args.nodes is not None:
+        if args.nodes < 1:
+            raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
         # a preview outside Slurm: this host stands for the first node
         job_id, host, cpus = "preview", socket.gethostname(), None
         hostnames = tuple([host] + [f"<node{i}>" for i in range(2, args.nodes + 1)])
@@ -129,8 +131,10 @@ def build_launch(args: argparse.Namespace) -> Launch:
         raise UsageError("not inside a Slurm allocation: run under sbatch/salloc, or preview with "
                          "--dry-run --nodes N")
     global_batch = args.global_batch if args.global_batch is not None else global_batch_from_env()
-    if min(global_batch, args.local_batch, args.tp, args.pp) < 1:
-        raise UsageError("--global-batch, --local-batch, --tp and --pp must be at least 1")
+    for name, value in (("global batch", global_batch), ("--local-batch", args.local_batch), ("--tp", args.tp),
+                        ("--pp", args.pp)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
     # The batch script runs on the first node of the allocation, where the rendezvous store lives.
     port = args.rdzv_port or free_port()
     return Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc_per_node(args.nproc_per_node),
@@ -172,16 +176,26 @@ def scaled_nodes(nodes: int, fraction: float) -> int:
 def submit_main(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
+    # read inside the job by `transit launch` (TRANSIT_GLOBAL_BATCH) and the templates (LOCAL_BATCH, LAUNCH_ARGS)
     extra_env: dict[str, str] = {}
     if args.to_min:
         config, cluster = plan.config_from_args(args)
         result = plan.plan(config, cluster, args.nodes, args.global_batch)
         nodes = result["min_feasible_nodes"]
-        extra_env["TRANSIT_GLOBAL_BATCH"] = str(result["global_batch"])  # read by `transit launch`
+        # only the requested and the chosen node counts will ever train this job: the global batch
+        # must suit those two, not every candidate in between
+        dps = [c["dp"] for c in result["candidates"] if c["nodes"] in (args.nodes, nodes)]
+        target = args.global_batch if args.global_batch is not None else config.local_batch * dps[0]
+        extra_env["TRANSIT_GLOBAL_BATCH"] = str(plan.common_global_batch(config.local_batch, dps, target))
+        extra_env["LOCAL_BATCH"] = str(config.local_batch)
+        if config.tp > 1 or config.pp > 1:
+            extra_env["LAUNCH_ARGS"] = f"--tp {config.tp} --pp {config.pp}"
     else:
         if args.scale_in is None:
             raise UsageError("give --scale-in FRACTION or --to-min")
         nodes = scaled_nodes(args.nodes, args.scale_in)
+        if args.global_batch is not None:
+            extra_env["TRANSIT_GLOBAL_BATCH"] = str(args.global_batch)
     sbatch_extra = [f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"] if extra_env else []
     command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit,
                                    [*sbatch_extra, *args.sbatch_arg])

@@ -44,6 +44,9 @@ class ModelSpec:
         for field in ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab"):
             if getattr(self, field) <= 0:
                 raise UsageError(f"model {field} must be a positive integer, got {getattr(self, field)}")
+        for field in ("head_dim", "experts", "active_experts", "shared_experts"):
+            if getattr(self, field) < 0:
+                raise UsageError(f"model {field} must be 0 or more, got {getattr(self, field)}")
         if self.heads % self.kv_heads:
             raise UsageError(f"heads ({self.heads}) must be a multiple of kv heads ({self.kv_heads})")
         if self.head_dim == 0:

@@ -268,7 +268,9 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, target_global
         rows.append({"nodes": n, "gpus": world, "dp": dp_degree(config, world), "fits_natively": spill == 0,
                      "memory": memory, "spilled_bytes": spill, "host_bytes_per_node": host})
 
-    target = target_global_batch or config.local_batch * rows[0]["dp"]
+    if target_global_batch is not None and target_global_batch < 1:
+        raise UsageError(f"--global-batch must be at least 1, got {target_global_batch}")
+    target = target_global_batch if target_global_batch is not None else config.local_batch * rows[0]["dp"]
     if target < 1:
         raise UsageError(f"target global batch must be at least 1, got {target}")
     global_batch = common_global_batch(config.local_batch, [r["dp"] for r in rows], target)

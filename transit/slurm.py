@@ -78,12 +78,12 @@ def node_address(hostname: str) -> str:
 def gpus_on_node(env: Mapping[str, str] | None = None) -> int | None:
     """GPUs this node was given, from SLURM_GPUS_ON_NODE or CUDA_VISIBLE_DEVICES; None if unknown."""
     env = os.environ if env is None else env
-    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit() and int(env["SLURM_GPUS_ON_NODE"]) > 0:
         return int(env["SLURM_GPUS_ON_NODE"])
-    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if visible and visible not in ("-1", "NoDevFiles"):
-        return len([d for d in visible.split(",") if d])
-    return None
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and visible[0].strip() not in ("-1", "NoDevFiles"):
+        return len(visible)
+    return None  # none given (a count of 0 says nothing either: ask for --nproc-per-node)
 
 
 def min_cpus_per_node(env: Mapping[str, str] | None = None) -> int | None:
@@ -170,10 +170,10 @@ def _timestamp(value: Any) -> int | None:
     return number if number else None
 
 
-def _state(value: Any) -> str | None:
+def job_state(value: Any) -> str | None:
     """A job state from a string ("COMPLETED"), a list (["CANCELLED", "..."]) or {"current": ...}."""
     if isinstance(value, dict):
-        return _state(value.get("current"))
+        return job_state(value.get("current"))
     if isinstance(value, str):
         return value or None
     if isinstance(value, list):
@@ -244,7 +244,7 @@ def parse_sacct_json(document: Any, job_id: str) -> JobFacts | None:
         job_id=str(job_id),
         source="sacct",
         name=_string(job.get("name")),
-        state=_state(job.get("state")),
+        state=job_state(job.get("state")),
         start_unix=_timestamp(times.get("start")),
         end_unix=_timestamp(times.get("end")),
         elapsed_s=_number(times.get("elapsed")),
@@ -262,7 +262,7 @@ def parse_squeue_json(document: Any, job_id: str, now_unix: float | None = None)
     job = _matching_job(document, job_id)
     if job is None:
         return None
-    state = _state(job.get("job_state"))
+    state = job_state(job.get("job_state"))
     start = _timestamp(job.get("start_time"))
     end = _timestamp(job.get("end_time"))
     elapsed = None

@@ -8,6 +8,7 @@ but are not meaningful GPU jobs are *filtered*, and each reason is counted.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -64,6 +65,9 @@ class TraceLoad:
 
     def add(self, job: Job) -> None:
         """Keep ``job`` if it is a meaningful GPU job, else count why not."""
+        if not (math.isfinite(job.submit) and math.isfinite(job.duration)):
+            self.reject(self.rows, "submit or duration is not a finite number")
+            return
         reason = meaningful_gpu_job(job)
         if reason is None:
             self.jobs.append(job)

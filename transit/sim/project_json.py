@@ -18,12 +18,17 @@ SCHEMA = "transit.trace/1"
 
 
 def read_document(document: dict, source: str) -> TraceLoad:
-    if document.get("schema") != SCHEMA:
-        raise UsageError(f"{source}: schema is {document.get('schema')!r}, expected {SCHEMA!r}")
+    schema = document.get("schema") if isinstance(document, dict) else None
+    if schema != SCHEMA:
+        raise UsageError(f"{source}: schema is {schema!r}, expected {SCHEMA!r}")
+    if not isinstance(document.get("jobs", []), list):
+        raise UsageError(f"{source}: 'jobs' is not a list")
     load = TraceLoad(source=source, fmt="transit-json")
     for index, record in enumerate(document.get("jobs", []), start=1):
         load.rows += 1
         try:
+            if not isinstance(record, dict):
+                raise TypeError("not an object")
             job = Job(str(record["id"]), float(record["submit"]), float(record["duration"]),
                       int(record["gpus"]), str(record.get("state", "")).upper())
         except (KeyError, TypeError, ValueError) as exc:

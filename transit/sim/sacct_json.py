@@ -8,6 +8,7 @@ seconds; in 23.02+ each may be ``{"set": bool, "infinite": bool, "number": N}``)
 
 from __future__ import annotations
 
+from transit import slurm
 from transit.errors import UsageError
 from transit.sim.jobs import Job, TraceLoad, load_json
 
@@ -41,7 +42,7 @@ def gpu_count(tres: list) -> int:
 
 def read_document(document: dict, source: str) -> TraceLoad:
     load = TraceLoad(source=source, fmt="sacct-json")
-    jobs = document.get("jobs")
+    jobs = document.get("jobs") if isinstance(document, dict) else None
     if not isinstance(jobs, list):
         raise UsageError(f"{source}: not sacct --json output, no 'jobs' list")
     for index, record in enumerate(jobs):
@@ -57,8 +58,7 @@ def read_document(document: dict, source: str) -> TraceLoad:
             continue
         start, end = number(times.get("start")), number(times.get("end"))
         elapsed = number(times.get("elapsed"))
-        state = record.get("state", {}).get("current", "")
-        state = (state[0] if state else "") if isinstance(state, list) else str(state)
+        state = (slurm.job_state(record.get("state")) or "").split("+")[0]
         if not start:
             load.filtered["never started"] += 1
             continue

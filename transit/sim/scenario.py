@@ -57,8 +57,9 @@ def read_factors(path: str) -> Factors:
             document = json.load(handle)
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"--factors {path}: cannot read JSON ({exc})") from exc
-    if document.get("schema") != FACTORS_SCHEMA:
-        raise UsageError(f"--factors {path}: schema {document.get('schema')!r}, expected {FACTORS_SCHEMA!r}")
+    schema = document.get("schema") if isinstance(document, dict) else None
+    if schema != FACTORS_SCHEMA:
+        raise UsageError(f"--factors {path}: schema {schema!r}, expected {FACTORS_SCHEMA!r}")
     try:
         factors = Factors(float(document["inter_to_intra_speedup"]), float(document["intra_to_inter_slowdown"]),
                           float(document["unchanged"]), str(document.get("source", path)))

@@ -12,6 +12,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from transit.sim.engine import Replay
@@ -60,7 +61,8 @@ def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: 
     context = multiprocessing.get_context("fork")
     results: list[dict | None] = [None] * len(points)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=quiet, transient=False) as progress, \
+    # progress goes to stderr: stdout carries the table or the --json document
+    with Progress(*columns, console=Console(stderr=True), disable=quiet, transient=False) as progress, \
             ProcessPoolExecutor(workers, mp_context=context) as pool:
         base_task = progress.add_task("baselines", total=len(keys))
         study_task = progress.add_task("TRANSIT replays", total=len(points))
