@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
@@ -37,17 +36,15 @@ def test_bad_config_does_not_touch_inert_processes(clean_env, tmp_path) -> None:
     assert (r.returncode, r.stdout, r.stderr) == (0, "ok\n", "")
 
 
-def startup_seconds(env: dict[str, str], runs: int = 15) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def test_no_measurable_cost(clean_env, tmp_path) -> None:
-    plain = startup_seconds(clean_env)
-    pre = startup_seconds(preload_env(clean_env, tmp_path))
-    # Python startup is ~20-40 ms here; the preload adds one small library (no CUDA loaded).
-    assert pre - plain < 0.010, f"preload adds {1000 * (pre - plain):.1f} ms to python startup"
+    """Python startup with and without the preload, interleaved, best of 15 each: the minimum is
+    what the library costs, free of the load bursts a shared 2-core machine has."""
+    envs = {"plain": clean_env, "preload": preload_env(clean_env, tmp_path)}
+    best = {name: float("inf") for name in envs}
+    for _ in range(15):
+        for name, env in envs.items():
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+            best[name] = min(best[name], time.perf_counter() - t)
+    # Python starts in ~20-40 ms here; the preload adds one small library and no CUDA.
+    assert best["preload"] - best["plain"] < 0.005, f"preload adds {1000 * (best['preload'] - best['plain']):.1f} ms"

@@ -35,11 +35,19 @@ def test_tiny_mixed_fsdp_memory_by_hand():
     assert memory.gathered == TINY_LAYER * (2 + 2 + 4 + 2)
     # checkpointed: one layer input per layer ...
     assert memory.activations == 2 * 16 * 64 * 2
-    # ... plus the larger of one recomputed layer (bf16) and the logits (bf16 + two fp32 copies)
+    # ... plus the larger of one recomputed layer (bf16) and the loss over the logits: here the layer
     per_token_layer = 4 * 64 + 5 * 64 + 4 * 128
-    assert memory.transient == max(16 * per_token_layer * 2, 16 * 100 * 10)
+    assert 16 * per_token_layer * 2 > 16 * 100 * 14
+    assert memory.transient == 16 * per_token_layer * 2
     assert memory.device_total == (16 * TINY_PARAMS / 2 + memory.gathered + memory.activations + memory.transient
                                    + FRAMEWORK_RESERVED_BYTES)
+
+
+def test_the_loss_over_a_large_vocabulary_sets_the_transient_peak():
+    model = ModelSpec("wide-vocab", layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, vocab=50_000)
+    memory = predict_memory(TrainingConfig(model, local_batch=1, seq_len=16), world_size=1)
+    # bf16 logits, fp32 log-softmax, nll_loss's dense fp32 gradient, log-softmax's fp32 input gradient
+    assert memory.transient == 16 * 50_000 * (2 + 4 + 4 + 4)
 
 
 def test_the_output_head_is_the_largest_fsdp_unit_of_a_large_vocabulary_model():
