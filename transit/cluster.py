@@ -14,8 +14,17 @@ from pathlib import Path
 
 from transit.errors import UsageError
 
-DEV_CLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "dev-cluster"
+DEV_CLUSTER_SCRIPT = Path("scripts") / "dev-cluster"
 ACTIONS = ("up", "down", "status")
+
+
+def source_checkout() -> Path | None:
+    """The TRANSIT source checkout: the one this package runs from, else the one the working
+    directory is in (an installed `transit` run from inside a clone)."""
+    for candidate in (Path(__file__).resolve().parents[1], *Path.cwd().resolve().parents, Path.cwd().resolve()):
+        if (candidate / DEV_CLUSTER_SCRIPT).is_file():
+            return candidate
+    return None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,9 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _script(*args: str, capture: bool) -> subprocess.CompletedProcess[str]:
-    if not DEV_CLUSTER.exists():
-        raise UsageError(f"{DEV_CLUSTER} not found: `transit cluster` works from a source checkout only")
-    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=capture, text=True, check=False)
+    checkout = source_checkout()
+    if checkout is None:
+        raise UsageError(f"{DEV_CLUSTER_SCRIPT} not found: run `transit cluster` inside a TRANSIT source checkout")
+    return subprocess.run([str(checkout / DEV_CLUSTER_SCRIPT), *args], capture_output=capture, text=True,
+                          check=False)
 
 
 def status() -> dict[str, object]:

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from transit import slurm
+from transit.cluster import source_checkout
 from transit.errors import UsageError
 
 RANK_SCHEMA = "transit.rank/1"
 RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
 JOB_ID_PATTERN = re.compile(r"^\d+$")  # SLURM_JOB_ID, which names the plugin's <report dir>/<jobid>/
 
-# The development cluster's report directory (scripts/dev-cluster writes report_dir= there).
-DEV_CLUSTER_REPORT_DIR = Path(__file__).resolve().parents[2] / ".dev-cluster" / "reports"
+# The development cluster's report directory, under its checkout (scripts/dev-cluster writes report_dir= there).
+DEV_CLUSTER_REPORT_DIR = Path(".dev-cluster") / "reports"
 
 # Named warnings: each problem with the inputs has a code a script can match on.
 EMPTY_FILE = "empty-file"
@@ -149,8 +150,9 @@ def default_report_dir(option: str | None, use_slurm: bool) -> Path:
     from_plugstack = slurm.plugstack_report_dir() if use_slurm else None
     if from_plugstack:
         return Path(from_plugstack)
-    if DEV_CLUSTER_REPORT_DIR.is_dir():
-        return DEV_CLUSTER_REPORT_DIR
+    checkout = source_checkout()
+    if checkout is not None and (checkout / DEV_CLUSTER_REPORT_DIR).is_dir():
+        return checkout / DEV_CLUSTER_REPORT_DIR
     raise UsageError(
         "no report directory: pass --report-dir DIR or set TRANSIT_REPORT_DIR "
         "(or give the job's directory instead of its id)"
