@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import socket
@@ -166,13 +165,6 @@ def launch_main(args: argparse.Namespace) -> int:
         raise UsageError(f"{command[0]} not found on PATH") from None
 
 
-def scaled_nodes(nodes: int, fraction: float) -> int:
-    """Nodes left after removing `fraction` of them, never fewer than the fraction asks for."""
-    if not 0 <= fraction < 1:
-        raise UsageError(f"--scale-in must be in [0, 1), got {fraction}")
-    return max(1, math.ceil(round(nodes * (1 - fraction), 9)))
-
-
 def submit_main(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
@@ -193,7 +185,9 @@ def submit_main(args: argparse.Namespace) -> int:
     else:
         if args.scale_in is None:
             raise UsageError("give --scale-in FRACTION or --to-min")
-        nodes = scaled_nodes(args.nodes, args.scale_in)
+        if not 0 <= args.scale_in < 1:
+            raise UsageError(f"--scale-in must be in [0, 1), got {args.scale_in}")
+        nodes = plan.reduced_nodes(args.nodes, args.scale_in)
         if args.global_batch is not None:
             extra_env["TRANSIT_GLOBAL_BATCH"] = str(args.global_batch)
     sbatch_extra = [f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"] if extra_env else []

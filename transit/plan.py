@@ -197,6 +197,13 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     )
 
 
+def reduced_nodes(nodes: int, reduction: float) -> int:
+    """Nodes left after removing a fraction ``reduction``: nearest whole count, ties keep more, >= 1.
+
+    `transit submit --scale-in` and the simulator's TRANSIT scenario share this rule."""
+    return max(1, math.floor(nodes * (1 - reduction) + 0.5))
+
+
 def common_global_batch(local_batch: int, dp_degrees: list[int], target: int) -> int:
     """Smallest common multiple of local_batch x dp over all degrees that is >= target."""
     base = math.lcm(*(local_batch * dp for dp in dp_degrees))

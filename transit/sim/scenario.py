@@ -26,10 +26,10 @@ speedup for its reduced-cluster result (range 0-137 %); the slowdown is the pess
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from transit.errors import UsageError
+from transit.plan import reduced_nodes
 from transit.sim.engine import Replay, replay
 from transit.sim.jobs import Job
 from transit.sim.placement import Cluster
@@ -69,10 +69,6 @@ def read_factors(path: str) -> Factors:
     factors.check()
     return factors
 
-
-def reduced_nodes(nodes: int, reduction: float) -> int:
-    """Nodes left after removing a fraction ``reduction``: nearest whole count, ties keep more, >= 1."""
-    return max(1, math.floor(nodes * (1 - reduction) + 0.5))
 
 
 @dataclass
