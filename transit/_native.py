@@ -35,6 +35,7 @@ int transit_alloc_insert(const transit_alloc *a);
 int transit_alloc_remove(uint64_t key, transit_alloc *out);
 size_t transit_alloc_count(void);
 void transit_alloc_reset(void);
+transit_alloc *transit_alloc_snapshot(int kind, size_t *n);
 """
 TASK_ENV_MAX = 8
 

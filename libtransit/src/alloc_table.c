@@ -97,13 +97,17 @@ TRANSIT_INTERNAL size_t transit_alloc_count(void)
     return n;
 }
 
-void transit_alloc_foreach(transit_alloc_kind kind, void (*fn)(const transit_alloc *, void *), void *ctx)
+TRANSIT_INTERNAL transit_alloc *transit_alloc_snapshot(transit_alloc_kind kind, size_t *n)
 {
+    transit_alloc *copy;
+    *n = 0;
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < nslots; i++)
+    copy = nlive ? malloc(nlive * sizeof *copy) : NULL;
+    for (size_t i = 0; copy && i < nslots; i++)
         if (slots[i].key && slots[i].kind == kind)
-            fn(&slots[i], ctx);
+            copy[(*n)++] = slots[i];
     pthread_mutex_unlock(&lock);
+    return copy;
 }
 
 TRANSIT_INTERNAL void transit_alloc_reset(void)

@@ -20,8 +20,9 @@ int transit_alloc_insert(const transit_alloc *a);
 /* Removes key; returns 1 and fills *out (if non-NULL) when found, else 0. */
 int transit_alloc_remove(uint64_t key, transit_alloc *out);
 size_t transit_alloc_count(void);
-/* Calls fn for each live allocation of `kind`, under the table lock: fn must not allocate. */
-void transit_alloc_foreach(transit_alloc_kind kind, void (*fn)(const transit_alloc *, void *), void *ctx);
+/* A malloc'd copy of the live allocations of `kind` (count in *n), so that callers can make
+ * driver calls for each without holding the table lock; NULL when none or out of memory. */
+transit_alloc *transit_alloc_snapshot(transit_alloc_kind kind, size_t *n);
 /* Forgets everything (after fork: the child has no CUDA context). */
 void transit_alloc_reset(void);
 

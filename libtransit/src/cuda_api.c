@@ -66,7 +66,7 @@ const transit_runtime_api *transit_runtime(void)
         RESOLVE_RT(Free, "cudaFree");
         RESOLVE_RT(MemGetInfo, "cudaMemGetInfo");
         RESOLVE_RT(GetDevice, "cudaGetDevice");
-        RESOLVE_RT(GetDeviceProperties, "cudaGetDeviceProperties");
+        RESOLVE_RT(RuntimeGetVersion, "cudaRuntimeGetVersion");
         RESOLVE_RT(GetDriverEntryPoint, "cudaGetDriverEntryPoint");
         RESOLVE_RT(GetDriverEntryPointByVersion, "cudaGetDriverEntryPointByVersion");
         RESOLVE_RT(MallocAsync, "cudaMallocAsync");

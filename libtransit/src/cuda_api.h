@@ -12,7 +12,7 @@ typedef struct transit_runtime_api {
     cudaError_t (*Free)(void *);
     cudaError_t (*MemGetInfo)(size_t *, size_t *);
     cudaError_t (*GetDevice)(int *);
-    cudaError_t (*GetDeviceProperties)(struct cudaDeviceProp *, int);
+    cudaError_t (*RuntimeGetVersion)(int *);
     cudaError_t (*GetDriverEntryPoint)(const char *, void **, unsigned long long,
                                        enum cudaDriverEntryPointQueryResult *);
     cudaError_t (*GetDriverEntryPointByVersion)(const char *, void **, unsigned int, unsigned long long,

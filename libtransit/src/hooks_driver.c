@@ -15,7 +15,6 @@
 
 /* cudaGetDriverEntryPoint is deprecated in CUDA 13 but programs still call it. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#define PITCH_ALIGNMENT 512
 
 static CUresult fail(const transit_driver_api *drv, CUresult r)
 {
@@ -40,6 +39,8 @@ static const transit_driver_api *driver_for_hook(void)
 static CUresult alloc_managed(const transit_driver_api *drv, CUdeviceptr *dptr, size_t size)
 {
     CUdevice dev;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
     CUresult r = drv->CtxGetDevice(&dev);
     if (r != CUDA_SUCCESS)
         return fail(drv, r);
@@ -77,8 +78,12 @@ HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
     const transit_driver_api *drv = driver_for_hook();
     if (!drv)
         return CUDA_ERROR_NOT_INITIALIZED;
-    *pitch = (width + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT;
-    return alloc_managed(drv, dptr, *pitch * height);
+    size_t bytes;
+    if (!pitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (transit_pitched_size(width, height, pitch, &bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return alloc_managed(drv, dptr, bytes);
 }
 
 HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -130,8 +135,10 @@ HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 
 HOOK CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
-    if (transit_in_real_call) /* TRANSIT itself, through the runtime: the real numbers */
-        return transit_driver()->MemGetInfo(free_bytes, total_bytes);
+    if (transit_in_real_call) { /* TRANSIT itself, through the runtime: the real numbers */
+        const transit_driver_api *real = transit_driver();
+        return real ? real->MemGetInfo(free_bytes, total_bytes) : CUDA_ERROR_NOT_INITIALIZED;
+    }
     const transit_driver_api *drv = driver_for_hook();
     if (!drv)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -161,8 +168,10 @@ HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     const transit_driver_api *drv = driver_for_hook();
     if (!drv || !drv->MemRelease)
         return CUDA_ERROR_NOT_INITIALIZED;
-    transit_vmm_released(handle);
-    return drv->MemRelease(handle);
+    CUresult r = drv->MemRelease(handle);
+    if (r == CUDA_SUCCESS)
+        transit_vmm_released(handle);
+    return r;
 }
 
 static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint64_t flags,

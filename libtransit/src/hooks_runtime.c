@@ -10,7 +10,6 @@
 
 /* cudaGetDriverEntryPoint is deprecated in CUDA 13 but programs still call it. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#define PITCH_ALIGNMENT 512 /* cudaMallocPitch's row alignment on every current GPU */
 
 static cudaError_t fail(const transit_runtime_api *rt, cudaError_t e)
 {
@@ -40,6 +39,8 @@ static const transit_runtime_api *runtime_for_hook(void)
 static cudaError_t malloc_managed(const transit_runtime_api *rt, void **ptr, size_t size)
 {
     int dev;
+    if (!ptr)
+        return cudaErrorInvalidValue;
     cudaError_t e = rt->GetDevice(&dev);
     if (e != cudaSuccess)
         return fail(rt, e);
@@ -79,8 +80,12 @@ HOOK cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, siz
     const transit_runtime_api *rt = runtime_for_hook();
     if (!rt)
         return cudaErrorInitializationError;
-    *pitch = (width + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT;
-    return malloc_managed(rt, devPtr, *pitch * height);
+    size_t bytes;
+    if (!pitch)
+        return cudaErrorInvalidValue;
+    if (transit_pitched_size(width, height, pitch, &bytes))
+        return cudaErrorMemoryAllocation;
+    return malloc_managed(rt, devPtr, bytes);
 }
 
 HOOK cudaError_t cudaFree(void *devPtr)
@@ -150,15 +155,23 @@ HOOK cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
     return e;
 }
 
-/* PyTorch reaches the driver (cuMemCreate, ...) through these: hand out TRANSIT's hooks. */
+/* PyTorch reaches the driver (cuMemCreate, ...) through these: hand out TRANSIT's hooks.
+ * version 0: the unversioned call, which asks for the ABI of the application's own runtime. */
 static cudaError_t entry_point(const char *symbol, void **fn, unsigned int version, unsigned long long flags,
                                enum cudaDriverEntryPointQueryResult *status)
 {
     const transit_runtime_api *rt = runtime_for_hook();
+    int runtime_version = 0;
     cudaError_t e;
-    if (!rt || !rt->GetDriverEntryPointByVersion)
+    if (!rt)
         return cudaErrorInitializationError;
-    e = rt->GetDriverEntryPointByVersion(symbol, fn, version, flags, status);
+    if (version)
+        e = rt->GetDriverEntryPointByVersion ? rt->GetDriverEntryPointByVersion(symbol, fn, version, flags, status)
+                                             : cudaErrorNotSupported;
+    else
+        e = rt->GetDriverEntryPoint ? rt->GetDriverEntryPoint(symbol, fn, flags, status) : cudaErrorNotSupported;
+    if (!version && rt->RuntimeGetVersion && rt->RuntimeGetVersion(&runtime_version) == cudaSuccess)
+        version = (unsigned int)runtime_version;
     if (e == cudaSuccess && fn && *fn) {
         void *hook = transit_driver_hook(symbol, (int)version);
         if (hook)
@@ -170,12 +183,12 @@ static cudaError_t entry_point(const char *symbol, void **fn, unsigned int versi
 HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
                                          enum cudaDriverEntryPointQueryResult *status)
 {
-    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+    return entry_point(symbol, fn, 0, flags, status);
 }
 HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn, unsigned long long flags,
                                               enum cudaDriverEntryPointQueryResult *status)
 {
-    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+    return entry_point(symbol, fn, 0, flags, status);
 }
 HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
                                                   unsigned long long flags,

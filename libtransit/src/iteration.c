@@ -65,10 +65,30 @@ void transit_iteration_reset(void)
     last_mark = 0;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* In-place heapsort: glibc's qsort may allocate, and this runs from the SIGTERM/SIGINT handler. */
+static void sift_down(double *a, size_t root, size_t n)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    for (size_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && a[child + 1] > a[child])
+            child++;
+        if (a[root] >= a[child])
+            return;
+        double t = a[root];
+        a[root] = a[child];
+        a[child] = t;
+    }
+}
+
+static void sort_doubles(double *a, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(a, i, n);
+    for (size_t end = n; end-- > 1;) {
+        double t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
 }
 
 /* Step k runs from mark k to mark k+1; steps within the warm-up are left out. */
@@ -92,7 +112,7 @@ void transit_iteration_stats_json(jbuf *b, unsigned warmup)
               marks, method_names[transit_iteration_method()], warmup, by_method[TRANSIT_ITER_API],
               by_method[TRANSIT_ITER_PYHOOK], by_method[TRANSIT_ITER_KERNEL_PERIOD]);
     if (n) {
-        qsort(sorted, n, sizeof sorted[0], cmp_double);
+        sort_doubles(sorted, n);
         double p50 = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
         jb_printf(b, "\"steps_measured\": %zu, \"step_time_mean_s\": %.6f, \"step_time_p50_s\": %.6f}, ", n,
                   sum / (double)n, p50);

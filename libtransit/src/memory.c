@@ -5,6 +5,8 @@
 #include "policy.h"
 #include "state.h"
 
+#include <stdint.h>
+
 static uint64_t last_refused_size;
 
 /* VMM handles share the table with device pointers, which never have the top bit set. */
@@ -12,6 +14,11 @@ static uint64_t vmm_key(uint64_t handle)
 {
     return handle | (1ULL << 63);
 } /* a retry of the same refused request counts once */
+
+void transit_mem_after_fork(void)
+{
+    last_refused_size = 0;
+}
 
 bool transit_mem_need_budget(int device)
 {
@@ -94,6 +101,18 @@ void transit_vmm_released(uint64_t handle)
     if (!transit_alloc_remove(vmm_key(handle), &a))
         return;
     transit_sub(&transit_g.n.vmm_live, a.size);
+}
+
+int transit_pitched_size(size_t width, size_t height, size_t *pitch, size_t *bytes)
+{
+    const size_t align = 512;
+    if (width > SIZE_MAX - align)
+        return -1;
+    *pitch = (width + align - 1) / align * align;
+    if (height && *pitch > SIZE_MAX / height)
+        return -1;
+    *bytes = *pitch * height;
+    return 0;
 }
 
 void transit_mem_limit_info(size_t *free_bytes, size_t *total_bytes)

@@ -11,6 +11,7 @@
 #define TRANSIT_PHYS_MARGIN (2ULL << 30)
 
 bool transit_mem_need_budget(int device);
+void transit_mem_after_fork(void);
 /* Records the device's physical free and total memory, measured before TRANSIT's first
  * managed allocation on it. */
 void transit_mem_set_budget(int device, uint64_t free_bytes, uint64_t total_bytes);
@@ -22,6 +23,9 @@ void transit_mem_allocated(uint64_t ptr, uint64_t size, int device);
 int transit_mem_freed(uint64_t ptr);
 void transit_vmm_created(uint64_t handle, uint64_t size, int device);
 void transit_vmm_released(uint64_t handle);
+/* Row pitch and total bytes of a pitched allocation (rows aligned to 512 bytes, as
+ * cudaMallocPitch does on every current GPU); -1 when the size overflows. */
+int transit_pitched_size(size_t width, size_t height, size_t *pitch, size_t *bytes);
 /* What cudaMemGetInfo reports in limit mode: total = L, free = L minus resident. */
 void transit_mem_limit_info(size_t *free_bytes, size_t *total_bytes);
 

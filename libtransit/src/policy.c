@@ -215,9 +215,10 @@ static void evict(const transit_driver_api *drv, CUstream stream)
             return;
         for (size_t i = 0; i < n; i++) {
             CUresult e = drv->MemPrefetchAsync(victims[i].addr, victims[i].bytes, to_host, 0, stream);
-            if (e != CUDA_SUCCESS) {
+            if (e != CUDA_SUCCESS) { /* still on the device: keep counting it */
                 transit_add(&pc.evict_errors, 1);
                 warn_once(&warned, "limit mode: cuMemPrefetchAsync to the host", drv, e);
+                mark_resident(victims[i].addr, victims[i].bytes);
                 continue;
             }
             transit_add(&pc.evict_count, 1);
@@ -225,11 +226,6 @@ static void evict(const transit_driver_api *drv, CUstream stream)
         }
     }
 }
-
-typedef struct advise_target {
-    const transit_driver_api *drv;
-    CUdevice dev;
-} advise_target;
 
 static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
 {
@@ -245,19 +241,16 @@ static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t s
     transit_add(&pc.advise_bytes, size);
 }
 
-static void advise_one(const transit_alloc *a, void *ctx)
-{
-    const advise_target *t = ctx;
-    advise_range(t->drv, a->key, a->size, t->dev);
-}
-
 /* Once: every allocation in the table now, later ones in transit_policy_on_alloc. */
 static void advise_all(const transit_driver_api *drv, CUdevice dev)
 {
-    advise_target t = {drv, dev};
+    size_t n;
     if (__atomic_exchange_n(&advise_applied, 1, __ATOMIC_ACQ_REL))
         return;
-    transit_alloc_foreach(TRANSIT_ALLOC_MANAGED, advise_one, &t);
+    transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n); /* no lock across driver calls */
+    for (size_t i = 0; i < n; i++)
+        advise_range(drv, all[i].key, all[i].size, dev);
+    free(all);
     if (transit_g.cfg.verbose)
         transit_log("advise: SetAccessedBy(device %d) on %" PRIu64 " allocations, %" PRIu64 " bytes", (int)dev,
                     transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes));

@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BUFFER_COUNT 8                  /* CUPTI activity buffers, allocated on first use */
-#define BUFFER_BYTES (8u << 20)
+#define BUFFER_COUNT 32                 /* CUPTI activity buffers, allocated on first use (8 were too few on an H200) */
+#define BUFFER_BYTES (4u << 20)
 #define BUFFER_ALIGN 8                  /* CUPTI's record alignment */
 #define THREAD_TICK_MS 20               /* recorder thread: iteration polling, CUPTI control */
 #define FLUSH_PERIOD_MS 500             /* deliver partly filled buffers this often... */
@@ -393,7 +393,6 @@ static void start_thread(void)
     pthread_t t;
     sigset_t all, old;
     int err;
-    init_thread_sync();
     thread_stop = 0;
     thread_running = 1;
     sigfillset(&all); /* the application's signals (SIGINT, SIGTERM) never land on this thread */
@@ -646,7 +645,10 @@ static void feed_period(const char *symbol, CUfunction f)
     pthread_mutex_unlock(&period_lock);
     if (flags & TRANSIT_PERIOD_BEGIN)
         transit_iteration_mark(TRANSIT_ITER_KERNEL_PERIOD);
-    if ((flags & TRANSIT_PERIOD_CHANGED) && transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH)
+    /* Sub-step periods (layers) come and go while the detector locks on; only when it is the
+     * iteration source does a change mean the iterations themselves changed. */
+    if ((flags & TRANSIT_PERIOD_CHANGED) && transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH &&
+        transit_iteration_method() == TRANSIT_ITER_KERNEL_PERIOD)
         transit_recorder_reprofile("the kernel sequence changed");
 }
 
@@ -819,6 +821,7 @@ void transit_recorder_start(void)
         !__atomic_compare_exchange_n(&start_claimed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
     owner_pid = getpid();
+    init_thread_sync(); /* before CUPTI: launch callbacks signal thread_cond from then on */
     start_cupti();
     if (transit_limit_mode() && !transit_recorder_sees_migrations())
         transit_warn("limit mode without migration records: no residency estimate and no evictions; "

@@ -2,6 +2,7 @@
 #include "state.h"
 #include "cuda_api.h"
 #include "internal.h"
+#include "memory.h"
 #include "policy.h"
 #include "stats.h"
 #include "alloc_table.h"
@@ -53,21 +54,21 @@ void transit_note_cuda_ok(void)
     __atomic_store_n(&transit_g.cuda_active, 1, __ATOMIC_RELAXED);
 }
 
+static int cuda_error_noted, device_noted; /* once per process (reset in a fork child) */
+
 void transit_note_cuda_error(const char *name)
 {
-    static int noted;
-    if (!__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED))
+    if (!__atomic_exchange_n(&cuda_error_noted, 1, __ATOMIC_RELAXED))
         snprintf(transit_g.cuda_error, sizeof transit_g.cuda_error, "%s", name ? name : "unknown CUDA error");
 }
 
 void transit_note_device(int device)
 {
-    static int noted;
     const transit_driver_api *drv;
     CUdevice dev;
     CUuuid uuid;
     size_t total = 0;
-    if (device < 0 || __atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED))
+    if (device < 0 || __atomic_exchange_n(&device_noted, 1, __ATOMIC_RELAXED))
         return;
     transit_g.id.device = device;
     drv = transit_driver();
@@ -123,6 +124,8 @@ static void after_fork_child(void)
     memset(transit_g.phys_budget, 0, sizeof transit_g.phys_budget);
     transit_g.cuda_active = 0;
     transit_g.cuda_error[0] = '\0';
+    cuda_error_noted = device_noted = 0;
+    transit_mem_after_fork();
     transit_g.nwarnings = 0;
     __atomic_store_n(&transit_g.active, 0, __ATOMIC_RELEASE);
 }

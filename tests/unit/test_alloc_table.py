@@ -52,3 +52,17 @@ def test_reinsert_replaces() -> None:
     insert(0x5000, 2)
     assert lib().transit_alloc_count() == 1
     assert remove(0x5000) == 2
+
+
+def test_snapshot_copies_one_kind() -> None:
+    lib().transit_alloc_reset()
+    for key in (0x10000, 0x20000, 0x30000):
+        insert(key, key // 0x10000)
+    vmm = ffi.new("transit_alloc *", {"key": 0x40000, "size": 9, "device": 0, "kind": 2})
+    assert lib().transit_alloc_insert(vmm) == 0
+    n = ffi.new("size_t *")
+    copy = lib().transit_alloc_snapshot(MANAGED, n)
+    try:
+        assert sorted((copy[i].key, copy[i].size) for i in range(n[0])) == [(0x10000, 1), (0x20000, 2), (0x30000, 3)]
+    finally:
+        lib().transit_free(copy)
