@@ -151,17 +151,21 @@ class JobFacts:
     num_gpus: int | None = None
 
 
-def _number(value: Any) -> int | None:
-    """An integer from a plain number or a {"set", "infinite", "number"} object; None if unset."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(value)
+def number(value: Any) -> float | None:
+    """A number from either form Slurm's JSON writes (plain, or {"set", "infinite", "number"}
+    since 23.02); None if unset, infinite or not a number."""
     if isinstance(value, dict):
         if not value.get("set", True) or value.get("infinite", False):
             return None
-        return _number(value.get("number"))
-    return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _number(value: Any) -> int | None:
+    result = number(value)
+    return None if result is None else int(result)
 
 
 def _timestamp(value: Any) -> int | None:
@@ -186,7 +190,7 @@ def _string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _gpus_from_tres(entries: dict[str, int]) -> int | None:
+def gpus_in_tres(entries: dict[str, int]) -> int | None:
     """GPU count from TRES names: "gres/gpu" when present, else the sum of typed "gres/gpu:<type>"."""
     if "gres/gpu" in entries:
         return entries["gres/gpu"]
@@ -194,7 +198,7 @@ def _gpus_from_tres(entries: dict[str, int]) -> int | None:
     return sum(typed) if typed else None
 
 
-def _tres_from_string(tres: Any) -> dict[str, int]:
+def tres_from_string(tres: Any) -> dict[str, int]:
     """Parse "cpu=4,mem=2M,node=2,billing=4,gres/gpu=8" (numbers only; sizes like 2M are skipped)."""
     entries: dict[str, int] = {}
     if not isinstance(tres, str):
@@ -206,7 +210,7 @@ def _tres_from_string(tres: Any) -> dict[str, int]:
     return entries
 
 
-def _tres_from_list(tres: Any) -> dict[str, int]:
+def tres_from_list(tres: Any) -> dict[str, int]:
     """Parse sacct's [{"type": "gres", "name": "gpu", "count": 8}, ...] into {"gres/gpu": 8}."""
     entries: dict[str, int] = {}
     if not isinstance(tres, list):
@@ -250,7 +254,7 @@ def parse_sacct_json(document: Any, job_id: str) -> JobFacts | None:
         elapsed_s=_number(times.get("elapsed")),
         nodelist=_string(job.get("nodes")),
         num_nodes=_number(job.get("allocation_nodes")),
-        num_gpus=_gpus_from_tres(_tres_from_list(tres.get("allocated"))),
+        num_gpus=gpus_in_tres(tres_from_list(tres.get("allocated"))),
     )
 
 
@@ -280,7 +284,7 @@ def parse_squeue_json(document: Any, job_id: str, now_unix: float | None = None)
         elapsed_s=elapsed,
         nodelist=_string(job.get("nodes")),
         num_nodes=_number(job.get("node_count")),
-        num_gpus=_gpus_from_tres(_tres_from_string(job.get("tres_alloc_str"))),
+        num_gpus=gpus_in_tres(tres_from_string(job.get("tres_alloc_str"))),
     )
 
 

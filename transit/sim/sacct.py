@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from transit import slurm
 from transit.errors import UsageError
 from transit.sim.jobs import Job, TraceLoad
 
@@ -48,20 +49,14 @@ def parse_elapsed(text: str) -> float:
 
 def parse_gpus(text: str) -> int:
     """GPU count from a TRES string (``cpu=8,gres/gpu=4``) or a GRES string (``gpu:a100:4``)."""
-    text = text.strip()
-    untyped = 0
+    if "=" in text:
+        return slurm.gpus_in_tres(slurm.tres_from_string(text)) or 0
     typed = 0
-    for item in filter(None, text.split(",")):
-        key, sep, value = item.partition("=")
-        if sep:  # TRES form
-            if key == "gres/gpu":
-                untyped = int(value)
-            elif key.startswith("gres/gpu:"):
-                typed += int(value)
-        elif item.startswith("gpu"):  # GRES form: gpu:4, gpu:a100:4, gpu:a100:4(IDX:0-3)
+    for item in filter(None, text.strip().split(",")):
+        if item.startswith("gpu"):  # gpu:4, gpu:a100:4, gpu:a100:4(IDX:0-3)
             count = item.split("(")[0].rsplit(":", 1)[-1]
             typed += int(count) if count.isdigit() else 0
-    return untyped or typed
+    return typed
 
 
 def read(path: str) -> TraceLoad:

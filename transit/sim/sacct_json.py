@@ -13,31 +13,9 @@ from transit.errors import UsageError
 from transit.sim.jobs import Job, TraceLoad, load_json
 
 
-def number(value: object) -> float | None:
-    """A number from either form Slurm writes (plain, or ``{"set", "infinite", "number"}``)."""
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite", False):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def gpu_count(tres: list) -> int:
     """GPUs in a TRES list: the untyped ``gres/gpu`` entry, else the sum of typed ones."""
-    untyped = 0
-    typed = 0
-    for item in tres:
-        if item.get("type") != "gres":
-            continue
-        name = item.get("name") or ""
-        count = int(number(item.get("count")) or 0)
-        if name == "gpu":
-            untyped = count
-        elif name.startswith("gpu:"):
-            typed += count
-    return untyped or typed
+    return slurm.gpus_in_tres(slurm.tres_from_list(tres)) or 0
 
 
 def read_document(document: dict, source: str) -> TraceLoad:
@@ -52,12 +30,12 @@ def read_document(document: dict, source: str) -> TraceLoad:
             load.reject(label, "job record without a 'time' object")
             continue
         times = record["time"]
-        submit = number(times.get("submission"))
+        submit = slurm.number(times.get("submission"))
         if submit is None:
             load.reject(label, "time.submission missing")
             continue
-        start, end = number(times.get("start")), number(times.get("end"))
-        elapsed = number(times.get("elapsed"))
+        start, end = slurm.number(times.get("start")), slurm.number(times.get("end"))
+        elapsed = slurm.number(times.get("elapsed"))
         state = (slurm.job_state(record.get("state")) or "").split("+")[0]
         if not start:
             load.filtered["never started"] += 1
