@@ -143,8 +143,9 @@ def test_submit_to_min_uses_the_plan(cluster, env):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["nodes"] == 2
+    # only 6 nodes (DP 24) and 2 nodes (DP 8) will train it: the global batch suits those two
     assert summary["command"] == ["sbatch", "--parsable", "--nodes=2", "--transit=prefetch",
-                                  "--export=ALL,TRANSIT_GLOBAL_BATCH=240", "job.sh"]
+                                  "--export=ALL,TRANSIT_GLOBAL_BATCH=24,LOCAL_BATCH=1", "job.sh"]
 
 
 def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
