@@ -417,11 +417,6 @@ void transit_policy_tick(void)
 
 /* ---- the rest of libtransit ---- */
 
-void transit_policy_init(void)
-{
-    /* Nothing until the first managed allocation, where the recorder starts. */
-}
-
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
     const transit_driver_api *drv;
@@ -462,15 +457,19 @@ void transit_policy_after_fork(void)
     memset(&pc, 0, sizeof pc);
 }
 
-void transit_policy_stats_json(jbuf *b)
+void transit_policy_memory_json(jbuf *b)
 {
-    const transit_config *c = &transit_g.cfg;
     jb_printf(b,
               "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64
               ", \"overshoot_peak_bytes\": %" PRIu64 ", \"spilled_peak_bytes\": %" PRIu64
-              ", \"resident_estimated\": %s}, ",
+              ", \"resident_estimated\": %s",
               transit_policy_resident(), transit_get(&pc.resident_peak), transit_get(&pc.overshoot_peak),
               transit_get(&pc.spilled_peak), estimating() ? "true" : "false");
+}
+
+void transit_policy_stats_json(jbuf *b)
+{
+    const transit_config *c = &transit_g.cfg;
     transit_recorder_migrations_json(b);
     jb_printf(b,
               "\"prefetch\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64

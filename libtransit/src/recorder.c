@@ -898,16 +898,6 @@ uint64_t transit_recorder_reprofiles(void)
     return transit_get(&rc.reprofiles);
 }
 
-uint64_t transit_recorder_htod_bytes(void)
-{
-    return transit_get(&rc.htod_bytes);
-}
-
-uint64_t transit_recorder_dtoh_bytes(void)
-{
-    return transit_get(&rc.dtoh_bytes);
-}
-
 static void direction_json(jbuf *b, const char *name, uint64_t bytes, uint64_t count, const transit_hist *h)
 {
     char counts[256], sizes[256];

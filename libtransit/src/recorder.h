@@ -54,9 +54,6 @@ void transit_recorder_reprofile(const char *why);
 /* Iterations profiled so far (all windows) and re-profiling windows opened. */
 uint64_t transit_recorder_profiled_iterations(void);
 uint64_t transit_recorder_reprofiles(void);
-/* Bytes of HtoD / DtoH migration reported by CUPTI so far. */
-uint64_t transit_recorder_htod_bytes(void);
-uint64_t transit_recorder_dtoh_bytes(void);
 
 /* Stats sections, each followed by ", "; no lock, no allocation (signal handler safe).
  * "migrations" and "faults": */

@@ -150,7 +150,6 @@ void transit_activate(void)
     if (expandable_segments_disabled)
         transit_warn("PYTORCH_CUDA_ALLOC_CONF: expandable_segments switched off (VMM memory cannot be managed)");
     transit_stats_install();
-    transit_policy_init();
     if (transit_g.cfg.verbose)
         transit_log("active: policy=%s mode=%s limit=%llu out=%s", transit_policy_name(transit_g.cfg.policy),
                     transit_limit_mode() ? "limit" : "physical", (unsigned long long)transit_g.cfg.mem_limit,

@@ -70,6 +70,8 @@ static void render_allocations(jbuf *b)
               transit_get(&n->refused), transit_get(&n->refused_calls), transit_get(&n->refused_bytes),
               transit_g.phys_budget[dev]);
     jb_printf(b, "\"memory\": {\"device_total_bytes\": %" PRIu64 ", ", transit_g.device_total[dev]);
+    transit_policy_memory_json(b);
+    jb_printf(b, "}, ");
 }
 
 void transit_stats_render(jbuf *b, const char *exit_reason)
@@ -83,7 +85,7 @@ void transit_stats_render(jbuf *b, const char *exit_reason)
               transit_now());
     jb_str(b, exit_reason);
     jb_printf(b, "}, ");
-    render_allocations(b); /* opens "memory", which the policy section completes */
+    render_allocations(b);
     transit_policy_stats_json(b);
     jb_printf(b, "\"warnings\": [");
     for (int i = 0; i < TRANSIT_MIN(transit_g.nwarnings, TRANSIT_MAX_WARNINGS); i++) {
