@@ -26,6 +26,10 @@ GIB = 1 << 30
 # allocator's budget so that the NVML peak of a capped run stays at or under the cap.
 NON_ALLOCATOR_MARGIN_BYTES = 3 * GIB // 2
 NVML_POLL_INTERVAL_S = 0.02
+# The device-memory timeline keeps a sample when the reading moved this much since the last kept
+# one, or this long passed: enough to see when a run first crosses the cap, small enough to commit.
+TIMELINE_STEP_BYTES = 256 << 20
+TIMELINE_MAX_GAP_S = 1.0
 SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -88,6 +92,8 @@ class NvmlMonitor:
         self.baseline_used = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
         self.process_peak: int | None = None
         self.device_peak = 0
+        self._t0 = time.monotonic()
+        self.timeline: list[tuple[float, int]] = []  # (seconds since start, device used over baseline)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="nvml-monitor", daemon=True)
         self._thread.start()
@@ -124,7 +130,12 @@ class NvmlMonitor:
         used = self.process_used()
         if used is not None:
             self.process_peak = max(self.process_peak or 0, used)
-        self.device_peak = max(self.device_peak, self.device_used_over_baseline())
+        used = self.device_used_over_baseline()
+        self.device_peak = max(self.device_peak, used)
+        t = time.monotonic() - self._t0
+        if (not self.timeline or abs(used - self.timeline[-1][1]) >= TIMELINE_STEP_BYTES
+                or t - self.timeline[-1][0] >= TIMELINE_MAX_GAP_S):
+            self.timeline.append((round(t, 3), used))
 
     def stop(self) -> dict:
         self._stop.set()
@@ -136,6 +147,7 @@ class NvmlMonitor:
             "peak_bytes": max(self.process_peak or 0, self.device_peak),
             "peak_source": "max(nvml-process, nvml-device-minus-baseline)",
             "driver_version": self._nvml.nvmlSystemGetDriverVersion(),
+            "device_used_timeline": self.timeline,
         }
 
 

@@ -1,0 +1,135 @@
+"""What the device's NVML "used" memory does with managed (UVM) pages, measured.
+
+Limit mode's fairness rests on one physical question: when TRANSIT evicts managed pages to the
+host, does the GPU memory they held go back to the device (NVML used drops), or does the UVM
+driver keep it in its own pool? And does a host-preferred allocation that the GPU writes stay
+on the host? Each step below does one thing on GIB_PER_STEP GiB of managed memory, synchronizes,
+and reads NVML's device-used memory (minus the value before the allocation) and this process's
+RSS. Sized far below the card's free memory (no oversubscription).
+
+    python3 bench/uvm_probe.py --out probe.json [--gib 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import time
+
+import psutil
+import pynvml
+import torch
+
+CU_MEM_ATTACH_GLOBAL = 1
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_LOCATION_TYPE_HOST = 2
+CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3
+CU_MEM_ADVISE_SET_ACCESSED_BY = 5
+GIB = 1 << 30
+SETTLE_S = 0.5  # NVML's reading lags the driver by a few ms; wait before reading
+
+
+class CUmemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class Driver:
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        torch.zeros(1, device="cuda")  # the primary context, current on this thread
+
+    def call(self, name: str, *args) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            raise RuntimeError(f"{name} failed: CUresult {rc}")
+
+    def alloc_managed(self, size: int) -> int:
+        ptr = ctypes.c_uint64()
+        self.call("cuMemAllocManaged", ctypes.byref(ptr), ctypes.c_size_t(size), CU_MEM_ATTACH_GLOBAL)
+        return ptr.value
+
+    def memset_on_gpu(self, ptr: int, size: int) -> None:
+        self.call("cuMemsetD8_v2", ctypes.c_uint64(ptr), ctypes.c_ubyte(1), ctypes.c_size_t(size))
+        self.sync()
+
+    def prefetch(self, ptr: int, size: int, to_host: bool) -> None:
+        loc = CUmemLocation(CU_MEM_LOCATION_TYPE_HOST if to_host else CU_MEM_LOCATION_TYPE_DEVICE, 0)
+        self.call("cuMemPrefetchAsync_v2", ctypes.c_uint64(ptr), ctypes.c_size_t(size), loc, 0, None)
+        self.sync()
+
+    def advise(self, ptr: int, size: int, advice: int, to_host: bool) -> None:
+        loc = CUmemLocation(CU_MEM_LOCATION_TYPE_HOST if to_host else CU_MEM_LOCATION_TYPE_DEVICE, 0)
+        self.call("cuMemAdvise_v2", ctypes.c_uint64(ptr), ctypes.c_size_t(size), advice, loc)
+
+    def free(self, ptr: int) -> None:
+        self.call("cuMemFree_v2", ctypes.c_uint64(ptr))
+        self.sync()
+
+    def sync(self) -> None:
+        self.call("cuCtxSynchronize")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=int, default=8)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    size = args.gib * GIB
+    part = size // 4
+    drv = Driver()
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    proc = psutil.Process()
+    base_used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+    base_rss = proc.memory_info().rss
+    steps: list[dict] = []
+
+    def read(step: str) -> None:
+        time.sleep(SETTLE_S)
+        used = pynvml.nvmlDeviceGetMemoryInfo(handle).used - base_used
+        rss = proc.memory_info().rss - base_rss
+        steps.append({"step": step, "device_used_gib": round(used / GIB, 3), "host_rss_gib": round(rss / GIB, 3)})
+        print(f"{step:58s} device used {used / GIB:7.3f} GiB   host RSS {rss / GIB:7.3f} GiB", flush=True)
+
+    a = drv.alloc_managed(size)
+    read(f"A1 allocate {args.gib} GiB managed")
+    drv.memset_on_gpu(a, size)
+    read("A2 GPU writes all of it (first touch)")
+    drv.prefetch(a, size, to_host=True)
+    read("A3 prefetch all to the host (what an eviction does)")
+    drv.prefetch(a, part, to_host=False)
+    read("A4 prefetch a quarter back to the device")
+    drv.memset_on_gpu(a, size)
+    read("A5 GPU writes all of it again (faults migrate it back)")
+    drv.free(a)
+    read("A6 free")
+
+    b = drv.alloc_managed(size)
+    drv.advise(b, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to_host=True)
+    drv.advise(b, size, CU_MEM_ADVISE_SET_ACCESSED_BY, to_host=False)
+    drv.memset_on_gpu(b, size)
+    read("B1 host-preferred + accessed-by GPU, GPU writes all")
+    drv.prefetch(b, part, to_host=False)
+    read("B2 prefetch a quarter to the device")
+    drv.memset_on_gpu(b, size)
+    read("B3 GPU writes all again")
+    drv.prefetch(b, part, to_host=True)
+    read("B4 prefetch that quarter back to the host")
+    drv.free(b)
+    read("B5 free")
+
+    c = drv.alloc_managed(size)
+    drv.memset_on_gpu(c, size)
+    read("C1 new allocation, GPU writes all (does the pool refill?)")
+    drv.free(c)
+    read("C2 free")
+
+    with open(args.out, "w") as f:
+        json.dump({"schema": "transit.uvm-probe/1", "gib": args.gib, "gpu": pynvml.nvmlDeviceGetName(handle),
+                   "driver": pynvml.nvmlSystemGetDriverVersion(), "steps": steps}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
