@@ -36,6 +36,8 @@ int transit_alloc_remove(uint64_t key, transit_alloc *out);
 size_t transit_alloc_count(void);
 void transit_alloc_reset(void);
 transit_alloc *transit_alloc_snapshot(int kind, size_t *n);
+typedef struct transit_range { uint64_t addr; uint64_t bytes; } transit_range;
+size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, size_t cap);
 """
 TASK_ENV_MAX = 8
 

@@ -1,4 +1,5 @@
-/* alloc_table.c - open-addressing hash table (linear probing, backward-shift deletion). */
+/* alloc_table.c - open-addressing hash table (linear probing, backward-shift deletion), plus
+ * the managed allocations as spans sorted by address, for clipping ranges to them. */
 #include "alloc_table.h"
 #include "internal.h"
 
@@ -11,6 +12,52 @@
 static transit_alloc *slots; /* key 0 marks an empty slot: no allocation lives at address 0 */
 static size_t nslots, nlive;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct span {
+    uint64_t start, end;
+} span;
+static span *spans; /* managed allocations, sorted by start, non-overlapping; under `lock` */
+static size_t nspans, spans_cap;
+
+/* Index of the first span whose end is past addr. */
+static size_t span_after(uint64_t addr)
+{
+    size_t lo = 0, hi = nspans;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (spans[mid].end <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void span_remove(uint64_t start)
+{
+    size_t i = span_after(start);
+    if (i < nspans && spans[i].start == start) {
+        memmove(&spans[i], &spans[i + 1], (nspans - i - 1) * sizeof *spans);
+        nspans--;
+    }
+}
+
+static int span_insert(uint64_t start, uint64_t size)
+{
+    if (nspans == spans_cap) {
+        size_t cap = spans_cap ? spans_cap * 2 : INITIAL_SLOTS;
+        span *grown = realloc(spans, cap * sizeof *spans);
+        if (!grown)
+            return -1;
+        spans = grown;
+        spans_cap = cap;
+    }
+    size_t i = span_after(start);
+    memmove(&spans[i + 1], &spans[i], (nspans - i) * sizeof *spans);
+    spans[i] = (span){.start = start, .end = start + size};
+    nspans++;
+    return 0;
+}
 
 static size_t slot_of(uint64_t key, size_t n)
 {
@@ -53,7 +100,11 @@ TRANSIT_INTERNAL int transit_alloc_insert(const transit_alloc *a)
         i = (i + 1) & (nslots - 1);
     if (!slots[i].key)
         nlive++;
+    else if (slots[i].kind == TRANSIT_ALLOC_MANAGED)
+        span_remove(slots[i].key);
     slots[i] = *a;
+    if (a->kind == TRANSIT_ALLOC_MANAGED && span_insert(a->key, a->size))
+        rc = -1;
 out:
     pthread_mutex_unlock(&lock);
     return rc;
@@ -73,6 +124,8 @@ TRANSIT_INTERNAL int transit_alloc_remove(uint64_t key, transit_alloc *out)
     found = 1;
     if (out)
         *out = slots[i];
+    if (slots[i].kind == TRANSIT_ALLOC_MANAGED)
+        span_remove(key);
     /* Backward-shift deletion keeps every probe chain unbroken without tombstones. */
     size_t hole = i;
     for (size_t j = (i + 1) & (nslots - 1); slots[j].key; j = (j + 1) & (nslots - 1)) {
@@ -110,11 +163,26 @@ TRANSIT_INTERNAL transit_alloc *transit_alloc_snapshot(transit_alloc_kind kind, 
     return copy;
 }
 
+TRANSIT_INTERNAL size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, size_t cap)
+{
+    size_t n = 0;
+    uint64_t end = addr + bytes;
+    pthread_mutex_lock(&lock);
+    for (size_t i = span_after(addr); i < nspans && spans[i].start < end && n < cap; i++) {
+        uint64_t lo = TRANSIT_MAX(addr, spans[i].start), hi = TRANSIT_MIN(end, spans[i].end);
+        out[n++] = (transit_range){.addr = lo, .bytes = hi - lo};
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 TRANSIT_INTERNAL void transit_alloc_reset(void)
 {
     /* Called in a fork child, where the parent's lock may have been held: start afresh. */
     pthread_mutex_init(&lock, NULL);
     free(slots);
+    free(spans);
     slots = NULL;
-    nslots = nlive = 0;
+    spans = NULL;
+    nslots = nlive = nspans = spans_cap = 0;
 }

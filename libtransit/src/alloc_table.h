@@ -3,6 +3,8 @@
 #ifndef TRANSIT_ALLOC_TABLE_H
 #define TRANSIT_ALLOC_TABLE_H
 
+#include "ranges.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +25,11 @@ size_t transit_alloc_count(void);
 /* A malloc'd copy of the live allocations of `kind` (count in *n), so that callers can make
  * driver calls for each without holding the table lock; NULL when none or out of memory. */
 transit_alloc *transit_alloc_snapshot(transit_alloc_kind kind, size_t *n);
+/* The parts of [addr, addr + bytes) that lie in live managed allocations, one piece per
+ * allocation, in address order (at most `cap`; the count is returned). The driver rejects a
+ * prefetch that reaches outside an allocation, and estimates built from 2 MiB chunks or merged
+ * ranges do. */
+size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, size_t cap);
 /* Forgets everything (after fork: the child has no CUDA context). */
 void transit_alloc_reset(void);
 

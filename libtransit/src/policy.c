@@ -34,6 +34,7 @@
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
+#define CLIP_PIECES 16 /* allocation-bounded pieces fetched per transit_alloc_clip call */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -163,11 +164,41 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
         drv->ThreadExchangeStreamCaptureMode(saved);
 }
 
+/* Prefetches the parts of r that lie in live allocations, to the device (a prefetch policy
+ * replay) or to the host (a limit-mode eviction), and counts the outcome. */
+static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, bool to_host, CUstream stream)
+{
+    static int warned_device, warned_host;
+    const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                              .id = to_host ? 0 : dev};
+    transit_range piece[CLIP_PIECES];
+    for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end;) {
+        size_t pieces = transit_alloc_clip(at, end - at, piece, CLIP_PIECES);
+        if (!pieces)
+            return;
+        at = piece[pieces - 1].addr + piece[pieces - 1].bytes;
+        for (size_t k = 0; k < pieces; k++) {
+            CUresult e = drv->MemPrefetchAsync(piece[k].addr, piece[k].bytes, to, 0, stream);
+            if (e != CUDA_SUCCESS) {
+                transit_add(to_host ? &pc.evict_errors : &pc.prefetch_errors, 1);
+                warn_once(to_host ? &warned_host : &warned_device,
+                          to_host ? "limit mode: cuMemPrefetchAsync to the host" : "prefetch: cuMemPrefetchAsync to the device",
+                          drv, e);
+                if (to_host) /* still on the device: keep counting it */
+                    mark_resident(piece[k].addr, piece[k].bytes);
+                continue;
+            }
+            transit_add(to_host ? &pc.evict_count : &pc.prefetch_calls, 1);
+            transit_add(to_host ? &pc.evict_bytes : &pc.prefetch_bytes, piece[k].bytes);
+            if (!to_host && estimating())
+                mark_resident(piece[k].addr, piece[k].bytes);
+        }
+    }
+}
+
 /* The ordinal's ranges are copied out in batches: no lock is held across a driver call. */
 static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
-    static int warned;
-    const CUmemLocation to_device = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
     transit_range batch[PREFETCH_BATCH];
     for (size_t done = 0;;) {
         size_t n = 0, total = 0;
@@ -181,25 +212,13 @@ static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch
         if (!n)
             return;
         done += n;
-        for (size_t i = 0; i < n; i++) {
-            CUresult e = drv->MemPrefetchAsync(batch[i].addr, batch[i].bytes, to_device, 0, l->stream);
-            if (e != CUDA_SUCCESS) { /* e.g. the range was freed since it was profiled */
-                transit_add(&pc.prefetch_errors, 1);
-                warn_once(&warned, "prefetch: cuMemPrefetchAsync to the device", drv, e);
-                continue;
-            }
-            transit_add(&pc.prefetch_calls, 1);
-            transit_add(&pc.prefetch_bytes, batch[i].bytes);
-            if (estimating())
-                mark_resident(batch[i].addr, batch[i].bytes);
-        }
+        for (size_t i = 0; i < n; i++)
+            prefetch_range(drv, batch[i], dev, false, l->stream);
     }
 }
 
 static void evict(const transit_driver_api *drv, CUstream stream)
 {
-    static int warned;
-    const CUmemLocation to_host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
     transit_range victims[EVICT_BATCH];
@@ -213,17 +232,8 @@ static void evict(const transit_driver_api *drv, CUstream stream)
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             return;
-        for (size_t i = 0; i < n; i++) {
-            CUresult e = drv->MemPrefetchAsync(victims[i].addr, victims[i].bytes, to_host, 0, stream);
-            if (e != CUDA_SUCCESS) { /* still on the device: keep counting it */
-                transit_add(&pc.evict_errors, 1);
-                warn_once(&warned, "limit mode: cuMemPrefetchAsync to the host", drv, e);
-                mark_resident(victims[i].addr, victims[i].bytes);
-                continue;
-            }
-            transit_add(&pc.evict_count, 1);
-            transit_add(&pc.evict_bytes, victims[i].bytes);
-        }
+        for (size_t i = 0; i < n; i++)
+            prefetch_range(drv, victims[i], 0, true, stream);
     }
 }
 

@@ -66,3 +66,33 @@ def test_snapshot_copies_one_kind() -> None:
         assert sorted((copy[i].key, copy[i].size) for i in range(n[0])) == [(0x10000, 1), (0x20000, 2), (0x30000, 3)]
     finally:
         lib().transit_free(copy)
+
+
+def clip(addr: int, size: int, cap: int = 16) -> list[tuple[int, int]]:
+    out = ffi.new("transit_range[]", cap)
+    n = lib().transit_alloc_clip(addr, size, out, cap)
+    return [(int(out[i].addr), int(out[i].bytes)) for i in range(n)]
+
+
+def test_clip_cuts_ranges_at_allocation_boundaries() -> None:
+    lib().transit_alloc_reset()
+    mib = 1 << 20
+    # three managed allocations with a hole between the second and the third, and a VMM handle
+    insert(0x200000000, 3 * mib)
+    insert(0x200300000, 1 * mib)
+    insert(0x200600000, 2 * mib)
+    a = ffi.new("transit_alloc *", {"key": 0x200400000, "size": 4 * mib, "device": 0, "kind": 2})
+    assert lib().transit_alloc_insert(a) == 0  # VMM: never a prefetch target
+    # a 2 MiB chunk straddling the first two allocations: two pieces
+    assert clip(0x200200000, 2 * mib) == [(0x200200000, mib), (0x200300000, mib)]
+    # a range across the hole: the hole is skipped
+    assert clip(0x200380000, 5 * mib) == [(0x200380000, mib // 2), (0x200600000, 2 * mib)]
+    # nothing live there
+    assert clip(0x200400000, 2 * mib) == []
+    # cap bounds the output; the caller continues from the last piece's end
+    assert clip(0x200000000, 8 * mib, cap=2) == [(0x200000000, 3 * mib), (0x200300000, mib)]
+    # a freed allocation is no longer a target; re-inserting a key replaces its span
+    assert remove(0x200300000) == mib
+    assert clip(0x200200000, 2 * mib) == [(0x200200000, mib)]
+    insert(0x200000000, 1 * mib)
+    assert clip(0x200000000, 3 * mib) == [(0x200000000, mib)]
