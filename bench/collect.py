@@ -39,6 +39,9 @@ TARGETS = {
 FRAMEWORK_OFFLOAD_SYSTEMS = ("fsdp-cpu-mb", "fsdp-cpu-accum", "zero-offload", "zero-infinity")
 SMALL_BINS = ("<4K", "4K-64K")
 LARGE_BINS = ("1M-2M", ">2M")
+UVM_PROBE_RESULT = "bench/results/uvm-probe-h200.json"
+NVML_UVM_NOTE = ("NVML's device-used memory keeps the UVM chunks of evicted managed pages until the allocation "
+                 f"is freed ({UVM_PROBE_RESULT}): a high-water mark of chunks touched, not what is resident")
 
 
 def load_transit_stats(directory: Path) -> list[dict]:
@@ -181,6 +184,42 @@ def offloaded(run: dict) -> int | None:
     return (run.get("result") or {}).get("offloaded_bytes_per_gpu")
 
 
+def memory_for_cap(run: dict) -> dict | None:
+    """The device-memory peak checked against the cap L, and where it comes from.
+
+    TRANSIT in limit mode (cap L = its limit_bytes): per rank, the managed data resident on the
+    device (the monitor's upper bound) plus what NVML charges to the process (its memory outside
+    the managed allocations: context, NCCL/VMM buffers); NVML's device-used reading keeps the UVM
+    chunks of evicted pages (NVML_UVM_NOTE), so it is kept beside the verdict only. Every other
+    system: NVML's peak against the cap its runner set.
+    """
+    result = run.get("result")
+    if not result:
+        return None
+    memory, tr = result.get("memory") or {}, run.get("transit") or {}
+    if tr.get("mode") == "limit" and tr.get("limit_bytes"):
+        ranks = memory.get("per_rank") or []
+        sums = [(r.get("managed_device_resident_peak_bytes"), r.get("nvml_process_peak_bytes")) for r in ranks]
+        measured = bool(sums) and all(m is not None and p is not None for m, p in sums)
+        peak = max(m + p for m, p in sums) if measured else None
+        cap = tr["limit_bytes"]
+        sources = sorted({r.get("residency_source") or "not measured: run predates the residency monitor"
+                          for r in ranks})
+        verdict = {"memory_peak_for_cap_bytes": peak,
+                   "source": "managed_device_resident_peak_bytes + nvml_process_peak_bytes (max over ranks); "
+                             f"residency: {', '.join(sources)}",
+                   "nvml_device_used_peak_bytes": memory.get("peak_bytes_max"), "nvml_note": NVML_UVM_NOTE}
+    else:
+        peak, cap = memory.get("peak_bytes_max"), (result.get("memory_cap") or {}).get("cap_bytes")
+        verdict = {"memory_peak_for_cap_bytes": peak, "source": "nvml peak_bytes_max"}
+    within = peak <= cap if peak is not None and cap is not None else None
+    return verdict | {"cap_bytes": cap, "within_cap": within}
+
+
+def memory_vs_cap(runs: dict, names) -> dict:
+    return {n: memory_for_cap(runs[n]) for n in names if n in runs}
+
+
 def losses_compare(runs: dict, name: str, reference: str) -> dict | None:
     a, b = metric(runs, name, "losses"), metric(runs, reference, "losses")
     if not a or not b:
@@ -230,9 +269,7 @@ def summarize_policies(runs: dict) -> dict:
         "prefetch_fault_reduction": check(reduction, TARGETS["prefetch_fault_reduction_min"]),
         "small_migration_share": {n: tr[n].get("small_migration_share") for n in names},
         "large_migration_share": {n: tr[n].get("large_migration_share") for n in names},
-        "nvml_peak_over_limit_bytes": {
-            n: ((metric(runs, n, "memory") or {}).get("peak_bytes_max") or 0) - (tr[n].get("limit_bytes") or 0)
-            for n in names if tr[n].get("limit_bytes")},
+        "memory_vs_cap": memory_vs_cap(runs, ["native", *names]),
         "losses_vs_native": {n: losses_compare(runs, n, "native") for n in names},
     }
 
@@ -268,6 +305,7 @@ def summarize_compare(runs: dict) -> dict:
     return {
         "tflops_per_gpu": {n: tflops(runs, n) for n in runs},
         "offloaded_bytes_per_gpu": {n: offloaded(runs[n]) for n in runs},
+        "memory_vs_cap": memory_vs_cap(runs, runs),
         "advise_vs_no_offload": check(ratio(advise, baseline), TARGETS["advise_vs_no_offload_min"]),
         "advise_vs_no_offload_aim": TARGETS["advise_vs_no_offload_aim"],
         "best_framework": best_fw,
@@ -318,15 +356,18 @@ def num(value: float | None, fmt: str = ".1f") -> str:
 
 
 def print_table(kind: str, runs: dict, summary: dict) -> None:
-    header = ("run", "status", "GPUs", "TFLOPS/GPU", "step p50 s", "NVML peak GiB", "offloaded GiB/GPU",
-              "PCIe GiB/step", "faults")
+    header = ("run", "status", "GPUs", "TFLOPS/GPU", "step p50 s", "peak for cap GiB", "cap GiB", "within cap",
+              "offloaded GiB/GPU", "PCIe GiB/step", "faults")
     rows = []
     for name, run in runs.items():
         res, tr = run.get("result") or {}, run.get("transit") or {}
+        cap = memory_for_cap(run) or {}
+        within = {True: "yes", False: "NO", None: "-"}[cap.get("within_cap")]
         rows.append((name, run["status"], str((res.get("config") or {}).get("world_size", "-")),
                      num(res.get("tflops_per_gpu")), num((res.get("step_time") or {}).get("p50_s"), ".3f"),
-                     gib((res.get("memory") or {}).get("peak_bytes_max")), gib(offloaded(run)),
-                     gib(tr.get("migration_bytes_per_step")), str(tr.get("gpu_page_faults", "-"))))
+                     gib(cap.get("memory_peak_for_cap_bytes")), gib(cap.get("cap_bytes")), within,
+                     gib(offloaded(run)), gib(tr.get("migration_bytes_per_step")),
+                     str(tr.get("gpu_page_faults", "-"))))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print(f"\n== {kind} ==")
     for line in (header, *rows):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import shlex
 import statistics
@@ -30,6 +31,15 @@ NVML_POLL_INTERVAL_S = 0.02
 # one, or this long passed: enough to see when a run first crosses the cap, small enough to commit.
 TIMELINE_STEP_BYTES = 256 << 20
 TIMELINE_MAX_GAP_S = 1.0
+# Reading /proc/self/smaps walks every mapping of the process: poll it ten times less often than NVML.
+RESIDENCY_POLL_INTERVAL_S = 0.2
+# Managed (UVM) allocations are mappings of this device file; their Rss is the managed data on the host.
+UVM_DEVICE_PATH = "/dev/nvidia-uvm"
+ANONYMOUS_MAPPING = "[anonymous]"  # the key smaps_rss_by_path gives mappings without a pathname
+# A mapping's header (address range, perms, offset, dev, inode, optional pathname) or its Rss line.
+SMAPS_HEADER_OR_RSS = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+[ \t]*(.*)$|^Rss:\s+(\d+) kB$", re.MULTILINE)
+# The Rss line of a mapping whose pathname is UVM_DEVICE_PATH (the lines between hold no "Rss:").
+SMAPS_UVM_RSS = re.compile(" " + re.escape(UVM_DEVICE_PATH) + r"\n(?:(?!Rss:).*\n)*?Rss:\s+(\d+) kB")
 SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -73,6 +83,44 @@ def resolve_batch(world: int, global_batch: int | None, local_batch: int | None,
     return BatchSettings(global_batch=g, local_batch=b, grad_accum=a, source=source)
 
 
+def smaps_rss_by_path(smaps_text: str) -> dict[str, int]:
+    """Rss in bytes summed per mapping pathname of a /proc/<pid>/smaps text.
+
+    Each mapping starts with a header line `start-end perms offset dev inode [pathname]`, followed
+    by `Key: value kB` lines; mappings without a pathname are summed under ANONYMOUS_MAPPING.
+    """
+    sums: dict[str, int] = {}
+    path = None
+    for header_path, rss_kb in SMAPS_HEADER_OR_RSS.findall(smaps_text):
+        if rss_kb:
+            if path is not None:
+                sums[path] += int(rss_kb) * 1024
+        else:
+            path = header_path.strip() or ANONYMOUS_MAPPING
+            sums.setdefault(path, 0)
+    return sums
+
+
+def uvm_host_resident_bytes(smaps_text: str) -> int | None:
+    """Managed data resident in host memory: the Rss of the /dev/nvidia-uvm mappings; None without one.
+
+    smaps_rss_by_path(text).get(UVM_DEVICE_PATH), found by the pathname alone: the monitor thread
+    reads a training process's smaps five times a second while holding the GIL, and this search
+    skips the other mappings about ten times faster than parsing them.
+    """
+    rss_kb = SMAPS_UVM_RSS.findall(smaps_text)
+    return sum(int(kb) for kb in rss_kb) * 1024 if rss_kb else None
+
+
+def read_own_smaps() -> str:
+    with open("/proc/self/smaps") as f:
+        return f.read()
+
+
+def under_transit() -> bool:
+    return "libtransit" in os.environ.get("LD_PRELOAD", "")
+
+
 class NvmlMonitor:
     """Polls NVML in a thread for this process's device memory and the device's used memory.
 
@@ -81,6 +129,15 @@ class NvmlMonitor:
     compared with the cap is the larger of the two: the process reading may leave out managed
     (UVM) pages resident on the device, the device reading counts everything on a GPU that runs
     one benchmark at a time (the drivers run them one after the other).
+
+    Under TRANSIT in limit mode neither reading says what is resident: the UVM driver keeps a
+    managed allocation's GPU chunks after their pages are evicted (bench/README.md, "Measuring
+    TRANSIT's device memory in limit mode"), so the device reading is the high-water mark of every
+    chunk ever touched, and the process reading leaves managed memory out. Under TRANSIT every
+    PyTorch segment is a managed allocation, so every RESIDENCY_POLL_INTERVAL_S this thread also
+    reads PyTorch's reserved bytes and the managed bytes resident on the host (smaps Rss of the
+    UVM mappings): reserved - host resident is an upper bound on the managed data on the device
+    (pages never touched count as on the device).
     """
 
     def __init__(self, device_index: int) -> None:
@@ -92,8 +149,15 @@ class NvmlMonitor:
         self.baseline_used = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
         self.process_peak: int | None = None
         self.device_peak = 0
+        self.device_index = device_index
+        self.track_residency = under_transit()
+        self.managed_bound: int | None = None  # the latest reserved - host resident
+        self.managed_bound_peak: int | None = None
+        self.uvm_host_peak: int | None = None
+        self._last_residency = float("-inf")
         self._t0 = time.monotonic()
-        self.timeline: list[tuple[float, int]] = []  # (seconds since start, device used over baseline)
+        # (seconds since start, device used over baseline, managed device-resident bound or None)
+        self.timeline: list[tuple[float, int, int | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="nvml-monitor", daemon=True)
         self._thread.start()
@@ -126,27 +190,56 @@ class NvmlMonitor:
             self.sample()
             time.sleep(NVML_POLL_INTERVAL_S)
 
-    def sample(self) -> None:
+    def sample_residency(self) -> None:
+        host = uvm_host_resident_bytes(read_own_smaps())
+        if host is None:
+            return  # no managed mapping (yet): nothing measured, never a 0
+        # memory_reserved reads the allocator's statistics; it does not create a CUDA context.
+        self.managed_bound = max(0, torch.cuda.memory_reserved(self.device_index) - host)
+        self.managed_bound_peak = max(self.managed_bound_peak or 0, self.managed_bound)
+        self.uvm_host_peak = max(self.uvm_host_peak or 0, host)
+
+    def sample(self, force_residency: bool = False) -> None:
         used = self.process_used()
         if used is not None:
             self.process_peak = max(self.process_peak or 0, used)
         used = self.device_used_over_baseline()
         self.device_peak = max(self.device_peak, used)
-        t = time.monotonic() - self._t0
-        if (not self.timeline or abs(used - self.timeline[-1][1]) >= TIMELINE_STEP_BYTES
-                or t - self.timeline[-1][0] >= TIMELINE_MAX_GAP_S):
-            self.timeline.append((round(t, 3), used))
+        now = time.monotonic()
+        if self.track_residency and (force_residency or now - self._last_residency >= RESIDENCY_POLL_INTERVAL_S):
+            self._last_residency = now
+            self.sample_residency()
+        t = now - self._t0
+        last = self.timeline[-1] if self.timeline else None
+        bound_moved = last is not None and abs((self.managed_bound or 0) - (last[2] or 0)) >= TIMELINE_STEP_BYTES
+        if (last is None or abs(used - last[1]) >= TIMELINE_STEP_BYTES or bound_moved
+                or t - last[0] >= TIMELINE_MAX_GAP_S):
+            self.timeline.append((round(t, 3), used, self.managed_bound))
+
+    def residency_source(self) -> str:
+        if not self.track_residency:
+            return "not measured: not under TRANSIT (no libtransit in LD_PRELOAD)"
+        if self.uvm_host_peak is None:
+            return f"not measured: no {UVM_DEVICE_PATH} mapping in /proc/self/smaps"
+        return "smaps:" + UVM_DEVICE_PATH
 
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
-        self.sample()
+        self.sample(force_residency=True)
         return {
             "nvml_process_peak_bytes": self.process_peak,
             "nvml_device_used_peak_minus_baseline_bytes": self.device_peak,
             "peak_bytes": max(self.process_peak or 0, self.device_peak),
             "peak_source": "max(nvml-process, nvml-device-minus-baseline)",
             "driver_version": self._nvml.nvmlSystemGetDriverVersion(),
+            # Under TRANSIT: PyTorch reserved minus managed bytes on the host, an upper bound on the
+            # managed data resident on the device; None when not measured (residency_source says why).
+            "managed_device_resident_peak_bytes": self.managed_bound_peak,
+            "uvm_host_resident_peak_bytes": self.uvm_host_peak,
+            "residency_source": self.residency_source(),
+            "device_used_timeline_fields": ["t_s", "nvml_device_used_minus_baseline_bytes",
+                                            "managed_device_resident_bound_bytes"],
             "device_used_timeline": self.timeline,
         }
 
