@@ -5,7 +5,10 @@ host, does the GPU memory they held go back to the device (NVML used drops), or 
 driver keep it in its own pool? And does a host-preferred allocation that the GPU writes stay
 on the host? Each step below does one thing on GIB_PER_STEP GiB of managed memory, synchronizes,
 and reads NVML's device-used memory (minus the value before the allocation) and this process's
-RSS. Sized far below the card's free memory (no oversubscription).
+RSS. Sized far below the card's free memory (no oversubscription). Each step also records the
+smaps Rss of the /dev/nvidia-uvm mappings and of the anonymous ones, and what
+bench/common.py's uvm_host_resident_bytes() returns, to check against the RSS which of them
+holds the managed pages on the host (the benchmarks' residency monitor trusts /dev/nvidia-uvm).
 
     python3 bench/uvm_probe.py --out probe.json [--gib 8]
 """
@@ -15,11 +18,22 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pynvml
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    ANONYMOUS_MAPPING,
+    UVM_DEVICE_PATH,
+    read_own_smaps,
+    smaps_rss_by_path,
+    uvm_host_resident_bytes,
+)
 
 CU_MEM_ATTACH_GLOBAL = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
@@ -83,14 +97,24 @@ def main() -> int:
     proc = psutil.Process()
     base_used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
     base_rss = proc.memory_info().rss
+    base_anon = smaps_rss_by_path(read_own_smaps()).get(ANONYMOUS_MAPPING, 0)
     steps: list[dict] = []
 
     def read(step: str) -> None:
         time.sleep(SETTLE_S)
         used = pynvml.nvmlDeviceGetMemoryInfo(handle).used - base_used
         rss = proc.memory_info().rss - base_rss
-        steps.append({"step": step, "device_used_gib": round(used / GIB, 3), "host_rss_gib": round(rss / GIB, 3)})
-        print(f"{step:58s} device used {used / GIB:7.3f} GiB   host RSS {rss / GIB:7.3f} GiB", flush=True)
+        smaps = read_own_smaps()
+        by_path = smaps_rss_by_path(smaps)
+        uvm = uvm_host_resident_bytes(smaps)
+        anon = by_path.get(ANONYMOUS_MAPPING, 0) - base_anon
+        steps.append({"step": step, "device_used_gib": round(used / GIB, 3), "host_rss_gib": round(rss / GIB, 3),
+                      "smaps_rss_gib": {UVM_DEVICE_PATH: round(by_path.get(UVM_DEVICE_PATH, 0) / GIB, 3),
+                                        f"{ANONYMOUS_MAPPING} over start": round(anon / GIB, 3)},
+                      "uvm_host_resident_gib": None if uvm is None else round(uvm / GIB, 3)})
+        uvm_text = "none" if uvm is None else f"{uvm / GIB:7.3f}"
+        print(f"{step:58s} device used {used / GIB:7.3f} GiB   host RSS {rss / GIB:7.3f} GiB   "
+              f"smaps uvm {uvm_text} anon {anon / GIB:7.3f} GiB", flush=True)
 
     a = drv.alloc_managed(size)
     read(f"A1 allocate {args.gib} GiB managed")
