@@ -17,6 +17,7 @@ _CDEF = """
 const char *transit_version(void);
 void transit_mark_iteration(void);
 void transit_pyhook_mark_iteration(void);
+void transit_pyhook_armed(void);
 char *transit_stats_json(void);
 void transit_free(void *p);
 

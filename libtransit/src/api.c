@@ -24,6 +24,12 @@ TRANSIT_API void transit_pyhook_mark_iteration(void)
     transit_iteration_mark(TRANSIT_ITER_PYHOOK);
 }
 
+/* Called by the Python hook once it is registered, before the program's first step. */
+TRANSIT_API void transit_pyhook_armed(void)
+{
+    transit_iteration_claim(TRANSIT_ITER_PYHOOK);
+}
+
 TRANSIT_API char *transit_stats_json(void)
 {
     size_t cap = 1u << 16;

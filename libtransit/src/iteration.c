@@ -25,15 +25,28 @@ static int precedence(int m)
     return m == TRANSIT_ITER_API ? 0 : m == TRANSIT_ITER_PYHOOK ? 1 : m == TRANSIT_ITER_KERNEL_PERIOD ? 2 : 3;
 }
 
+/* lock held. A more explicit source restarts the count from it. */
+static void take_over(transit_iter_method m)
+{
+    if (precedence((int)m) < precedence(primary)) {
+        primary = (int)m;
+        count = 0;
+    }
+}
+
+void transit_iteration_claim(transit_iter_method m)
+{
+    pthread_mutex_lock(&lock);
+    take_over(m);
+    pthread_mutex_unlock(&lock);
+}
+
 int transit_iteration_mark(transit_iter_method m)
 {
     int taken = 0;
     pthread_mutex_lock(&lock);
     by_method[m]++;
-    if (precedence((int)m) < precedence(primary)) { /* a more explicit source: restart from it */
-        primary = (int)m;
-        count = 0;
-    }
+    take_over(m);
     if ((int)m == primary) {
         double now = transit_now();
         count++;

@@ -19,6 +19,9 @@ typedef enum {
  * kernel-period) is primary: it times steps and drives the policies. Returns 1 when this
  * mark came from the primary method. */
 int transit_iteration_mark(transit_iter_method method);
+/* `method` will report iterations (the Python hook is registered): it becomes primary now, so
+ * that the period detector's sub-step "iterations" never drive a policy before its first mark. */
+void transit_iteration_claim(transit_iter_method method);
 uint64_t transit_iteration_count(void);
 transit_iter_method transit_iteration_method(void);
 void transit_iteration_reset(void);

@@ -99,7 +99,7 @@ static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct timeline_entry {
     double t;
-    uint64_t iteration, resident, htod, dtoh;
+    uint64_t iteration, resident, htod, dtoh, faults; /* cumulative, so a step's share is a difference */
 } timeline_entry;
 static timeline_entry timeline[TIMELINE_ENTRIES];
 static uint64_t timeline_count;
@@ -206,6 +206,7 @@ static void timeline_add(uint64_t iteration)
     e->resident = transit_policy_resident();
     e->htod = transit_get(&rc.htod_bytes);
     e->dtoh = transit_get(&rc.dtoh_bytes);
+    e->faults = transit_get(&rc.gpu_faults);
     __atomic_store_n(&timeline_count, i + 1, __ATOMIC_RELEASE);
 }
 
@@ -954,8 +955,8 @@ void transit_recorder_state_json(jbuf *b)
         const timeline_entry *e = &timeline[i % TIMELINE_ENTRIES];
         jb_printf(b,
                   "{\"t\": %.3f, \"iteration\": %" PRIu64 ", \"resident_bytes\": %" PRIu64 ", \"htod_bytes\": %" PRIu64
-                  ", \"dtoh_bytes\": %" PRIu64 "}, ",
-                  e->t, e->iteration, e->resident, e->htod, e->dtoh);
+                  ", \"dtoh_bytes\": %" PRIu64 ", \"gpu_page_faults\": %" PRIu64 "}, ",
+                  e->t, e->iteration, e->resident, e->htod, e->dtoh, e->faults);
     }
     jb_trim_comma(b);
     jb_printf(b, "], ");

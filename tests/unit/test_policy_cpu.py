@@ -49,7 +49,7 @@ def check_sections(doc: dict) -> None:
     assert isinstance(rec["profiling"], bool)
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
-        assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes"}
+        assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults"}
 
 
 def test_library_loads_and_live_stats_have_every_section() -> None:

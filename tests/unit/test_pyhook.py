@@ -16,9 +16,11 @@ STARTUP_BUDGET_US = 5000  # median import cost of the hook; a Python start is 30
 
 # Stands in for libtransit: defines the symbol the hook looks up, and counts the calls.
 COUNTER_SO = r"""
-static int marks;
+static int marks, armed;
 void transit_pyhook_mark_iteration(void) { marks++; }
+void transit_pyhook_armed(void) { armed++; }
 int pyhook_test_marks(void) { return marks; }
+int pyhook_test_armed(void) { return armed; }
 """
 
 TRAIN = textwrap.dedent("""
@@ -33,7 +35,8 @@ TRAIN = textwrap.dedent("""
         model(torch.randn(8, 4)).pow(2).mean().backward()
         opt.step()
     counter = getattr(ctypes.CDLL(None), "pyhook_test_marks", None)
-    print(json.dumps({{"marks": counter() if counter else None,
+    armed = getattr(ctypes.CDLL(None), "pyhook_test_armed", None)
+    print(json.dumps({{"marks": counter() if counter else None, "armed": armed() if armed else None,
                       "hooks": len(optimizer_module._global_optimizer_post_hooks)}}))
 """)
 
@@ -90,12 +93,12 @@ def test_startup_cost_is_tiny(tmp_path, record_property):
 def test_each_optimizer_step_marks_an_iteration(counter_so, optimizer):
     env = clean_env(PYTHONPATH=str(HOOK_DIR), LD_PRELOAD=str(counter_so))
     out = json.loads(python(TRAIN.format(optimizer=optimizer), env).stdout)
-    assert out == {"marks": 5, "hooks": 1}
+    assert out == {"marks": 5, "armed": 1, "hooks": 1}
 
 
 def test_without_libtransit_nothing_is_registered():
     out = json.loads(python(TRAIN.format(optimizer="SGD"), clean_env(PYTHONPATH=str(HOOK_DIR))).stdout)
-    assert out == {"marks": None, "hooks": 0}
+    assert out == {"marks": None, "armed": None, "hooks": 0}
 
 
 def test_shadowed_sitecustomize_still_runs(tmp_path):
@@ -108,3 +111,16 @@ def test_shadowed_sitecustomize_still_runs(tmp_path):
     out = python("import sys; print(type(sys.meta_path[0]).__name__)", env).stdout.strip()
     assert out == "OptimImportWatcher"
     assert mark.read_text() == str(other / "sitecustomize.py")
+
+
+def test_armed_hook_outranks_the_period_detector_before_its_first_mark():
+    """Once the hook is registered, libtransit counts iterations by it alone: the kernel-period
+    detector's sub-step periods (micro-batches) must not open profiles or trigger advise early."""
+    code = ("import ctypes, json; t = ctypes.CDLL(None); t.transit_stats_json.restype = ctypes.c_void_p; "
+            "t.transit_pyhook_armed(); p = t.transit_stats_json(); "
+            "print(json.dumps(json.loads(ctypes.string_at(p))['iterations'])); t.transit_free(ctypes.c_void_p(p))")
+    from transit import _native
+
+    env = clean_env(LD_PRELOAD=str(_native.lib_path()))
+    iterations = json.loads(python(code, env).stdout)
+    assert iterations["method"] == "python-hook" and iterations["count"] == 0

@@ -19,17 +19,22 @@ import sys
 
 WATCHED_MODULE = "torch.optim"
 MARK_SYMBOL = "transit_pyhook_mark_iteration"
+# Tells libtransit the hook is in place, so its kernel-period detector (which finds sub-step
+# periods such as micro-batches) does not drive the policies before the first optimizer step.
+ARMED_SYMBOL = "transit_pyhook_armed"
 
 
 def _register_step_hook() -> None:
     import ctypes  # only in processes that import torch.optim
 
+    process = ctypes.CDLL(None)
     try:
-        mark = getattr(ctypes.CDLL(None), MARK_SYMBOL)
+        mark, armed = getattr(process, MARK_SYMBOL), getattr(process, ARMED_SYMBOL)
     except AttributeError:  # libtransit is not preloaded in this process
         return
-    mark.restype = None
-    mark.argtypes = []
+    for fn in (mark, armed):
+        fn.restype = None
+        fn.argtypes = []
     optimizer = sys.modules.get("torch.optim.optimizer")
     register = getattr(optimizer, "register_optimizer_step_post_hook", None)
     if register is None:  # torch older than 2.0
@@ -39,6 +44,7 @@ def _register_step_hook() -> None:
         mark()
 
     register(mark_iteration)
+    armed()
 
 
 class _HookAfterExec:
