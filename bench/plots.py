@@ -6,6 +6,8 @@ compare  -> compare-tflops.png      per-GPU TFLOPS per system, no-offload baseli
             compare-offloaded.png   host-resident training state per GPU (paper Fig. 8)
 policies -> policies-histogram.png  migration-size histogram per policy (paper Fig. 5)
             policies-faults-pcie.png GPU page faults and PCIe bytes per policy (paper Fig. 6)
+            policies-memory.png     device memory over time per policy: NVML device used and the
+                                    managed-resident bound, cap L dashed (runs with the 3-field timeline)
 Every figure names the commit and device it came from.
 """
 
@@ -134,7 +136,46 @@ def plot_policies(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     paths.append(out_dir / "policies-faults-pcie.png")
     fig.savefig(paths[1], dpi=150)
     plt.close(fig)
-    return paths
+    return paths + plot_policies_memory(doc, source, out_dir)
+
+
+def memory_timeline(run: dict) -> list[list] | None:
+    """Rank 0's (t, NVML device used, managed-resident bound) samples; None for runs that predate the bound."""
+    ranks = (((run.get("result") or {}).get("memory") or {}).get("per_rank")) or []
+    timeline = ranks[0].get("device_used_timeline") if ranks else None
+    if not timeline or len(timeline[0]) < 3 or all(sample[2] is None for sample in timeline):
+        return None
+    return timeline
+
+
+def plot_policies_memory(doc: dict, source: Path, out_dir: Path) -> list[Path]:
+    timelines = {p: memory_timeline(doc["runs"].get(p) or {}) for p in POLICIES}
+    names = [p for p in POLICIES if timelines[p]]
+    if not names:
+        return []
+    fig, ax = plt.subplots(figsize=(10, 5))
+    limits = set()
+    for i, name in enumerate(names):
+        t, used, bound = zip(*timelines[name])
+        label, line_color = name.removeprefix("transit-"), f"C{i}"
+        ax.plot(t, [u / GIB for u in used], color=line_color, label=f"{label}: NVML device used")
+        ax.plot(t, [b / GIB if b is not None else float("nan") for b in bound], color=line_color,
+                linestyle=":", label=f"{label}: managed data on the device (upper bound)")
+        limits.add((doc["runs"][name].get("transit") or {}).get("limit_bytes"))
+    for limit in sorted(x for x in limits if x):
+        ax.axhline(limit / GIB, color="black", linestyle="--", linewidth=1, label=f"L = {limit / GIB:.0f} GiB")
+    ax.set_xlabel("seconds since the monitor started")
+    ax.set_ylabel("GiB")
+    # NVML's device reading keeps the GPU chunks of evicted managed pages; the bound does not.
+    ax.set_title("Device memory per policy: NVML device used vs PyTorch reserved - managed bytes on the host",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    provenance_note(fig, doc, source)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path = out_dir / "policies-memory.png"
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return [path]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,167 @@
+"""The bench's measure of TRANSIT's device-resident managed data (smaps of the UVM mappings), the
+cap verdict collect.py builds from it, and the memory-over-time plot, on CPU."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import collect
+import plots
+from common import (
+    ANONYMOUS_MAPPING,
+    GIB,
+    UVM_DEVICE_PATH,
+    NvmlMonitor,
+    read_own_smaps,
+    smaps_rss_by_path,
+    uvm_host_resident_bytes,
+)
+
+SMAPS = (REPO / "tests/fixtures/bench/smaps-uvm.txt").read_text()
+POLICIES = json.loads((REPO / "bench/results/policies-h200.json").read_text())
+KB = 1024
+L = 24 * GIB
+
+
+def test_rss_summed_per_path():
+    sums = smaps_rss_by_path(SMAPS)
+    # Three UVM mappings (2 GiB, 512 MiB and one never touched from the host), two anonymous ones.
+    assert sums[UVM_DEVICE_PATH] == (2097152 + 524288 + 0) * KB
+    assert sums[ANONYMOUS_MAPPING] == (0 + 98304) * KB
+    assert sums["/dev/nvidiactl"] == 2048 * KB
+    assert sums["/dev/nvidia0"] == 0
+    assert sums["[heap]"] == 34812 * KB
+    assert sums["/opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so"] == 20480 * KB
+
+
+def test_uvm_host_resident_matches_the_full_parse():
+    assert uvm_host_resident_bytes(SMAPS) == smaps_rss_by_path(SMAPS)[UVM_DEVICE_PATH] == int(2.5 * GIB)
+
+
+def test_uvm_host_resident_none_without_a_uvm_mapping():
+    assert uvm_host_resident_bytes("") is None
+    other_path = SMAPS.replace(f" {UVM_DEVICE_PATH}\n", f" {UVM_DEVICE_PATH}-tools\n")
+    assert other_path != SMAPS
+    assert uvm_host_resident_bytes(other_path) is None
+
+
+def test_uvm_mapping_with_nothing_on_the_host_is_zero_not_none():
+    untouched = SMAPS.replace("Rss:             2097152 kB", "Rss:                   0 kB").replace(
+        "Rss:              524288 kB", "Rss:                   0 kB")
+    assert untouched != SMAPS
+    assert uvm_host_resident_bytes(untouched) == 0
+
+
+def test_parser_accounts_for_this_process_rss():
+    """The per-path sums of the kernel's own smaps add up to its smaps_rollup Rss."""
+    by_path = smaps_rss_by_path(read_own_smaps())
+    rollup = Path("/proc/self/smaps_rollup").read_text()
+    rollup_rss = next(int(line.split()[1]) * KB for line in rollup.splitlines() if line.startswith("Rss:"))
+    assert by_path[ANONYMOUS_MAPPING] > 0
+    assert sum(by_path.values()) == pytest.approx(rollup_rss, rel=0.05)
+
+
+def test_monitor_reports_no_measure_rather_than_zero_without_a_uvm_mapping():
+    """This CPU process has no managed mapping: the residency sample leaves the peaks unknown."""
+    monitor = object.__new__(NvmlMonitor)  # the residency part only: NVML needs a GPU
+    monitor.track_residency, monitor.device_index = True, 0
+    monitor.managed_bound = monitor.managed_bound_peak = monitor.uvm_host_peak = None
+    monitor.sample_residency()
+    assert monitor.managed_bound_peak is None and monitor.uvm_host_peak is None
+    assert monitor.residency_source() == f"not measured: no {UVM_DEVICE_PATH} mapping in /proc/self/smaps"
+    monitor.track_residency = False
+    assert "not under TRANSIT" in monitor.residency_source()
+
+
+def transit_run(name: str, managed_peaks: list[int | None]) -> dict:
+    """A policies-h200.json TRANSIT run, with one rank per managed peak, as the new monitor writes them."""
+    run = copy.deepcopy(POLICIES["runs"][name])
+    rank0 = run["result"]["memory"]["per_rank"][0]
+    ranks = []
+    for peak in managed_peaks:
+        rank = dict(rank0, managed_device_resident_peak_bytes=peak, uvm_host_resident_peak_bytes=13 * GIB,
+                    residency_source="smaps:/dev/nvidia-uvm")
+        ranks.append(rank)
+    run["result"]["memory"]["per_rank"] = ranks
+    return run
+
+
+def test_transit_verdict_uses_the_managed_bound_plus_process_memory():
+    run = transit_run("transit-advise", [22 * GIB])
+    process = run["result"]["memory"]["per_rank"][0]["nvml_process_peak_bytes"]
+    verdict = collect.memory_for_cap(run)
+    assert verdict["memory_peak_for_cap_bytes"] == 22 * GIB + process
+    assert verdict["cap_bytes"] == L == run["transit"]["limit_bytes"]
+    assert verdict["within_cap"] is True
+    # NVML's device reading (40 GB, the chunks ever touched) stays beside the verdict.
+    assert verdict["nvml_device_used_peak_bytes"] == run["result"]["memory"]["peak_bytes_max"] > L
+    assert "uvm-probe-h200.json" in verdict["nvml_note"]
+    assert "smaps:/dev/nvidia-uvm" in verdict["source"]
+
+
+def test_transit_verdict_takes_the_worst_rank_and_fails_over_the_cap():
+    verdict = collect.memory_for_cap(transit_run("transit-base", [20 * GIB, 23 * GIB]))
+    process = POLICIES["runs"]["transit-base"]["result"]["memory"]["per_rank"][0]["nvml_process_peak_bytes"]
+    assert verdict["memory_peak_for_cap_bytes"] == 23 * GIB + process
+    assert verdict["within_cap"] is False
+
+
+def test_transit_verdict_unknown_without_the_residency_measure():
+    verdict = collect.memory_for_cap(transit_run("transit-base", [20 * GIB, None]))
+    assert verdict["memory_peak_for_cap_bytes"] is None and verdict["within_cap"] is None
+    # The committed run predates the monitor: unknown, and the source says why.
+    verdict = collect.memory_for_cap(POLICIES["runs"]["transit-base"])
+    assert verdict["within_cap"] is None and "predates" in verdict["source"]
+
+
+def test_other_systems_keep_the_nvml_peak():
+    native = copy.deepcopy(POLICIES["runs"]["native"])
+    assert collect.memory_for_cap(native)["within_cap"] is None  # the policies' native run has no cap
+    native["result"]["memory_cap"] = {"cap_bytes": L}
+    verdict = collect.memory_for_cap(native)
+    assert verdict["memory_peak_for_cap_bytes"] == native["result"]["memory"]["peak_bytes_max"]
+    assert verdict["source"] == "nvml peak_bytes_max"
+    assert verdict["within_cap"] is False
+    assert "nvml_device_used_peak_bytes" not in verdict
+
+
+def test_policies_summary_and_table(capsys):
+    runs = {"native": POLICIES["runs"]["native"], "transit-advise": transit_run("transit-advise", [22 * GIB]),
+            "transit-base": transit_run("transit-base", [23 * GIB])}
+    summary = collect.summarize_policies(runs)
+    assert "nvml_peak_over_limit_bytes" not in summary
+    assert summary["memory_vs_cap"]["transit-advise"]["within_cap"] is True
+    assert summary["memory_vs_cap"]["transit-base"]["within_cap"] is False
+    collect.print_table("policies", runs, summary)
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("transit")}
+    assert " yes " in rows["transit-advise"] and " NO " in rows["transit-base"]
+
+
+def with_timelines(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    for i, name in enumerate(plots.POLICIES):
+        rank = doc["runs"][name]["result"]["memory"]["per_rank"][0]
+        # NVML climbs to the chunks ever touched and stays; the bound rises and falls under L.
+        rank["device_used_timeline"] = [[0.0, 0, None], [1.0, 20 * GIB, 20 * GIB],
+                                        [2.0, 37 * GIB, (21 + i) * GIB], [3.0, 37 * GIB, 18 * GIB]]
+    return doc
+
+
+def test_memory_plot_written_from_timelines(tmp_path):
+    source = tmp_path / "policies.json"
+    paths = plots.plot_policies_memory(with_timelines(POLICIES), source, tmp_path)
+    assert paths == [tmp_path / "policies-memory.png"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_memory_plot_skipped_without_timelines(tmp_path):
+    assert plots.plot_policies_memory(POLICIES, tmp_path / "policies.json", tmp_path) == []
+    assert not (tmp_path / "policies-memory.png").exists()
