@@ -18,6 +18,11 @@ nice -n 19 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUA
     >"$WORK/ds-cpu-adam-build.log" 2>&1 &
 DS_BUILD_PID=$!
 
+# TRANSIT's limit covers managed data only; the other systems keep NON_ALLOCATOR_MARGIN_BYTES of
+# the cap for memory outside PyTorch's allocator (context, NCCL). TRANSIT gets the cap minus the same
+# margin, so that its data plus that memory stays under the cap as theirs does.
+TRANSIT_LIMIT=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import common as c
+print(c.parse_size(sys.argv[1]) - c.NON_ALLOCATOR_MARGIN_BYTES)" "$MEM_LIMIT") || exit 1
 MODEL_BATCH=(--model "$MODEL" --global-batch 8)
 COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations and switches policy during the third: 3 warm-up steps.
@@ -29,7 +34,7 @@ SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_I
 bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
 bench_run transit-advise 120 env CUDA_VISIBLE_DEVICES=0 \
-    $TRANSIT run --policy advise --mem-limit "$MEM_LIMIT" --out "$WORK/transit-advise.transit" -- \
+    $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget 40 --label transit-advise --out "$WORK/transit-advise.json"
 bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
@@ -57,12 +62,12 @@ bench_run fsdp-cpu-accum 110 "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" 
 # With what time is left: the other policies, and TRANSIT's own rho (1 GPU: no NCCL traffic).
 for policy in prefetch base; do
     bench_run "transit-$policy" 120 env CUDA_VISIBLE_DEVICES=0 \
-        $TRANSIT run --policy "$policy" --mem-limit "$MEM_LIMIT" --out "$WORK/transit-$policy.transit" -- \
+        $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-$policy.transit" -- \
         python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
         --local-batch 4 --time-budget 40 --label "transit-$policy" --out "$WORK/transit-$policy.json"
 done
 bench_run transit-advise-socket 100 "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
-    $TRANSIT run --policy advise --mem-limit "$MEM_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
+    $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget 30 --label transit-advise-socket --out "$WORK/transit-advise-socket.json"
 finish compare

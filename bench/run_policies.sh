@@ -16,6 +16,9 @@ export CUDA_VISIBLE_DEVICES=0
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
        --local-batch 4 --deterministic --steps 8 --warmup 3)
 
+# What NVML's device reading does with evicted managed pages (bench/README.md explains why it matters).
+mkdir -p "${OUT:?OUT must name the output directory}"
+timeout 60 python3 bench/uvm_probe.py --gib 8 --out "$OUT/uvm-probe.json" 2>&1 | tee "$OUT/uvm-probe.txt"
 bench_run native 120 "${TRAIN[@]}" --label native --time-budget 40 --out "$WORK/native.json"
 # Fastest first, so that the slowest (base) gets what is left of the deadline.
 for policy in advise prefetch base; do
