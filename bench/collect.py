@@ -205,15 +205,28 @@ def memory_for_cap(run: dict) -> dict | None:
         cap = tr["limit_bytes"]
         sources = sorted({r.get("residency_source") or "not measured: run predates the residency monitor"
                           for r in ranks})
-        verdict = {"memory_peak_for_cap_bytes": peak,
-                   "source": "managed_device_resident_peak_bytes + nvml_process_peak_bytes (max over ranks); "
-                             f"residency: {', '.join(sources)}",
-                   "nvml_device_used_peak_bytes": memory.get("peak_bytes_max"), "nvml_note": NVML_UVM_NOTE}
-    else:
-        peak, cap = memory.get("peak_bytes_max"), (result.get("memory_cap") or {}).get("cap_bytes")
-        verdict = {"memory_peak_for_cap_bytes": peak, "source": "nvml peak_bytes_max"}
+        # The bound can only prove compliance (host RSS may miss host-resident pages that UVM has
+        # unmapped from the CPU); TRANSIT's own estimate, from CUPTI's migration records, is the
+        # other witness: over the cap there means over, under it means "not shown" by the bound.
+        estimate = tr.get("resident_peak_bytes")
+        fixed = max((p for _, p in sums if p is not None), default=0)
+        estimate_total = estimate + fixed if estimate is not None else None
+        if peak is not None and peak <= cap:
+            within, verdict_text = True, "within (the residency bound proves it)"
+        elif estimate_total is not None and estimate_total > cap:
+            within, verdict_text = False, "over (TRANSIT's own estimate is over the cap)"
+        else:
+            within, verdict_text = None, "not shown (the bound is over the cap, TRANSIT's estimate is not)"
+        return {"memory_peak_for_cap_bytes": peak,
+                "source": "managed_device_resident_peak_bytes + nvml_process_peak_bytes (max over ranks); "
+                          f"residency: {', '.join(sources)}",
+                "transit_estimate_peak_bytes": estimate_total,
+                "nvml_device_used_peak_bytes": memory.get("peak_bytes_max"), "nvml_note": NVML_UVM_NOTE,
+                "cap_bytes": cap, "within_cap": within, "verdict": verdict_text}
+    peak, cap = memory.get("peak_bytes_max"), (result.get("memory_cap") or {}).get("cap_bytes")
     within = peak <= cap if peak is not None and cap is not None else None
-    return verdict | {"cap_bytes": cap, "within_cap": within}
+    return {"memory_peak_for_cap_bytes": peak, "source": "nvml peak_bytes_max", "cap_bytes": cap,
+            "within_cap": within}
 
 
 def memory_vs_cap(runs: dict, names) -> dict:

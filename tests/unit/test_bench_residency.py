@@ -114,12 +114,21 @@ def test_transit_verdict_takes_the_worst_rank_and_fails_over_the_cap():
     assert verdict["within_cap"] is False
 
 
-def test_transit_verdict_unknown_without_the_residency_measure():
-    verdict = collect.memory_for_cap(transit_run("transit-base", [20 * GIB, None]))
+def test_transit_verdict_without_a_proof_falls_back_to_transit_s_estimate():
+    """The bound can only prove compliance; when it does not, TRANSIT's own estimate (from CUPTI's
+    migration records) decides between "over" and "not shown"."""
+    run = transit_run("transit-base", [20 * GIB, None])
+    run["transit"]["resident_peak_bytes"] = 20 * GIB
+    verdict = collect.memory_for_cap(run)
     assert verdict["memory_peak_for_cap_bytes"] is None and verdict["within_cap"] is None
-    # The committed run predates the monitor: unknown, and the source says why.
+    assert verdict["verdict"].startswith("not shown")
+    run = transit_run("transit-base", [30 * GIB])  # bound over the cap, estimate under it
+    run["transit"]["resident_peak_bytes"] = 20 * GIB
+    assert collect.memory_for_cap(run)["within_cap"] is None
+    # The committed run predates the monitor, and its estimate peaked 2.95 GB over L: over.
     verdict = collect.memory_for_cap(POLICIES["runs"]["transit-base"])
-    assert verdict["within_cap"] is None and "predates" in verdict["source"]
+    assert verdict["within_cap"] is False and verdict["verdict"].startswith("over")
+    assert "predates" in verdict["source"]
 
 
 def test_other_systems_keep_the_nvml_peak():
