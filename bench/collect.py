@@ -217,7 +217,16 @@ def memory_for_cap(run: dict) -> dict | None:
             within, verdict_text = False, "over (TRANSIT's own estimate is over the cap)"
         else:
             within, verdict_text = None, "not shown (the bound is over the cap, TRANSIT's estimate is not)"
+        sweep = result.get("residency_sweep") or {}
+        stats = (run.get("transit_stats") or [{}])[0]
+        dtoh_after = ((stats.get("migrations") or {}).get("dtoh") or {}).get("bytes")
+        swept = (dtoh_after - sweep["dtoh_bytes_before"]
+                 if sweep.get("dtoh_bytes_before") is not None and dtoh_after is not None else None)
+        timeline = stats.get("timeline") or [{}]
         return {"memory_peak_for_cap_bytes": peak,
+                # Measured at the end by moving everything to the host (bench/common.py residency_sweep).
+                "device_resident_at_end_by_sweep_bytes": swept,
+                "transit_estimate_at_end_bytes": timeline[-1].get("resident_bytes"),
                 "source": "managed_device_resident_peak_bytes + nvml_process_peak_bytes (max over ranks); "
                           f"residency: {', '.join(sources)}",
                 "transit_estimate_peak_bytes": estimate_total,

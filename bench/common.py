@@ -244,6 +244,45 @@ class NvmlMonitor:
         }
 
 
+def transit_dtoh_bytes() -> int | None:
+    """TRANSIT's DtoH migration bytes so far (libtransit's transit_stats_json, in this process)."""
+    import ctypes
+
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, "transit_stats_json"):
+        return None
+    lib.transit_stats_json.restype = ctypes.c_void_p
+    raw = lib.transit_stats_json()
+    try:
+        return json.loads(ctypes.string_at(raw))["migrations"]["dtoh"]["bytes"]
+    finally:
+        lib.transit_free(ctypes.c_void_p(raw))
+
+
+def residency_sweep(device: torch.device) -> dict:
+    """After training, under TRANSIT: prefetch every PyTorch segment (managed memory) to the host.
+
+    What the GPU held moves and is recorded by CUPTI as DtoH migrations, which TRANSIT counts; what
+    was already on the host does not move. TRANSIT's DtoH total at exit (its stats file) minus
+    `dtoh_bytes_before` is therefore the managed data that was resident on the device at the end,
+    measured by the driver's own migration records: the check of both TRANSIT's estimate and the
+    smaps bound (which can miss host pages UVM has unmapped from the CPU)."""
+    from cuda_driver import Driver
+
+    torch.cuda.synchronize(device)
+    segments = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
+                if s.get("device", device.index) == device.index]
+    before, host_before = transit_dtoh_bytes(), uvm_host_resident_bytes(read_own_smaps())
+    t0 = time.perf_counter()
+    driver = Driver()
+    for address, size in segments:
+        driver.prefetch(address, size, to_host=True)
+    return {"segments": len(segments), "segment_bytes": sum(size for _, size in segments),
+            "dtoh_bytes_before": before, "uvm_host_resident_before_bytes": host_before,
+            "uvm_host_resident_after_bytes": uvm_host_resident_bytes(read_own_smaps()),
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def apply_memory_cap(cap_bytes: int, device: torch.device, monitor: NvmlMonitor) -> dict:
     """Keep a non-TRANSIT run's device memory under `cap_bytes` (the emulated capacity L).
 

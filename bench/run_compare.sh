@@ -27,7 +27,7 @@ MODEL_BATCH=(--model "$MODEL" --global-batch 8)
 COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations, switches policy during the third, and its
 # evictions settle during the fourth (measured: bench/results/policies-h200.json): 4 warm-up steps.
-TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4)
+TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4 --residency-sweep)
 ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalone --nproc-per-node 1)
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)

@@ -14,7 +14,7 @@ export CUDA_VISIBLE_DEVICES=0
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
-       --local-batch 4 --deterministic --steps 8 --warmup 3)
+       --local-batch 4 --deterministic --steps 8 --warmup 3 --residency-sweep)
 
 # What NVML's device reading does with evicted managed pages (bench/README.md explains why it matters).
 mkdir -p "${OUT:?OUT must name the output directory}"

@@ -29,9 +29,11 @@ from common import (
     apply_memory_cap,
     gather_rank_facts,
     parse_size,
+    residency_sweep,
     resolve_batch,
     result_doc,
     timed_steps,
+    under_transit,
     write_json,
 )
 from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
@@ -53,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop after the first measured step that ends past this many seconds (0: none)")
     p.add_argument("--offload", choices=("none", "fsdp-cpu"), default="none")
     p.add_argument("--optimizer", choices=("fused", "foreach"), default="fused")
+    p.add_argument("--residency-sweep", action="store_true",
+                   help="under TRANSIT, after training: prefetch all managed memory to the host, so that "
+                        "TRANSIT's DtoH records measure what the device held (bench/common.py)")
     p.add_argument("--no-activation-checkpointing", action="store_true")
     p.add_argument("--mem-cap", type=parse_size,
                    help="cap device memory at this size through PyTorch's allocator (non-TRANSIT systems)")
@@ -185,6 +190,7 @@ def train(args: argparse.Namespace) -> dict | None:
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
                        host_state=lambda: host_state_bytes(model, optimizer))
     facts = gather_rank_facts(monitor, device, loop)
+    sweep = residency_sweep(device) if args.residency_sweep and under_transit() else None
     dist.destroy_process_group()
     if rank != 0:
         return None
@@ -198,7 +204,7 @@ def train(args: argparse.Namespace) -> dict | None:
             "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
             "time_budget_s": args.time_budget,
         },
-    )
+    ) | {"residency_sweep": sweep}
 
 
 def main(argv: list[str] | None = None) -> int:
