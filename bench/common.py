@@ -422,15 +422,16 @@ def tflops_per_gpu(flops_per_step: int, seconds: float | None, gpus: int) -> flo
 
 
 def git_commit() -> str | None:
-    """The commit, from git where the tree is a checkout, else from BENCH_GIT_COMMIT (device copies)."""
+    """BENCH_GIT_COMMIT when the driver is given it (the device's copy of the tree may carry a stale
+    .git: measured, its HEAD was a commit from an earlier session), else git's HEAD."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=False,
                              capture_output=True, text=True, timeout=10)
-        if out.returncode == 0:
-            return out.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
-        pass
-    return os.environ.get("BENCH_GIT_COMMIT")
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def provenance() -> dict:

@@ -16,7 +16,6 @@ holds the managed pages on the host (the benchmarks' residency monitor trusts /d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,9 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     ANONYMOUS_MAPPING,
     UVM_DEVICE_PATH,
+    provenance,
     read_own_smaps,
     smaps_rss_by_path,
     uvm_host_resident_bytes,
+    write_json,
 )
 from cuda_driver import CU_MEM_ADVISE_SET_ACCESSED_BY, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, Driver
 
@@ -104,9 +105,9 @@ def main() -> int:
     drv.free(c)
     read("C2 free")
 
-    with open(args.out, "w") as f:
-        json.dump({"schema": "transit.uvm-probe/1", "gib": args.gib, "gpu": pynvml.nvmlDeviceGetName(handle),
-                   "driver": pynvml.nvmlSystemGetDriverVersion(), "steps": steps}, f, indent=1)
+    write_json(args.out, {"schema": "transit.uvm-probe/1", **provenance(), "gib": args.gib,
+                          "gpu": pynvml.nvmlDeviceGetName(handle), "driver": pynvml.nvmlSystemGetDriverVersion(),
+                          "steps": steps})
     return 0
 
 

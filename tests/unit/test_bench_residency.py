@@ -26,7 +26,8 @@ from common import (
 )
 
 SMAPS = (REPO / "tests/fixtures/bench/smaps-uvm.txt").read_text()
-POLICIES = json.loads((REPO / "bench/results/policies-h200.json").read_text())
+# The policies result of the session before the residency monitor (commit 0ddb8bb, H200): real shapes, no timelines
+POLICIES = json.loads((REPO / "tests/fixtures/bench/policies-before-residency-monitor.json").read_text())
 KB = 1024
 L = 24 * GIB
 
@@ -174,3 +175,15 @@ def test_memory_plot_written_from_timelines(tmp_path):
 def test_memory_plot_skipped_without_timelines(tmp_path):
     assert plots.plot_policies_memory(POLICIES, tmp_path / "policies.json", tmp_path) == []
     assert not (tmp_path / "policies-memory.png").exists()
+
+
+def test_sweep_measures_what_the_device_held_at_the_end():
+    """On the committed H200 policies result: the residency sweep's DtoH records (what moved off the
+    device) against TRANSIT's estimate at the last iteration mark."""
+    doc = json.loads((REPO / "bench/results/policies-h200.json").read_text())
+    run = doc["runs"]["transit-base"]
+    verdict = collect.memory_for_cap(run)
+    dtoh_after = run["transit_stats"][0]["migrations"]["dtoh"]["bytes"]
+    assert verdict["device_resident_at_end_by_sweep_bytes"] == (
+        dtoh_after - run["result"]["residency_sweep"]["dtoh_bytes_before"])
+    assert verdict["transit_estimate_at_end_bytes"] == run["transit_stats"][0]["timeline"][-1]["resident_bytes"]
