@@ -215,6 +215,28 @@ uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
     return c->resident_pages * PAGE_BYTES;
 }
 
+size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes, transit_range *out,
+                              size_t out_cap, uint64_t *resume)
+{
+    uint64_t end = addr + bytes, at = addr;
+    size_t n = 0;
+    while (at < end) {
+        uint64_t chunk = at >> TRANSIT_CHUNK_SHIFT;
+        uint64_t next = TRANSIT_MIN((chunk + 1) << TRANSIT_CHUNK_SHIFT, end);
+        if (c->slots[find_slot(c, chunk)] == NIL) {
+            if (n && out[n - 1].addr + out[n - 1].bytes == at)
+                out[n - 1].bytes += next - at;
+            else if (n < out_cap)
+                out[n++] = (transit_range){.addr = at, .bytes = next - at};
+            else
+                break;
+        }
+        at = next;
+    }
+    *resume = at;
+    return n;
+}
+
 size_t transit_chunks_count(const transit_chunks *c)
 {
     return c->count;

@@ -41,5 +41,10 @@ TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
  * target (out was full). */
 TRANSIT_INTERNAL size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out,
                                                     size_t out_cap);
+/* The parts of [addr, addr+bytes) in chunks without any resident page (what the estimate places
+ * on the host), ascending, adjacent chunks coalesced, at most out_cap ranges. *resume is where
+ * to continue: addr + bytes once all of it was looked at. */
+TRANSIT_INTERNAL size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes,
+                                               transit_range *out, size_t out_cap, uint64_t *resume);
 
 #endif

@@ -9,7 +9,11 @@
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
- * chunks to the host, at launches, on the launch's stream.
+ * chunks to the host, at launches, on the launch's stream. At each iteration the estimate is
+ * checked against the host-resident managed bytes read from smaps (host_residency.c): when
+ * managed minus host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI
+ * missed migrations back to the device (measured on an H200), and the next launch sweeps every
+ * chunk the estimate places on the host back there (a no-op for pages already on the host).
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
@@ -18,6 +22,7 @@
 #include "attrib.h"
 #include "chunks.h"
 #include "cuda_api.h"
+#include "host_residency.h"
 #include "internal.h"
 #include "iteration.h"
 #include "ranges.h"
@@ -34,7 +39,8 @@
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
-#define CLIP_PIECES 16 /* allocation-bounded pieces fetched per transit_alloc_clip call */
+#define CLIP_PIECES 16
+#define HOST_CHECK_SLACK (1ull << 30) /* measured bound over the estimate before a sweep (untouched pages) */ /* allocation-bounded pieces fetched per transit_alloc_clip call */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -43,6 +49,8 @@ static struct {
     uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
     uint64_t ranges_count, ranges_bytes, ranges_dropped, unattributed_bytes;
     uint64_t untracked_bytes, capture_skips;
+    uint64_t sweeps, sweep_ranges, sweep_bytes;
+    uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
 } pc;
 
 /* Prefetch profile: attrib feeds ranges while collecting; replay once finalized. */
@@ -56,6 +64,11 @@ static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
 static transit_chunks *chunks;
 
 static int advise_applied;
+static int sweep_due;                   /* the host check found the estimate short */
+static uint64_t host_checked_iteration; /* recorder thread only */
+
+/* What a TRANSIT prefetch is for: it decides the direction and the counters. */
+typedef enum { PREFETCH_REPLAY, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
 
 static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
 {
@@ -164,11 +177,13 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
         drv->ThreadExchangeStreamCaptureMode(saved);
 }
 
-/* Prefetches the parts of r that lie in live allocations, to the device (a prefetch policy
- * replay) or to the host (a limit-mode eviction), and counts the outcome. */
-static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, bool to_host, CUstream stream)
+/* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
+ * replay) or to the host (a limit-mode eviction or sweep), and counts the outcome. */
+static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
+                           CUstream stream)
 {
     static int warned_device, warned_host;
+    bool to_host = why != PREFETCH_REPLAY;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -184,14 +199,19 @@ static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
                 warn_once(to_host ? &warned_host : &warned_device,
                           to_host ? "limit mode: cuMemPrefetchAsync to the host" : "prefetch: cuMemPrefetchAsync to the device",
                           drv, e);
-                if (to_host) /* still on the device: keep counting it */
+                if (why == PREFETCH_EVICT) /* still on the device: keep counting it */
                     mark_resident(piece[k].addr, piece[k].bytes);
                 continue;
             }
-            transit_add(to_host ? &pc.evict_count : &pc.prefetch_calls, 1);
-            transit_add(to_host ? &pc.evict_bytes : &pc.prefetch_bytes, piece[k].bytes);
-            if (!to_host && estimating())
-                mark_resident(piece[k].addr, piece[k].bytes);
+            if (why == PREFETCH_REPLAY) {
+                transit_add(&pc.prefetch_calls, 1);
+                transit_add(&pc.prefetch_bytes, piece[k].bytes);
+                if (estimating())
+                    mark_resident(piece[k].addr, piece[k].bytes);
+            } else {
+                transit_add(why == PREFETCH_EVICT ? &pc.evict_count : &pc.sweep_ranges, 1);
+                transit_add(why == PREFETCH_EVICT ? &pc.evict_bytes : &pc.sweep_bytes, piece[k].bytes);
+            }
         }
     }
 }
@@ -213,8 +233,32 @@ static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch
             return;
         done += n;
         for (size_t i = 0; i < n; i++)
-            prefetch_range(drv, batch[i], dev, false, l->stream);
+            prefetch_range(drv, batch[i], dev, PREFETCH_REPLAY, l->stream);
     }
+}
+
+/* Every part of every managed allocation that the estimate places on the host goes there again
+ * (the estimate's chunks are read in batches under the lock; no lock across a driver call). */
+static void sweep_spilled(const transit_driver_api *drv, CUstream stream)
+{
+    size_t n;
+    transit_range runs[EVICT_BATCH];
+    transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n);
+    for (size_t i = 0; i < n; i++) {
+        for (uint64_t at = all[i].key, end = all[i].key + all[i].size; at < end;) {
+            size_t k = 0;
+            pthread_mutex_lock(&chunks_lock);
+            if (chunks)
+                k = transit_chunks_spilled(chunks, at, end - at, runs, EVICT_BATCH, &at);
+            else
+                at = end;
+            pthread_mutex_unlock(&chunks_lock);
+            for (size_t j = 0; j < k; j++)
+                prefetch_range(drv, runs[j], 0, PREFETCH_SWEEP, stream);
+        }
+    }
+    free(all);
+    transit_add(&pc.sweeps, 1);
 }
 
 static void evict(const transit_driver_api *drv, CUstream stream)
@@ -222,6 +266,8 @@ static void evict(const transit_driver_api *drv, CUstream stream)
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
     transit_range victims[EVICT_BATCH];
+    if (__atomic_exchange_n(&sweep_due, 0, __ATOMIC_ACQ_REL))
+        sweep_spilled(drv, stream);
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
@@ -233,8 +279,27 @@ static void evict(const transit_driver_api *drv, CUstream stream)
         if (!n)
             return;
         for (size_t i = 0; i < n; i++)
-            prefetch_range(drv, victims[i], 0, true, stream);
+            prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
     }
+}
+
+/* Once per iteration, from the recorder thread: the estimate against smaps. */
+static void check_host_residency(void)
+{
+    uint64_t iteration = transit_iteration_count();
+    if (!estimating() || iteration == host_checked_iteration)
+        return;
+    host_checked_iteration = iteration;
+    int64_t host = transit_uvm_host_rss();
+    if (host < 0)
+        return;
+    uint64_t live = transit_get(&transit_g.n.managed_live), limit = transit_g.cfg.mem_limit;
+    uint64_t bound = live > (uint64_t)host ? live - (uint64_t)host : 0;
+    __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
+    transit_add(&pc.host_checks, 1);
+    transit_raise_peak(&pc.device_bound_peak, bound);
+    if (bound > limit + limit / EVICT_HYSTERESIS_DIV && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
+        __atomic_store_n(&sweep_due, 1, __ATOMIC_RELEASE);
 }
 
 static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
@@ -298,7 +363,8 @@ void transit_policy_launch(const transit_launch *l)
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
     bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && has_ranges(l->ordinal);
-    bool do_evict = estimating() && transit_get(&pc.resident) > c->mem_limit;
+    bool do_evict = estimating() && (transit_get(&pc.resident) > c->mem_limit ||
+                                     __atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE));
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
     const transit_driver_api *drv;
@@ -401,8 +467,9 @@ void transit_policy_gpu_fault(uint64_t addr)
         mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
 }
 
-/* Without launch callbacks, advise applies right after the first iteration mark past warm-up,
- * from the recorder's thread, in the device's primary context (the one PyTorch uses). */
+/* From the recorder's thread, every tick: limit mode's host check; and, without launch
+ * callbacks, advise right after the first iteration mark past warm-up, in the device's primary
+ * context (the one PyTorch uses). */
 void transit_policy_tick(void)
 {
     static int gave_up; /* the recorder thread could not enter the context: do not retry every tick */
@@ -410,6 +477,7 @@ void transit_policy_tick(void)
     CUcontext ctx;
     CUresult e = CUDA_ERROR_NOT_SUPPORTED;
     int dev = transit_g.id.device;
+    check_host_residency();
     if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || transit_recorder_sees_launches() || gave_up ||
         __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) || transit_iteration_count() <= transit_g.cfg.warmup_iters ||
         dev < 0 || !(drv = policy_driver()))
@@ -463,7 +531,8 @@ void transit_policy_after_fork(void)
     ranges = NULL;
     attrib = NULL;
     chunks = NULL;
-    collecting = replay = advise_applied = 0;
+    collecting = replay = advise_applied = sweep_due = 0;
+    host_checked_iteration = 0;
     memset(&pc, 0, sizeof pc);
 }
 
@@ -472,9 +541,15 @@ void transit_policy_memory_json(jbuf *b)
     jb_printf(b,
               "\"resident_bytes\": %" PRIu64 ", \"resident_peak_bytes\": %" PRIu64
               ", \"overshoot_peak_bytes\": %" PRIu64 ", \"spilled_peak_bytes\": %" PRIu64
-              ", \"resident_estimated\": %s",
+              ", \"resident_estimated\": %s, ",
               transit_policy_resident(), transit_get(&pc.resident_peak), transit_get(&pc.overshoot_peak),
               transit_get(&pc.spilled_peak), estimating() ? "true" : "false");
+    /* The check against smaps (limit mode): null until measured. */
+    if (transit_get(&pc.host_checks))
+        jb_printf(b, "\"host_resident_measured_bytes\": %" PRIu64 ", \"device_bound_peak_bytes\": %" PRIu64,
+                  transit_get(&pc.host_measured), transit_get(&pc.device_bound_peak));
+    else
+        jb_printf(b, "\"host_resident_measured_bytes\": null, \"device_bound_peak_bytes\": null");
 }
 
 void transit_policy_stats_json(jbuf *b)
@@ -497,9 +572,11 @@ void transit_policy_stats_json(jbuf *b)
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-              ", \"target_bytes\": %" PRIu64 ", \"untracked_bytes\": %" PRIu64 "}, ",
+              ", \"target_bytes\": %" PRIu64 ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
-              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0, transit_get(&pc.untracked_bytes));
+              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0, transit_get(&pc.untracked_bytes),
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -96,6 +96,9 @@ def test_losses_identical_and_sections_present(runs, policy) -> None:
     # one entry per boundary (the period detector may mark a few before the optimizer hook takes over)
     assert [e["iteration"] for e in doc["timeline"]][-STEPS:] == list(range(1, STEPS + 1))
     assert doc["memory"]["resident_estimated"] is True and doc["memory"]["resident_peak_bytes"] > 0
+    # limit mode checked its estimate against smaps at the iteration marks
+    assert doc["memory"]["host_resident_measured_bytes"] is not None
+    assert doc["memory"]["device_bound_peak_bytes"] is not None
 
 
 def test_base_faults_with_small_migrations_and_evicts(runs) -> None:

@@ -1,4 +1,4 @@
-"""cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist) for unit tests.
+"""cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency) for unit tests.
 
 Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
 functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
@@ -15,7 +15,7 @@ from transit import _native
 from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
-SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c")
+SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c", "host_residency.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -61,6 +61,8 @@ void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 size_t transit_chunks_count(const transit_chunks *c);
 size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out, size_t out_cap);
+int64_t transit_uvm_host_rss_parse(const char *smaps);
+size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes, transit_range *out, size_t out_cap, uint64_t *resume);
 
 typedef struct transit_hist { uint64_t count[5]; uint64_t bytes[5]; } transit_hist;
 typedef enum { TRANSIT_HIST_COUNT = 0, TRANSIT_HIST_BYTES = 1 } transit_hist_field;

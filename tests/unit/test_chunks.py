@@ -179,3 +179,30 @@ def test_matches_reference_model_under_churn(native, chunks):
             assert got == [tuple(m) for m in merged]
         assert lib.transit_chunks_resident_bytes(c) == sum(len(s) for s in pages.values()) * page
         assert lib.transit_chunks_count(c) == len(pages)
+
+
+def spilled(native, c, addr: int, size: int, out_cap: int = 16) -> tuple[list[tuple[int, int]], int]:
+    ffi, lib = native
+    out = ffi.new("transit_range[]", out_cap)
+    resume = ffi.new("uint64_t *")
+    n = lib.transit_chunks_spilled(c, addr, size, out, out_cap, resume)
+    return [(out[i].addr - BASE, out[i].bytes) for i in range(n)], resume[0] - BASE
+
+
+def test_spilled_lists_what_the_estimate_places_on_the_host(native, chunks):
+    """The sweep's input: the parts of an allocation in chunks with no resident page."""
+    _, lib = native
+    c = chunks()
+    # an allocation of 10 chunks starting mid-chunk; chunks 2 and 3 hold resident pages, chunk 6 one page
+    alloc, size = BASE + MIB, 10 * CHUNK
+    lib.transit_chunks_migrated(c, BASE + 2 * CHUNK, 2 * CHUNK)
+    lib.transit_chunks_migrated(c, BASE + 6 * CHUNK + 4 * KIB, 4 * KIB)
+    runs, resume = spilled(native, c, alloc, size)
+    assert runs == [(MIB, 3 * MIB), (4 * CHUNK, 2 * CHUNK), (7 * CHUNK, 3 * CHUNK + MIB)]
+    assert resume == MIB + size
+    # a full output stops early and says where to go on
+    runs, resume = spilled(native, c, alloc, size, out_cap=1)
+    assert runs == [(MIB, 3 * MIB)] and resume == 4 * CHUNK
+    # nothing resident: one range, the whole allocation
+    lib.transit_chunks_dropped(c, BASE, 16 * CHUNK)
+    assert spilled(native, c, alloc, size)[0] == [(MIB, size)]

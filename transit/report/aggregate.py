@@ -62,6 +62,7 @@ class RankRow:
     resident_peak_bytes: int = _from("memory.resident_peak_bytes", 0)
     overshoot_peak_bytes: int = _from("memory.overshoot_peak_bytes", 0)
     spilled_peak_bytes: int = _from("memory.spilled_peak_bytes", 0)
+    device_bound_peak_bytes: int | None = _from("memory.device_bound_peak_bytes")
     htod_bytes: int = _from("migrations.htod.bytes", 0)
     htod_count: int = _from("migrations.htod.count", 0)
     htod_histogram: dict[str, int] = field(
@@ -84,6 +85,7 @@ class RankRow:
     evictions: int = _from("evictions.count", 0)
     eviction_bytes: int = _from("evictions.bytes", 0)
     eviction_errors: int = _from("evictions.errors", 0)
+    sweeps: int = _from("evictions.sweeps", 0)
     iterations: int = _from("iterations.count", 0)
     iteration_method: str | None = _from("iterations.method")
     warmup_iterations: int = _from("iterations.warmup", 0)

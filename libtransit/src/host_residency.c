@@ -1,0 +1,78 @@
+/* host_residency.c - see host_residency.h. */
+#include "host_residency.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define UVM_PATH " /dev/nvidia-uvm"
+#define READ_STEP (256u << 10)
+
+/* A mapping's first line starts with its address range: hex digits, then '-'. */
+static int is_mapping_header(const char *line)
+{
+    const char *p = line;
+    while ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))
+        p++;
+    return p > line && *p == '-';
+}
+
+TRANSIT_INTERNAL int64_t transit_uvm_host_rss_parse(const char *smaps)
+{
+    int64_t total = -1;
+    int in_uvm = 0;
+    size_t path_len = strlen(UVM_PATH);
+    for (const char *line = smaps; *line;) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        if (is_mapping_header(line)) {
+            while (len && line[len - 1] == ' ') /* smaps pads short lines */
+                len--;
+            in_uvm = len >= path_len && memcmp(line + len - path_len, UVM_PATH, path_len) == 0;
+            if (in_uvm && total < 0)
+                total = 0;
+        } else if (in_uvm && strncmp(line, "Rss:", 4) == 0) {
+            total += strtoll(line + 4, NULL, 10) * 1024;
+        }
+        if (!eol)
+            break;
+        line = eol + 1;
+    }
+    return total;
+}
+
+int64_t transit_uvm_host_rss(void)
+{
+    static char *buf; /* kept between calls: smaps of a training process is a few MB */
+    static size_t cap;
+    size_t len = 0;
+    int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        if (cap - len < READ_STEP + 1) {
+            char *grown = realloc(buf, cap + READ_STEP * 4);
+            if (!grown) {
+                close(fd);
+                return -1;
+            }
+            buf = grown;
+            cap += READ_STEP * 4;
+        }
+        ssize_t r = read(fd, buf + len, READ_STEP);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    return transit_uvm_host_rss_parse(buf);
+}

@@ -1,0 +1,21 @@
+/* host_residency.h - how much managed memory the host holds, read from /proc/self/smaps.
+ *
+ * Managed allocations are mappings of /dev/nvidia-uvm; their Rss is what sits in host pages.
+ * Limit mode checks its estimate against it: CUPTI's migration records were measured to miss
+ * migrations back to the device (bench/README.md, "Measuring TRANSIT's device memory"). */
+#ifndef TRANSIT_HOST_RESIDENCY_H
+#define TRANSIT_HOST_RESIDENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Sum of the Rss of the /dev/nvidia-uvm mappings in smaps text (NUL-terminated), in bytes;
+ * -1 when there is no such mapping. */
+TRANSIT_INTERNAL int64_t transit_uvm_host_rss_parse(const char *smaps);
+/* The same for this process, now; -1 when /proc/self/smaps cannot be read or has no such
+ * mapping. Not thread-safe: one caller (the recorder thread). */
+int64_t transit_uvm_host_rss(void);
+
+#endif
