@@ -9,8 +9,8 @@
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
- * chunks to the host, at launches, on the launch's stream. At each iteration the estimate is
- * checked against the host-resident managed bytes read from smaps (host_residency.c): when
+ * chunks to the host, at launches, on the launch's stream. Every HOST_CHECK_PERIOD_S the estimate
+ * is checked against the host-resident managed bytes read from smaps (host_residency.c): when
  * managed minus host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI
  * missed migrations back to the device (measured on an H200), and the next launch sweeps every
  * chunk the estimate places on the host back there (a no-op for pages already on the host).
@@ -40,7 +40,8 @@
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 #define CLIP_PIECES 16
-#define HOST_CHECK_SLACK (1ull << 30) /* measured bound over the estimate before a sweep (untouched pages) */ /* allocation-bounded pieces fetched per transit_alloc_clip call */
+#define HOST_CHECK_SLACK (1ull << 30) /* measured bound over the estimate before a sweep (untouched pages) */
+#define HOST_CHECK_PERIOD_S 0.25       /* smaps costs the kernel a walk of every mapping: not more often */ /* allocation-bounded pieces fetched per transit_alloc_clip call */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -65,7 +66,7 @@ static transit_chunks *chunks;
 
 static int advise_applied;
 static int sweep_due;                   /* the host check found the estimate short */
-static uint64_t host_checked_iteration; /* recorder thread only */
+static double host_checked_at;         /* recorder thread only */
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
@@ -283,13 +284,13 @@ static void evict(const transit_driver_api *drv, CUstream stream)
     }
 }
 
-/* Once per iteration, from the recorder thread: the estimate against smaps. */
+/* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. */
 static void check_host_residency(void)
 {
-    uint64_t iteration = transit_iteration_count();
-    if (!estimating() || iteration == host_checked_iteration)
+    double now = transit_now();
+    if (!estimating() || now - host_checked_at < HOST_CHECK_PERIOD_S)
         return;
-    host_checked_iteration = iteration;
+    host_checked_at = now;
     int64_t host = transit_uvm_host_rss();
     if (host < 0)
         return;
@@ -532,7 +533,7 @@ void transit_policy_after_fork(void)
     attrib = NULL;
     chunks = NULL;
     collecting = replay = advise_applied = sweep_due = 0;
-    host_checked_iteration = 0;
+    host_checked_at = 0;
     memset(&pc, 0, sizeof pc);
 }
 
