@@ -39,9 +39,9 @@
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
-#define CLIP_PIECES 16
-#define HOST_CHECK_SLACK (1ull << 30) /* measured bound over the estimate before a sweep (untouched pages) */
-#define HOST_CHECK_PERIOD_S 0.25       /* smaps costs the kernel a walk of every mapping: not more often */ /* allocation-bounded pieces fetched per transit_alloc_clip call */
+#define CLIP_PIECES 16                      /* allocation-bounded pieces fetched per transit_alloc_clip call */
+#define HOST_CHECK_SLACK (1ull << 30)       /* measured bound over the estimate before a sweep (untouched pages) */
+#define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
