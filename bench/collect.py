@@ -274,13 +274,28 @@ def step_mean(runs: dict, name: str) -> float | None:
     return mean
 
 
+def faults_after_warmup(run: dict) -> int | None:
+    """GPU page faults between the iteration mark that ends the runner's warm-up and the last mark
+    (libtransit's timeline keeps the cumulative count at each mark; rank 0)."""
+    warmup = ((run.get("result") or {}).get("step_time") or {}).get("warmup_steps")
+    timeline = ((run.get("transit_stats") or [{}])[0]).get("timeline") or []
+    counts = {e["iteration"]: e["gpu_page_faults"] for e in timeline if "gpu_page_faults" in e}
+    if warmup is None or warmup not in counts or not counts:
+        return None
+    return counts[max(counts)] - counts[warmup]
+
+
+def fault_reduction(base: int | None, prefetch: int | None) -> float | None:
+    return 1 - prefetch / base if base and prefetch is not None else None
+
+
 def summarize_policies(runs: dict) -> dict:
     names = [n for n in ("transit-base", "transit-prefetch", "transit-advise") if n in runs]
     step = {n: step_mean(runs, n) for n in ["native", *names]}
     tr = {n: runs[n].get("transit") or {} for n in names}
-    faults_base = tr.get("transit-base", {}).get("gpu_page_faults")
-    faults_prefetch = tr.get("transit-prefetch", {}).get("gpu_page_faults")
-    reduction = (1 - faults_prefetch / faults_base) if faults_base and faults_prefetch is not None else None
+    whole_run = fault_reduction(tr.get("transit-base", {}).get("gpu_page_faults"),
+                                tr.get("transit-prefetch", {}).get("gpu_page_faults"))
+    steady = {n: faults_after_warmup(runs[n]) for n in names}
     order = [step.get(n) for n in ("transit-base", "transit-prefetch", "transit-advise")]
     return {
         "step_time_mean_s": step,
@@ -288,7 +303,12 @@ def summarize_policies(runs: dict) -> dict:
         "base_over_advise": ratio(step.get("transit-base"), step.get("transit-advise")),
         "prefetch_over_advise": ratio(step.get("transit-prefetch"), step.get("transit-advise")),
         "ordered_base_prefetch_advise": (order[0] > order[1] > order[2]) if None not in order else None,
-        "prefetch_fault_reduction": check(reduction, TARGETS["prefetch_fault_reduction_min"]),
+        # The target is about steady state: warm-up faults are the same in every policy (prefetch
+        # replays only after its profile).
+        "gpu_faults_after_warmup": steady,
+        "prefetch_fault_reduction": check(fault_reduction(steady.get("transit-base"), steady.get("transit-prefetch")),
+                                          TARGETS["prefetch_fault_reduction_min"]),
+        "prefetch_fault_reduction_whole_run": whole_run,
         "small_migration_share": {n: tr[n].get("small_migration_share") for n in names},
         "large_migration_share": {n: tr[n].get("large_migration_share") for n in names},
         "memory_vs_cap": memory_vs_cap(runs, ["native", *names]),
@@ -400,9 +420,20 @@ def print_table(kind: str, runs: dict, summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("kind", choices=sorted(SUMMARIES))
-    p.add_argument("--work", required=True, type=Path)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--work", type=Path, help="a driver's work directory (on the device)")
+    source.add_argument("--resummarize", type=Path, metavar="RESULT_JSON",
+                        help="derive the summary of a committed result again with this collect.py; its runs, "
+                             "commit and device stay, and summary_commit names the collect.py used")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
+    if args.resummarize:
+        doc = json.loads(args.resummarize.read_text())
+        doc["summary"] = SUMMARIES[args.kind](doc["runs"])
+        doc["targets"], doc["summary_commit"] = TARGETS, git_commit()
+        write_json(args.out, doc)
+        print_table(args.kind, doc["runs"], doc["summary"])
+        return 0
     runs = load_runs(args.work)
     summary = SUMMARIES[args.kind](runs)
     if "hf-native" in runs or "hf-transit" in runs:
