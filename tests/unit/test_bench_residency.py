@@ -187,3 +187,17 @@ def test_sweep_measures_what_the_device_held_at_the_end():
     assert verdict["device_resident_at_end_by_sweep_bytes"] == (
         dtoh_after - run["result"]["residency_sweep"]["dtoh_bytes_before"])
     assert verdict["transit_estimate_at_end_bytes"] == run["transit_stats"][0]["timeline"][-1]["resident_bytes"]
+
+
+def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
+    """The prefetch target is about steady state; the committed H200 run, summarized again."""
+    out = tmp_path / "policies.json"
+    assert collect.main(["policies", "--resummarize", str(REPO / "bench/results/policies-h200.json"),
+                         "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    base = doc["runs"]["transit-base"]
+    marks = {e["iteration"]: e["gpu_page_faults"] for e in base["transit_stats"][0]["timeline"]}
+    warmup = base["result"]["step_time"]["warmup_steps"]
+    assert doc["summary"]["gpu_faults_after_warmup"]["transit-base"] == marks[max(marks)] - marks[warmup]
+    assert doc["summary"]["prefetch_fault_reduction"]["met"] is False
+    assert doc["runs"] == json.loads((REPO / "bench/results/policies-h200.json").read_text())["runs"]
