@@ -265,8 +265,8 @@ def residency_sweep(device: torch.device) -> dict:
     What the GPU held moves and is recorded by CUPTI as DtoH migrations, which TRANSIT counts; what
     was already on the host does not move. TRANSIT's DtoH total at exit (its stats file) minus
     `dtoh_bytes_before` is therefore the managed data that was resident on the device at the end,
-    measured by the driver's own migration records: the check of both TRANSIT's estimate and the
-    smaps bound (which can miss host pages UVM has unmapped from the CPU)."""
+    measured by the driver's own migration records: a check of TRANSIT's estimate and of the smaps
+    bound that depends on neither."""
     from cuda_driver import Driver
 
     torch.cuda.synchronize(device)
