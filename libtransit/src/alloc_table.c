@@ -42,21 +42,32 @@ static void span_remove(uint64_t start)
     }
 }
 
-static int span_insert(uint64_t start, uint64_t size)
+/* Room for one more span, so that an insert never fails half-way. */
+static int span_reserve(void)
 {
-    if (nspans == spans_cap) {
-        size_t cap = spans_cap ? spans_cap * 2 : INITIAL_SLOTS;
-        span *grown = realloc(spans, cap * sizeof *spans);
-        if (!grown)
-            return -1;
-        spans = grown;
-        spans_cap = cap;
-    }
-    size_t i = span_after(start);
-    memmove(&spans[i + 1], &spans[i], (nspans - i) * sizeof *spans);
-    spans[i] = (span){.start = start, .end = start + size};
-    nspans++;
+    if (nspans < spans_cap)
+        return 0;
+    size_t cap = spans_cap ? spans_cap * 2 : INITIAL_SLOTS;
+    span *grown = realloc(spans, cap * sizeof *spans);
+    if (!grown)
+        return -1;
+    spans = grown;
+    spans_cap = cap;
     return 0;
+}
+
+/* After span_reserve(). The driver never hands out overlapping live allocations: a span the new
+ * one overlaps belongs to an allocation whose free was not seen (a context reset frees without
+ * any cuMemFree), and is dropped, so that the spans stay sorted and disjoint. */
+static void span_insert(uint64_t start, uint64_t size)
+{
+    uint64_t end = start + size;
+    size_t i = span_after(start), stale = i;
+    while (stale < nspans && spans[stale].start < end)
+        stale++;
+    memmove(&spans[i + 1], &spans[stale], (nspans - stale) * sizeof *spans);
+    spans[i] = (span){.start = start, .end = end};
+    nspans = nspans - (stale - i) + 1;
 }
 
 static size_t slot_of(uint64_t key, size_t n)
@@ -91,7 +102,8 @@ TRANSIT_INTERNAL int transit_alloc_insert(const transit_alloc *a)
 {
     int rc = 0;
     pthread_mutex_lock(&lock);
-    if ((nlive + 1) * 4 > nslots * 3 && grow()) { /* keep the load under 3/4 */
+    if (((nlive + 1) * 4 > nslots * 3 && grow()) || /* keep the load under 3/4 */
+        (a->kind == TRANSIT_ALLOC_MANAGED && span_reserve())) {
         rc = -1;
         goto out;
     }
@@ -103,8 +115,8 @@ TRANSIT_INTERNAL int transit_alloc_insert(const transit_alloc *a)
     else if (slots[i].kind == TRANSIT_ALLOC_MANAGED)
         span_remove(slots[i].key);
     slots[i] = *a;
-    if (a->kind == TRANSIT_ALLOC_MANAGED && span_insert(a->key, a->size))
-        rc = -1;
+    if (a->kind == TRANSIT_ALLOC_MANAGED)
+        span_insert(a->key, a->size);
 out:
     pthread_mutex_unlock(&lock);
     return rc;

@@ -96,3 +96,21 @@ def test_clip_cuts_ranges_at_allocation_boundaries() -> None:
     assert clip(0x200200000, 2 * mib) == [(0x200200000, mib)]
     insert(0x200000000, 1 * mib)
     assert clip(0x200000000, 3 * mib) == [(0x200000000, mib)]
+
+
+def test_clip_after_a_free_that_was_not_seen() -> None:
+    """A context reset frees every allocation without a cuMemFree, and the driver hands the
+    addresses out again: the new allocation's span replaces every stale one it overlaps, so the
+    spans stay sorted and a clip never reaches outside what is live now."""
+    lib().transit_alloc_reset()
+    mib = 1 << 20
+    base = 0x300000000
+    insert(base, mib)  # freed by a reset, never seen
+    insert(base + mib // 2, 4 * mib)  # the driver's next allocation overlaps it
+    assert clip(base + 2 * mib, mib) == [(base + 2 * mib, mib)]
+    assert clip(base, 8 * mib) == [(base + mib // 2, 4 * mib)]
+    insert(base, 16 * mib)  # another reset: one allocation over all of it
+    assert clip(base, 32 * mib) == [(base, 16 * mib)]
+    # the stale keys are still matched by a free, which leaves the live span alone
+    assert remove(base + mib // 2) == 4 * mib
+    assert clip(base, 32 * mib) == [(base, 16 * mib)]
