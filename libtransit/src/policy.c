@@ -179,8 +179,9 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
 }
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
- * replay) or to the host (a limit-mode eviction or sweep), and counts the outcome. */
-static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
+ * replay) or to the host (a limit-mode eviction or sweep), and counts the outcome. False when
+ * the driver refused a part. */
+static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
                            CUstream stream)
 {
     static int warned_device, warned_host;
@@ -188,14 +189,16 @@ static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
+    bool all_went = true;
     for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end;) {
         size_t pieces = transit_alloc_clip(at, end - at, piece, CLIP_PIECES);
         if (!pieces)
-            return;
+            break;
         at = piece[pieces - 1].addr + piece[pieces - 1].bytes;
         for (size_t k = 0; k < pieces; k++) {
             CUresult e = drv->MemPrefetchAsync(piece[k].addr, piece[k].bytes, to, 0, stream);
             if (e != CUDA_SUCCESS) {
+                all_went = false;
                 transit_add(to_host ? &pc.evict_errors : &pc.prefetch_errors, 1);
                 warn_once(to_host ? &warned_host : &warned_device,
                           to_host ? "limit mode: cuMemPrefetchAsync to the host" : "prefetch: cuMemPrefetchAsync to the device",
@@ -215,6 +218,7 @@ static void prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
             }
         }
     }
+    return all_went;
 }
 
 /* The ordinal's ranges are copied out in batches: no lock is held across a driver call. */
@@ -279,8 +283,14 @@ static void evict(const transit_driver_api *drv, CUstream stream)
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             return;
+        bool refused = false;
         for (size_t i = 0; i < n; i++)
-            prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
+            refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
+        /* A refused range is counted resident again, at the LRU's tail: picking victims again
+         * now would cycle through the estimate for as long as the driver refuses (for ever, when
+         * it never supports the prefetch). The next launch tries again. */
+        if (refused)
+            return;
     }
 }
 
