@@ -9,8 +9,8 @@
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
- * chunks to the host, at launches, on the launch's stream. Every HOST_CHECK_PERIOD_S the estimate
- * is checked against the host-resident managed bytes read from smaps (host_residency.c): when
+ * chunks to the host, at launches, on the launch's stream. Every HOST_CHECK_PERIOD_S (longer when
+ * smaps is slow to read) the estimate is checked against the host-resident managed bytes read from smaps (host_residency.c): when
  * managed minus host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI
  * missed migrations back to the device (measured on an H200), and the next launch sweeps every
  * chunk the estimate places on the host back there (a no-op for pages already on the host).
@@ -42,6 +42,7 @@
 #define CLIP_PIECES 16                      /* allocation-bounded pieces fetched per transit_alloc_clip call */
 #define HOST_CHECK_SLACK (1ull << 30)       /* measured bound over the estimate before a sweep (untouched pages) */
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
+#define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the recorder thread's time */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -66,7 +67,7 @@ static transit_chunks *chunks;
 
 static int advise_applied;
 static int sweep_due;                   /* the host check found the estimate short */
-static double host_checked_at;         /* recorder thread only */
+static double host_check_next;         /* recorder thread only */
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
@@ -294,14 +295,17 @@ static void evict(const transit_driver_api *drv, CUstream stream)
     }
 }
 
-/* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. */
+/* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
+ * the page tables of every host-resident page (35 ms for 4 GiB of 4 KiB pages on the development
+ * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
+ * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records. */
 static void check_host_residency(void)
 {
     double now = transit_now();
-    if (!estimating() || now - host_checked_at < HOST_CHECK_PERIOD_S)
+    if (!estimating() || now < host_check_next)
         return;
-    host_checked_at = now;
     int64_t host = transit_uvm_host_rss();
+    host_check_next = now + TRANSIT_MAX(HOST_CHECK_PERIOD_S, (transit_now() - now) * HOST_CHECK_DUTY_DIV);
     if (host < 0)
         return;
     uint64_t live = transit_get(&transit_g.n.managed_live), limit = transit_g.cfg.mem_limit;
@@ -543,7 +547,7 @@ void transit_policy_after_fork(void)
     attrib = NULL;
     chunks = NULL;
     collecting = replay = advise_applied = sweep_due = 0;
-    host_checked_at = 0;
+    host_check_next = 0;
     memset(&pc, 0, sizeof pc);
 }
 
