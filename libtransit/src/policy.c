@@ -10,10 +10,11 @@
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
  * chunks to the host, at launches, on the launch's stream. Every HOST_CHECK_PERIOD_S (longer when
- * smaps is slow to read) the estimate is checked against the host-resident managed bytes read from smaps (host_residency.c): when
- * managed minus host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI
- * missed migrations back to the device (measured on an H200), and the next launch sweeps every
- * chunk the estimate places on the host back there (a no-op for pages already on the host).
+ * smaps is slow to read) the estimate is checked against the host-resident managed bytes read
+ * from smaps (host_residency.c): when managed minus host-resident exceeds L and the estimate by
+ * more than HOST_CHECK_SLACK, CUPTI missed migrations back to the device (measured on an H200),
+ * and the next launch sweeps every chunk the estimate places on the host back there (a no-op for
+ * pages already on the host).
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
