@@ -68,6 +68,9 @@ static transit_chunks *chunks;
 
 static int advise_applied;
 static int sweep_due;                   /* the host check found the estimate short */
+/* The iteration of the last sweep, plus one (0: none yet). At most one sweep per iteration: a
+ * sweep runs on a stream, so the next smaps reading can come before it did. */
+static uint64_t swept_in_iteration;
 static double host_check_next;         /* recorder thread only */
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
@@ -273,8 +276,10 @@ static void evict(const transit_driver_api *drv, CUstream stream)
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
     transit_range victims[EVICT_BATCH];
-    if (__atomic_exchange_n(&sweep_due, 0, __ATOMIC_ACQ_REL))
+    if (__atomic_exchange_n(&sweep_due, 0, __ATOMIC_ACQ_REL)) {
+        __atomic_store_n(&swept_in_iteration, transit_iteration_count() + 1, __ATOMIC_RELEASE);
         sweep_spilled(drv, stream);
+    }
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
@@ -314,7 +319,8 @@ static void check_host_residency(void)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     transit_raise_peak(&pc.device_bound_peak, bound);
-    if (bound > limit + limit / EVICT_HYSTERESIS_DIV && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
+    if (bound > limit + limit / EVICT_HYSTERESIS_DIV && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK &&
+        __atomic_load_n(&swept_in_iteration, __ATOMIC_ACQUIRE) != transit_iteration_count() + 1)
         __atomic_store_n(&sweep_due, 1, __ATOMIC_RELEASE);
 }
 
@@ -549,6 +555,7 @@ void transit_policy_after_fork(void)
     chunks = NULL;
     collecting = replay = advise_applied = sweep_due = 0;
     host_check_next = 0;
+    swept_in_iteration = 0;
     memset(&pc, 0, sizeof pc);
 }
 
