@@ -75,7 +75,7 @@ static uint64_t win_begin, win_end, drain_until;
 static uint32_t win_max_launches;
 static int finalize_due;
 static int want_profiling, want_um; /* what the window asks for */
-static int have_profiling, have_um, have_kernels; /* what is enabled (written by apply_activity only) */
+static int have_profiling, have_um; /* what is enabled (written by apply_activity only) */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -259,10 +259,11 @@ static void set_kind(const transit_cupti_api *api, int enable, CUpti_ActivityKin
     profiling_failed(enable, "activity kind", (int)kind, r);
 }
 
-/* External correlation records and the API records these precede: of the launch functions
- * only where this libcupti can choose, else of every API call. */
+/* Kernel records, external correlation records, and the API records these precede: of the
+ * launch functions only where this libcupti can choose, else of every API call. */
 static void set_profiling(const transit_cupti_api *api, int enable)
 {
+    set_kind(api, enable, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     set_kind(api, enable, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
     if (!api->ActivityEnableDriverApi || !api->ActivityEnableRuntimeApi) {
         set_kind(api, enable, CUPTI_ACTIVITY_KIND_DRIVER);
@@ -285,14 +286,6 @@ static void apply_activity(void)
     pthread_mutex_lock(&control_lock);
     int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
     int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
-    /* Kernel records while profiling, and for as long as migrations are recorded: without kernel
-     * activity, CUPTI stops reporting GPU faults and the migrations they cause (measured on an
-     * H200: only prefetch migrations kept coming), and limit mode's estimate would miss them. */
-    int wk = wp || wu;
-    if (wk != have_kernels) {
-        set_kind(api, wk, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        __atomic_store_n(&have_kernels, wk, __ATOMIC_RELEASE);
-    }
     if (wp != have_profiling) {
         set_profiling(api, wp);
         __atomic_store_n(&have_profiling, wp, __ATOMIC_RELEASE);
@@ -865,7 +858,7 @@ void transit_recorder_after_fork(void)
     win_phase = WINDOW_DONE;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
-    finalize_due = want_profiling = want_um = have_profiling = have_um = have_kernels = 0;
+    finalize_due = want_profiling = want_um = have_profiling = have_um = 0;
     corr_pushed = 0;
     runtime_corr = 0;
     transit_period_destroy(period);
