@@ -2,9 +2,14 @@
 #ifndef TRANSIT_HOOKS_H
 #define TRANSIT_HOOKS_H
 
+#include "internal.h"
+
 /* TRANSIT's hook for a driver symbol as cuGetProcAddress names it ("cuMemAlloc" with the
- * requested CUDA version), or NULL when TRANSIT leaves it alone. */
-void *transit_driver_hook(const char *symbol, int cuda_version);
+ * requested CUDA version), or NULL when TRANSIT leaves it alone. per_thread: the caller asked for
+ * per-thread default stream versions (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, or the
+ * runtime's cudaEnablePerThreadDefaultStream): the stream-ordered hooks then read stream 0 as
+ * the calling thread's default stream, as the driver's _ptsz functions do. */
+TRANSIT_INTERNAL void *transit_driver_hook(const char *symbol, int cuda_version, int per_thread);
 /* TRANSIT's hook for an exported symbol name ("cuMemAlloc_v2", "cudaMalloc"), or NULL. */
 void *transit_exported_hook(const char *name);
 

@@ -120,9 +120,15 @@ HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
     return alloc_async(dptr, size, stream);
 }
+/* The _ptsz forms read stream 0 as the calling thread's default stream. */
+static CUstream per_thread_stream(CUstream stream)
+{
+    return stream ? stream : CU_STREAM_PER_THREAD;
+}
+
 HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
-    return alloc_async(dptr, size, stream);
+    return alloc_async(dptr, size, per_thread_stream(stream));
 }
 HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 {
@@ -130,7 +136,7 @@ HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 }
 HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 {
-    return free_async(dptr, stream);
+    return free_async(dptr, per_thread_stream(stream));
 }
 
 HOOK CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
@@ -182,7 +188,7 @@ static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = drv->GetProcAddress(symbol, pfn, version, flags, status);
     if (r == CUDA_SUCCESS && pfn && *pfn) {
-        void *hook = transit_driver_hook(symbol, version);
+        void *hook = transit_driver_hook(symbol, version, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
         if (hook)
             *pfn = hook;
     }
@@ -202,31 +208,33 @@ HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
     return proc_address(symbol, pfn, version, flags, NULL);
 }
 
-/* cuGetProcAddress names: the base name plus the first CUDA version whose ABI the hook has. */
+/* cuGetProcAddress names: the base name plus the first CUDA version whose ABI the hook has, and
+ * the hook for per-thread default stream lookups where the driver has a _ptsz form. */
 static const struct {
     const char *symbol;
     int since;
-    void *hook;
+    void *hook, *per_thread_hook;
 } driver_hooks[] = {
-    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2},
-    {"cuMemFree", 3020, (void *)cuMemFree_v2},
-    {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2},
-    {"cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2},
-    {"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync},
-    {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync},
-    {"cuMemCreate", 10020, (void *)cuMemCreate},
-    {"cuMemRelease", 10020, (void *)cuMemRelease},
-    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2},
-    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress},
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2, NULL},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2, NULL},
+    {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2, NULL},
+    {"cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2, NULL},
+    {"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemCreate", 10020, (void *)cuMemCreate, NULL},
+    {"cuMemRelease", 10020, (void *)cuMemRelease, NULL},
+    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL},
+    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, NULL},
 };
 
-void *transit_driver_hook(const char *symbol, int cuda_version)
+TRANSIT_INTERNAL void *transit_driver_hook(const char *symbol, int cuda_version, int per_thread)
 {
     if (!symbol || symbol[0] != 'c' || symbol[1] != 'u')
         return NULL;
     for (size_t i = 0; i < sizeof driver_hooks / sizeof driver_hooks[0]; i++)
         if (cuda_version >= driver_hooks[i].since && strcmp(symbol, driver_hooks[i].symbol) == 0)
-            return driver_hooks[i].hook;
+            return per_thread && driver_hooks[i].per_thread_hook ? driver_hooks[i].per_thread_hook
+                                                                 : driver_hooks[i].hook;
     return NULL;
 }
 

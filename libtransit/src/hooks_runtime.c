@@ -128,9 +128,15 @@ HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream
 {
     return malloc_async(devPtr, size, stream);
 }
+/* The _ptsz forms read stream 0 as the calling thread's default stream. */
+static cudaStream_t per_thread_stream(cudaStream_t stream)
+{
+    return stream ? stream : cudaStreamPerThread;
+}
+
 HOOK cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
 {
-    return malloc_async(devPtr, size, stream);
+    return malloc_async(devPtr, size, per_thread_stream(stream));
 }
 HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
@@ -138,7 +144,7 @@ HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 }
 HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
 {
-    return free_async(devPtr, stream);
+    return free_async(devPtr, per_thread_stream(stream));
 }
 
 HOOK cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
@@ -173,7 +179,7 @@ static cudaError_t entry_point(const char *symbol, void **fn, unsigned int versi
     if (!version && rt->RuntimeGetVersion && rt->RuntimeGetVersion(&runtime_version) == cudaSuccess)
         version = (unsigned int)runtime_version;
     if (e == cudaSuccess && fn && *fn) {
-        void *hook = transit_driver_hook(symbol, (int)version);
+        void *hook = transit_driver_hook(symbol, (int)version, (flags & cudaEnablePerThreadDefaultStream) != 0);
         if (hook)
             *fn = hook;
     }
