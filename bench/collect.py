@@ -280,7 +280,7 @@ def faults_after_warmup(run: dict) -> int | None:
     warmup = ((run.get("result") or {}).get("step_time") or {}).get("warmup_steps")
     timeline = ((run.get("transit_stats") or [{}])[0]).get("timeline") or []
     counts = {e["iteration"]: e["gpu_page_faults"] for e in timeline if "gpu_page_faults" in e}
-    if warmup is None or warmup not in counts or not counts:
+    if warmup not in counts:
         return None
     return counts[max(counts)] - counts[warmup]
 
