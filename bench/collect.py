@@ -185,13 +185,15 @@ def offloaded(run: dict) -> int | None:
 
 
 def memory_for_cap(run: dict) -> dict | None:
-    """The device-memory peak checked against the cap L, and where it comes from.
+    """The device-memory peak checked against the cap, and where it comes from.
 
-    TRANSIT in limit mode (cap L = its limit_bytes): per rank, the managed data resident on the
-    device (the monitor's upper bound) plus what NVML charges to the process (its memory outside
-    the managed allocations: context, NCCL/VMM buffers); NVML's device-used reading keeps the UVM
-    chunks of evicted pages (NVML_UVM_NOTE), so it is kept beside the verdict only. Every other
-    system: NVML's peak against the cap its runner set.
+    TRANSIT in limit mode: per rank, the managed data resident on the device (the monitor's upper
+    bound) plus what NVML charges to the process (its memory outside the managed allocations:
+    context, NCCL/VMM buffers), against L (its limit_bytes) plus that fixed overhead, issue 3's
+    definition. (The comparison gives TRANSIT L = its cap minus the 1.5 GiB the other systems keep
+    for the same overhead.) NVML's device-used reading keeps the UVM chunks of evicted pages
+    (NVML_UVM_NOTE), so it is kept beside the verdict only. Every other system: NVML's peak
+    against the cap its runner set.
     """
     result = run.get("result")
     if not result:
@@ -202,14 +204,14 @@ def memory_for_cap(run: dict) -> dict | None:
         sums = [(r.get("managed_device_resident_peak_bytes"), r.get("nvml_process_peak_bytes")) for r in ranks]
         measured = bool(sums) and all(m is not None and p is not None for m, p in sums)
         peak = max(m + p for m, p in sums) if measured else None
-        cap = tr["limit_bytes"]
+        fixed = max((p for _, p in sums if p is not None), default=0)
+        cap = tr["limit_bytes"] + fixed
         sources = sorted({r.get("residency_source") or "not measured: run predates the residency monitor"
                           for r in ranks})
         # The bound can only prove compliance (host RSS may miss host-resident pages that UVM has
         # unmapped from the CPU); TRANSIT's own estimate, from CUPTI's migration records, is the
         # other witness: over the cap there means over, under it means "not shown" by the bound.
         estimate = tr.get("resident_peak_bytes")
-        fixed = max((p for _, p in sums if p is not None), default=0)
         estimate_total = estimate + fixed if estimate is not None else None
         if peak is not None and peak <= cap:
             within, verdict_text = True, "within (the residency bound proves it)"
@@ -231,7 +233,7 @@ def memory_for_cap(run: dict) -> dict | None:
                           f"residency: {', '.join(sources)}",
                 "transit_estimate_peak_bytes": estimate_total,
                 "nvml_device_used_peak_bytes": memory.get("peak_bytes_max"), "nvml_note": NVML_UVM_NOTE,
-                "cap_bytes": cap, "within_cap": within, "verdict": verdict_text}
+                "limit_bytes": tr["limit_bytes"], "cap_bytes": cap, "within_cap": within, "verdict": verdict_text}
     peak, cap = memory.get("peak_bytes_max"), (result.get("memory_cap") or {}).get("cap_bytes")
     within = peak <= cap if peak is not None and cap is not None else None
     return {"memory_peak_for_cap_bytes": peak, "source": "nvml peak_bytes_max", "cap_bytes": cap,

@@ -27,7 +27,6 @@ struct transit_chunks {
     size_t mask;
     uint32_t lru_head, lru_tail;
     size_t count;
-    uint64_t resident_pages;
 };
 
 transit_chunks *transit_chunks_create(size_t max_chunks)
@@ -126,7 +125,6 @@ static void lru_append(transit_chunks *c, uint32_t n)
 
 static void forget_node(transit_chunks *c, size_t slot, uint32_t n)
 {
-    c->resident_pages -= c->nodes[n].pages;
     lru_unlink(c, n);
     map_remove(c, slot);
     c->nodes[n].next = c->free_head;
@@ -183,9 +181,7 @@ uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t byte
             lru_unlink(c, n);
         }
         lru_append(c, n);
-        uint32_t added = mark_pages(&c->nodes[n], first, last, 1);
-        c->nodes[n].pages += added;
-        c->resident_pages += added;
+        c->nodes[n].pages += mark_pages(&c->nodes[n], first, last, 1);
     }
     return untracked;
 }
@@ -202,9 +198,7 @@ void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
         uint32_t n = c->slots[s];
         if (n == NIL)
             continue;
-        uint32_t removed = mark_pages(&c->nodes[n], first, last, 0);
-        c->nodes[n].pages -= removed;
-        c->resident_pages -= removed;
+        c->nodes[n].pages -= mark_pages(&c->nodes[n], first, last, 0);
         if (c->nodes[n].pages == 0)
             forget_node(c, s, n);
     }
@@ -212,7 +206,7 @@ void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
 
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
 {
-    return c->resident_pages * PAGE_BYTES;
+    return (uint64_t)c->count * TRANSIT_CHUNK_BYTES;
 }
 
 size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes, transit_range *out,
@@ -253,18 +247,9 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
     size_t n_out = 0;
     while (transit_chunks_resident_bytes(c) > target && n_out < out_cap && c->lru_head != NIL) {
         uint32_t n = c->lru_head;
-        const node *x = &c->nodes[n];
-        uint32_t w_first = 0, w_last = WORDS_PER_CHUNK - 1;
-        while (x->bits[w_first] == 0)
-            w_first++;
-        while (x->bits[w_last] == 0)
-            w_last--;
-        uint64_t first = w_first * 64u + (uint64_t)__builtin_ctzll(x->bits[w_first]);
-        uint64_t last = w_last * 64u + 63u - (uint64_t)__builtin_clzll(x->bits[w_last]);
-        uint64_t base = x->chunk << TRANSIT_CHUNK_SHIFT;
-        out[n_out++] =
-            (transit_range){.addr = base + first * PAGE_BYTES, .bytes = (last - first + 1) * PAGE_BYTES};
-        forget_node(c, find_slot(c, x->chunk), n);
+        uint64_t chunk = c->nodes[n].chunk;
+        out[n_out++] = (transit_range){.addr = chunk << TRANSIT_CHUNK_SHIFT, .bytes = TRANSIT_CHUNK_BYTES};
+        forget_node(c, find_slot(c, chunk), n);
     }
     qsort(out, n_out, sizeof *out, compare_range);
     size_t merged = 0;

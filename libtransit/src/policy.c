@@ -2,7 +2,8 @@
  *   base     - nothing: the driver's reactive faults and evictions;
  *   prefetch - the profiling window's HtoD migrations, attributed to launch ordinals
  *              (attrib.c) and merged (ranges.c), are prefetched to the device before each
- *              later launch of that ordinal, on the launch's stream;
+ *              later launch of that ordinal, on the launch's stream, widened to whole 2 MiB
+ *              chunks (the driver brings in more than its records name, chunks.h);
  *   advise   - at the middle of the first iteration after warm-up (by kernel count), every
  *              managed allocation, and every later one, gets SetAccessedBy(device): data
  *              resident on the host is then read over the interconnect instead of migrated.
@@ -226,10 +227,12 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
     return all_went;
 }
 
-/* The ordinal's ranges are copied out in batches: no lock is held across a driver call. */
+/* The ordinal's ranges are copied out in batches: no lock is held across a driver call. Each is
+ * widened to the chunks it touches; a chunk the previous range already took is not asked for twice. */
 static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
     transit_range batch[PREFETCH_BATCH];
+    uint64_t taken_to = 0;
     for (size_t done = 0;;) {
         size_t n = 0, total = 0;
         pthread_mutex_lock(&prof_lock);
@@ -242,8 +245,14 @@ static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch
         if (!n)
             return;
         done += n;
-        for (size_t i = 0; i < n; i++)
-            prefetch_range(drv, batch[i], dev, PREFETCH_REPLAY, l->stream);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t lo = TRANSIT_MAX(batch[i].addr & ~(TRANSIT_CHUNK_BYTES - 1), taken_to);
+            uint64_t hi = (batch[i].addr + batch[i].bytes + TRANSIT_CHUNK_BYTES - 1) & ~(TRANSIT_CHUNK_BYTES - 1);
+            if (lo >= hi)
+                continue;
+            prefetch_range(drv, (transit_range){.addr = lo, .bytes = hi - lo}, dev, PREFETCH_REPLAY, l->stream);
+            taken_to = hi;
+        }
     }
 }
 

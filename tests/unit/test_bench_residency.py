@@ -100,7 +100,8 @@ def test_transit_verdict_uses_the_managed_bound_plus_process_memory():
     process = run["result"]["memory"]["per_rank"][0]["nvml_process_peak_bytes"]
     verdict = collect.memory_for_cap(run)
     assert verdict["memory_peak_for_cap_bytes"] == 22 * GIB + process
-    assert verdict["cap_bytes"] == L == run["transit"]["limit_bytes"]
+    assert verdict["limit_bytes"] == L == run["transit"]["limit_bytes"]
+    assert verdict["cap_bytes"] == L + process  # L plus the process's fixed overhead (issue 3)
     assert verdict["within_cap"] is True
     # NVML's device reading (40 GB, the chunks ever touched) stays beside the verdict.
     assert verdict["nvml_device_used_peak_bytes"] == run["result"]["memory"]["peak_bytes_max"] > L
@@ -109,9 +110,9 @@ def test_transit_verdict_uses_the_managed_bound_plus_process_memory():
 
 
 def test_transit_verdict_takes_the_worst_rank_and_fails_over_the_cap():
-    verdict = collect.memory_for_cap(transit_run("transit-base", [20 * GIB, 23 * GIB]))
+    verdict = collect.memory_for_cap(transit_run("transit-base", [20 * GIB, 25 * GIB]))
     process = POLICIES["runs"]["transit-base"]["result"]["memory"]["per_rank"][0]["nvml_process_peak_bytes"]
-    assert verdict["memory_peak_for_cap_bytes"] == 23 * GIB + process
+    assert verdict["memory_peak_for_cap_bytes"] == 25 * GIB + process
     assert verdict["within_cap"] is False
 
 
@@ -145,7 +146,7 @@ def test_other_systems_keep_the_nvml_peak():
 
 def test_policies_summary_and_table(capsys):
     runs = {"native": POLICIES["runs"]["native"], "transit-advise": transit_run("transit-advise", [22 * GIB]),
-            "transit-base": transit_run("transit-base", [23 * GIB])}
+            "transit-base": transit_run("transit-base", [25 * GIB])}
     summary = collect.summarize_policies(runs)
     assert "nvml_peak_over_limit_bytes" not in summary
     assert summary["memory_vs_cap"]["transit-advise"]["within_cap"] is True

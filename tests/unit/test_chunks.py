@@ -45,15 +45,28 @@ def test_create_refuses_zero(native):
     assert lib.transit_chunks_create(0) == ffi.NULL
 
 
-def test_resident_bytes_at_page_granularity(native, chunks):
+def test_a_chunk_with_any_migrated_page_counts_whole(native, chunks):
+    """The driver moves more than the records name: a chunk counts 2 MiB once data entered it."""
     _, lib = native
     c = chunks()
     lib.transit_chunks_migrated(c, BASE, 64 * KIB)
-    lib.transit_chunks_migrated(c, BASE + 32 * KIB, 64 * KIB)  # overlaps: counted once
-    assert lib.transit_chunks_resident_bytes(c) == 96 * KIB
-    lib.transit_chunks_migrated(c, BASE + 100, 10)  # a partial page makes its page resident
-    assert lib.transit_chunks_resident_bytes(c) == 96 * KIB
-    assert lib.transit_chunks_count(c) == 1
+    assert lib.transit_chunks_resident_bytes(c) == CHUNK
+    lib.transit_chunks_migrated(c, BASE + 32 * KIB, 64 * KIB)  # the same chunk: counted once
+    lib.transit_chunks_migrated(c, BASE + 100, 10)
+    assert lib.transit_chunks_resident_bytes(c) == CHUNK and lib.transit_chunks_count(c) == 1
+    lib.transit_chunks_migrated(c, BASE + CHUNK - 4 * KIB, 8 * KIB)  # one page into the next chunk
+    assert lib.transit_chunks_resident_bytes(c) == 2 * CHUNK
+
+
+def test_chunk_forgotten_only_when_every_named_page_left(native, chunks):
+    _, lib = native
+    c = chunks()
+    lib.transit_chunks_migrated(c, BASE, 64 * KIB)
+    lib.transit_chunks_migrated(c, BASE + MIB, 4 * KIB)
+    lib.transit_chunks_dropped(c, BASE, 64 * KIB)
+    assert lib.transit_chunks_resident_bytes(c) == CHUNK  # the page at 1 MiB is still there
+    lib.transit_chunks_dropped(c, BASE + MIB, 4 * KIB)
+    assert lib.transit_chunks_resident_bytes(c) == 0 and lib.transit_chunks_count(c) == 0
 
 
 def test_migration_spanning_chunks(native, chunks):
@@ -62,8 +75,8 @@ def test_migration_spanning_chunks(native, chunks):
     # From the last 1 MiB of chunk 0 through chunk 1 into the first 4 KiB of chunk 2.
     assert lib.transit_chunks_migrated(c, BASE + MIB, MIB + CHUNK + 4 * KIB) == 0
     assert lib.transit_chunks_count(c) == 3
-    assert lib.transit_chunks_resident_bytes(c) == MIB + CHUNK + 4 * KIB
-    assert victims(native, c, 0) == [(BASE + MIB, MIB + CHUNK + 4 * KIB)]
+    assert lib.transit_chunks_resident_bytes(c) == 3 * CHUNK
+    assert victims(native, c, 0) == [(BASE, 3 * CHUNK)]
     assert lib.transit_chunks_resident_bytes(c) == 0 and lib.transit_chunks_count(c) == 0
 
 
@@ -84,16 +97,16 @@ def test_victims_coalesce_adjacent_chunks(native, chunks):
     for i in (2, 0, 1, 7, 3):
         lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
     lib.transit_chunks_migrated(c, BASE + 10 * CHUNK + 8 * KIB, 4 * KIB)  # a lone page
-    assert victims(native, c, 0) == [(BASE, 4 * CHUNK), (BASE + 7 * CHUNK, CHUNK),
-                                     (BASE + 10 * CHUNK + 8 * KIB, 4 * KIB)]
+    assert victims(native, c, 0) == [(BASE, 4 * CHUNK), (BASE + 7 * CHUNK, CHUNK), (BASE + 10 * CHUNK, CHUNK)]
 
 
-def test_victim_range_spans_first_to_last_resident_page(native, chunks):
+def test_victim_is_the_whole_chunk(native, chunks):
+    """Evicting only the named pages left the rest of the chunk on the device, unseen."""
     _, lib = native
     c = chunks()
     lib.transit_chunks_migrated(c, BASE + 64 * KIB, 4 * KIB)
     lib.transit_chunks_migrated(c, BASE + MIB, 8 * KIB)
-    assert victims(native, c, 0) == [(BASE + 64 * KIB, MIB + 8 * KIB - 64 * KIB)]
+    assert victims(native, c, 0) == [(BASE, CHUNK)]
 
 
 def test_stops_at_target_and_out_capacity(native, chunks):
@@ -113,11 +126,11 @@ def test_dropped_to_host_and_freed(native, chunks):
     c = chunks()
     lib.transit_chunks_migrated(c, BASE, 3 * CHUNK)
     lib.transit_chunks_dropped(c, BASE + CHUNK + MIB, MIB)  # half of chunk 1 evicted by the driver
-    assert lib.transit_chunks_resident_bytes(c) == 3 * CHUNK - MIB
+    assert lib.transit_chunks_resident_bytes(c) == 3 * CHUNK  # the other half keeps it counted
     lib.transit_chunks_dropped(c, BASE, CHUNK)  # an allocation freed: chunk 0 forgotten
     assert lib.transit_chunks_count(c) == 2
     lib.transit_chunks_dropped(c, BASE + 40 * CHUNK, CHUNK)  # never resident: no effect
-    assert victims(native, c, 0) == [(BASE + CHUNK, MIB), (BASE + 2 * CHUNK, CHUNK)]
+    assert victims(native, c, 0) == [(BASE + CHUNK, 2 * CHUNK)]
 
 
 def test_full_pool_reports_untracked_bytes(native, chunks):
@@ -131,7 +144,7 @@ def test_full_pool_reports_untracked_bytes(native, chunks):
 
 
 def test_matches_reference_model_under_churn(native, chunks):
-    """Random migrations, drops and evictions against a Python model of pages and LRU order."""
+    """Random migrations, drops and evictions against a Python model of named pages and LRU order."""
     _, lib = native
     rng = random.Random(0)
     c = chunks(max_chunks=4096)
@@ -161,13 +174,12 @@ def test_matches_reference_model_under_churn(native, chunks):
                 order.remove(ch)
                 del pages[ch]
         else:
-            target = sum(len(s) for s in pages.values()) * page // 2
+            target = len(pages) * CHUNK // 2
             got = victims(native, c, target, out_cap=4096)
             evicted = []
-            while sum(len(s) for s in pages.values()) * page > target:
+            while len(pages) * CHUNK > target:
                 ch = order.pop(0)
-                lo, hi = min(pages[ch]), max(pages[ch])
-                evicted.append([BASE + ch * CHUNK + lo * page, (hi - lo + 1) * page])
+                evicted.append([BASE + ch * CHUNK, CHUNK])
                 del pages[ch]
             evicted.sort()
             merged: list[list[int]] = []
@@ -177,7 +189,7 @@ def test_matches_reference_model_under_churn(native, chunks):
                 else:
                     merged.append([a, b])
             assert got == [tuple(m) for m in merged]
-        assert lib.transit_chunks_resident_bytes(c) == sum(len(s) for s in pages.values()) * page
+        assert lib.transit_chunks_resident_bytes(c) == len(pages) * CHUNK
         assert lib.transit_chunks_count(c) == len(pages)
 
 
