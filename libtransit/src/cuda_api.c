@@ -118,6 +118,7 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
             RESOLVE_DRV(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
             RESOLVE_DRV(CtxSetCurrent, "cuCtxSetCurrent");
+            RESOLVE_DRV(StreamCreate, "cuStreamCreate");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

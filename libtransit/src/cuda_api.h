@@ -45,6 +45,7 @@ typedef struct transit_driver_api {
     CUresult (*ThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*StreamCreate)(CUstream *, unsigned int);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

@@ -10,12 +10,15 @@
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
- * chunks to the host, at launches, on the launch's stream. Every HOST_CHECK_PERIOD_S (longer when
- * smaps is slow to read) the estimate is checked against the host-resident managed bytes read
- * from smaps (host_residency.c): when managed minus host-resident exceeds L and the estimate by
- * more than HOST_CHECK_SLACK, CUPTI missed migrations back to the device (measured on an H200),
- * and the next launch sweeps every chunk the estimate places on the host back there (a no-op for
- * pages already on the host).
+ * chunks to the host. Evictions run on the recorder thread, every tick the estimate is over L,
+ * on TRANSIT's own non-blocking stream: on a launch's stream they waited behind every kernel
+ * queued before them and stalled the ones after, and a kernel that migrates more than L (a
+ * fused optimizer step) leaves no later launch to act at (measured on an H200). Every
+ * HOST_CHECK_PERIOD_S (longer when smaps is slow to read) the estimate is checked against the
+ * host-resident managed bytes read from smaps (host_residency.c): when managed minus
+ * host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI missed
+ * migrations back to the device, and the next eviction first sweeps every chunk the estimate
+ * places on the host back there (a no-op for pages already on the host).
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
@@ -68,6 +71,8 @@ static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
 static transit_chunks *chunks;
 
 static int advise_applied;
+static CUstream evict_stream; /* recorder thread only; created in the application's context */
+static int context_entered;   /* by the recorder thread */
 static int sweep_due;                   /* the host check found the estimate short */
 /* The iteration of the last sweep, plus one (0: none yet). At most one sweep per iteration: a
  * sweep runs on a stream, so the next smaps reading can come before it did. */
@@ -98,7 +103,7 @@ static void raise_peaks(uint64_t resident)
         transit_raise_peak(&pc.spilled_peak, live - resident);
 }
 
-/* The estimate is built only when migration records arrive, and acted on at launches. */
+/* The estimate is built only when migration records arrive. */
 static bool estimating(void)
 {
     return transit_limit_mode() && transit_recorder_sees_migrations();
@@ -304,7 +309,7 @@ static void evict(const transit_driver_api *drv, CUstream stream)
             refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
-         * it never supports the prefetch). The next launch tries again. */
+         * it never supports the prefetch). The next tick tries again. */
         if (refused)
             return;
     }
@@ -394,14 +399,12 @@ void transit_policy_launch(const transit_launch *l)
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
     bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && has_ranges(l->ordinal);
-    bool do_evict = estimating() && (transit_get(&pc.resident) > c->mem_limit ||
-                                     __atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE));
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_prefetch || do_evict || do_advise) || !(drv = policy_driver()))
+    if (!(do_prefetch || do_advise) || !(drv = policy_driver()))
         return;
     bool relaxed = relax_capture_mode(drv, &saved);
     if (capturing(drv, l->stream)) {
@@ -409,8 +412,6 @@ void transit_policy_launch(const transit_launch *l)
     } else if (drv->CtxGetDevice(&dev) == CUDA_SUCCESS) {
         if (do_prefetch)
             prefetch_ordinal(drv, l, dev);
-        if (do_evict)
-            evict(drv, l->stream);
         if (do_advise)
             advise_all(drv, dev);
     }
@@ -501,26 +502,61 @@ void transit_policy_gpu_fault(uint64_t addr)
 /* From the recorder's thread, every tick: limit mode's host check; and, without launch
  * callbacks, advise right after the first iteration mark past warm-up, in the device's primary
  * context (the one PyTorch uses). */
-void transit_policy_tick(void)
+/* The recorder thread makes the application's device context its own (the primary context the
+ * runtime uses), once; false, with one warning, if it cannot. */
+static bool enter_context(const transit_driver_api *drv, int dev)
 {
-    static int gave_up; /* the recorder thread could not enter the context: do not retry every tick */
-    const transit_driver_api *drv;
+    static int gave_up;
     CUcontext ctx;
     CUresult e = CUDA_ERROR_NOT_SUPPORTED;
-    int dev = transit_g.id.device;
-    check_host_residency();
-    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || transit_recorder_sees_launches() || gave_up ||
-        __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) || transit_iteration_count() <= transit_g.cfg.warmup_iters ||
-        dev < 0 || !(drv = policy_driver()))
-        return;
+    if (context_entered)
+        return true;
+    if (gave_up)
+        return false;
     if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
         (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-        warn_once(&gave_up, "advise: entering the primary context from the recorder thread", drv, e);
-        return;
+        warn_once(&gave_up, "policy: entering the primary context from the recorder thread", drv, e);
+        return false;
     }
+    context_entered = 1;
+    return true;
+}
+
+static bool evict_due(void)
+{
+    return estimating() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit ||
+                            __atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE));
+}
+
+static bool advise_due(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && !transit_recorder_sees_launches() &&
+           !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) && transit_iteration_count() > transit_g.cfg.warmup_iters;
+}
+
+void transit_policy_tick(void)
+{
+    static int no_stream;
+    const transit_driver_api *drv;
+    int dev = transit_g.id.device;
+    check_host_residency();
+    bool evicting = evict_due(), advising = advise_due();
+    if (!(evicting || advising) || dev < 0 || !(drv = policy_driver()) || !enter_context(drv, dev))
+        return;
     CUstreamCaptureMode saved;
     bool relaxed = relax_capture_mode(drv, &saved);
-    advise_all(drv, dev);
+    if (evicting && !evict_stream && !no_stream) {
+        CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
+        if (e != CUDA_SUCCESS) {
+            evict_stream = NULL;
+    context_entered = 0;
+            warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
+        }
+    }
+    if (evicting && evict_stream)
+        evict(drv, evict_stream);
+    if (advising)
+        advise_all(drv, dev);
     restore_capture_mode(drv, relaxed, &saved);
 }
 
@@ -563,6 +599,8 @@ void transit_policy_after_fork(void)
     attrib = NULL;
     chunks = NULL;
     collecting = replay = advise_applied = sweep_due = 0;
+    evict_stream = NULL;
+    context_entered = 0;
     host_check_next = 0;
     swept_in_iteration = 0;
     memset(&pc, 0, sizeof pc);
