@@ -2,6 +2,8 @@
 # Issue 3 item 5: TRANSIT base / prefetch / advise on 1 GPU in limit mode (L = MEM_LIMIT, footprint
 # ~1.4x L), against a native run for the reference losses. One device command (nvidia-h200):
 #   bash bench/run_policies.sh        (results: $OUT/policies.json, $OUT/policies-logs.txt)
+# POLICIES (default "advise prefetch base"), POLICY_LIMIT_S (200) and POLICY_BUDGET_S (90, the
+# training time after which a run stops) let one command re-measure a policy the deadline cut.
 # Deterministic kernels everywhere, so TRANSIT's losses can be compared bit for bit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +23,9 @@ mkdir -p "${OUT:?OUT must name the output directory}"
 timeout 60 python3 bench/uvm_probe.py --gib 8 --out "$OUT/uvm-probe.json" 2>&1 | tee "$OUT/uvm-probe.txt"
 bench_run native 120 "${TRAIN[@]}" --label native --time-budget 40 --out "$WORK/native.json"
 # Fastest first, so that the slowest (base) gets what is left of the deadline.
-for policy in advise prefetch base; do
-    bench_run "transit-$policy" 200 \
+for policy in ${POLICIES:-advise prefetch base}; do
+    bench_run "transit-$policy" "${POLICY_LIMIT_S:-200}" \
         $TRANSIT run --policy "$policy" --mem-limit "$MEM_LIMIT" --out "$WORK/transit-$policy.transit" -- \
-        "${TRAIN[@]}" --label "transit-$policy" --time-budget 90 --out "$WORK/transit-$policy.json"
+        "${TRAIN[@]}" --label "transit-$policy" --time-budget "${POLICY_BUDGET_S:-90}" --out "$WORK/transit-$policy.json"
 done
 finish policies
