@@ -11,9 +11,9 @@
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
  * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
  * chunks to the host. Evictions run on the recorder thread, every tick the estimate is over L,
- * on TRANSIT's own non-blocking stream: on a launch's stream they waited behind every kernel
- * queued before them and stalled the ones after, and a kernel that migrates more than L (a
- * fused optimizer step) leaves no later launch to act at (measured on an H200). Every
+ * on TRANSIT's own non-blocking stream: on a launch's stream they would wait behind every kernel
+ * queued before them and hold up the ones after, and records keep arriving between launches
+ * (a fused optimizer step migrates gigabytes in a few launches). Every
  * HOST_CHECK_PERIOD_S (longer when smaps is slow to read) the estimate is checked against the
  * host-resident managed bytes read from smaps (host_residency.c): when managed minus
  * host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI missed
@@ -499,9 +499,6 @@ void transit_policy_gpu_fault(uint64_t addr)
         mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
 }
 
-/* From the recorder's thread, every tick: limit mode's host check; and, without launch
- * callbacks, advise right after the first iteration mark past warm-up, in the device's primary
- * context (the one PyTorch uses). */
 /* The recorder thread makes the application's device context its own (the primary context the
  * runtime uses), once; false, with one warning, if it cannot. */
 static bool enter_context(const transit_driver_api *drv, int dev)
@@ -534,6 +531,9 @@ static bool advise_due(void)
            !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) && transit_iteration_count() > transit_g.cfg.warmup_iters;
 }
 
+/* From the recorder's thread, every tick: limit mode's host check and evictions; and, without
+ * launch callbacks, advise right after the first iteration mark past warm-up. Both act in the
+ * device's primary context (the one PyTorch uses). */
 void transit_policy_tick(void)
 {
     static int no_stream;
@@ -549,7 +549,6 @@ void transit_policy_tick(void)
         CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS) {
             evict_stream = NULL;
-    context_entered = 0;
             warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
         }
     }
