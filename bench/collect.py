@@ -106,6 +106,9 @@ def transit_summary(stats: list[dict]) -> dict | None:
         "offloaded_source": spill_source,
         "resident_peak_bytes": max((get(r, "memory", "resident_peak_bytes") or 0) for r in ranks),
         "overshoot_peak_bytes": max((get(r, "memory", "overshoot_peak_bytes") or 0) for r in ranks),
+        # TRANSIT's own tick-by-tick reading of the bound the monitor samples (None before it existed).
+        "device_bound_peak_bytes": max((get(r, "memory", "device_bound_peak_bytes") for r in ranks
+                                        if get(r, "memory", "device_bound_peak_bytes") is not None), default=None),
         "htod_bytes": htod, "dtoh_bytes": dtoh,
         "htod_count": total("migrations", "htod", "count"), "dtoh_count": total("migrations", "dtoh", "count"),
         "migration_bytes_per_step": ((htod + dtoh) / iters / len(ranks)) if htod is not None and dtoh is not None
@@ -211,7 +214,7 @@ def memory_for_cap(run: dict) -> dict | None:
         # The bound can only prove compliance (host RSS may miss host-resident pages that UVM has
         # unmapped from the CPU); TRANSIT's own estimate, from CUPTI's migration records, is the
         # other witness: over the cap there means over, under it means "not shown" by the bound.
-        estimate = tr.get("resident_peak_bytes")
+        estimate, own_bound = tr.get("resident_peak_bytes"), tr.get("device_bound_peak_bytes")
         estimate_total = estimate + fixed if estimate is not None else None
         if peak is not None and peak <= cap:
             within, verdict_text = True, "within (the residency bound proves it)"
@@ -232,6 +235,7 @@ def memory_for_cap(run: dict) -> dict | None:
                 "source": "managed_device_resident_peak_bytes + nvml_process_peak_bytes (max over ranks); "
                           f"residency: {', '.join(sources)}",
                 "transit_estimate_peak_bytes": estimate_total,
+                "transit_bound_peak_bytes": own_bound + fixed if own_bound is not None else None,
                 "nvml_device_used_peak_bytes": memory.get("peak_bytes_max"), "nvml_note": NVML_UVM_NOTE,
                 "limit_bytes": tr["limit_bytes"], "cap_bytes": cap, "within_cap": within, "verdict": verdict_text}
     peak, cap = memory.get("peak_bytes_max"), (result.get("memory_cap") or {}).get("cap_bytes")

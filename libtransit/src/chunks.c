@@ -204,6 +204,20 @@ void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
     }
 }
 
+void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t end = addr + bytes;
+    if (bytes == 0 || end < addr)
+        return;
+    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
+        uint32_t n = c->slots[find_slot(c, chunk)];
+        if (n != NIL) {
+            lru_unlink(c, n);
+            lru_append(c, n);
+        }
+    }
+}
+
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
 {
     return (uint64_t)c->count * TRANSIT_CHUNK_BYTES;

@@ -1,6 +1,6 @@
 /* chunks.h - limit mode's estimate of what is device-resident, in 2 MiB chunks.
  *
- * Each chunk that data migrated into (CUPTI HtoD records, TRANSIT's own prefetches) is a node
+ * Each chunk that data migrated into (CUPTI HtoD records, TRANSIT's prefetches included) is a node
  * in an LRU list ordered by the last such migration, and counts as 2 MiB resident: the driver
  * moves more than CUPTI's records name (probably its own prefetching around faults; on an H200
  * page-granular counting fell 9-12 GiB short of what the device held after training). The pages the
@@ -35,6 +35,9 @@ TRANSIT_INTERNAL uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t ad
 /* [addr, addr+bytes) is no longer on the device: migrated to the host, or its allocation freed.
  * Chunks left without any of the pages that migrated in are forgotten. */
 TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
+/* [addr, addr+bytes) is about to be used: its resident chunks become the most recently
+ * migrated (chunks not resident stay so: nothing moved yet). */
+TRANSIT_INTERNAL void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
 TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
 /* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are

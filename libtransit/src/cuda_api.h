@@ -46,6 +46,7 @@ typedef struct transit_driver_api {
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*StreamCreate)(CUstream *, unsigned int);
+    CUresult (*StreamQuery)(CUstream);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

@@ -76,3 +76,33 @@ int64_t transit_uvm_host_rss(void)
     buf[len] = '\0';
     return transit_uvm_host_rss_parse(buf);
 }
+
+TRANSIT_INTERNAL int64_t transit_statm_rss_parse(const char *statm, uint64_t page_bytes)
+{
+    char *end;
+    strtoull(statm, &end, 10); /* size */
+    if (end == statm)
+        return -1;
+    const char *rss = end;
+    unsigned long long pages = strtoull(rss, &end, 10);
+    if (end == rss)
+        return -1;
+    return (int64_t)(pages * page_bytes);
+}
+
+int64_t transit_process_rss(void)
+{
+    char text[256];
+    ssize_t n;
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    do
+        n = read(fd, text, sizeof text - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    return transit_statm_rss_parse(text, (uint64_t)sysconf(_SC_PAGESIZE));
+}

@@ -1,4 +1,5 @@
-/* host_residency.h - how much managed memory the host holds, read from /proc/self/smaps.
+/* host_residency.h - how much managed memory the host holds, read from /proc/self/smaps, and
+ * the process's resident bytes from /proc/self/statm.
  *
  * Managed allocations are mappings of /dev/nvidia-uvm; their Rss is what sits in host pages.
  * Limit mode checks its estimate against it: CUPTI's migration records were measured to miss
@@ -17,5 +18,15 @@ TRANSIT_INTERNAL int64_t transit_uvm_host_rss_parse(const char *smaps);
 /* The same for this process, now; -1 when /proc/self/smaps cannot be read or has no such
  * mapping. Not thread-safe: one caller (the recorder thread). */
 int64_t transit_uvm_host_rss(void);
+
+/* Resident bytes of a /proc/<pid>/statm text (its second field, in pages of page_bytes); -1
+ * when malformed. */
+TRANSIT_INTERNAL int64_t transit_statm_rss_parse(const char *statm, uint64_t page_bytes);
+/* This process's resident bytes, now: anonymous, file and shared pages alike, so also the host
+ * pages of managed memory (they are mapped into the process). A read of one counter, not a walk
+ * of every page table like smaps: limit mode reads it every tick and takes the managed part
+ * from it with the non-managed rest measured at the last smaps reading (policy.c). -1 when
+ * /proc/self/statm cannot be read. */
+int64_t transit_process_rss(void);
 
 #endif

@@ -8,17 +8,24 @@
  *              managed allocation, and every later one, gets SetAccessedBy(device): data
  *              resident on the host is then read over the interconnect instead of migrated.
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
- * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, TRANSIT's
- * own prefetches add at once) is kept at or under L by prefetching the least recently migrated
- * chunks to the host. Evictions run on the recorder thread, every tick the estimate is over L,
+ * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, a prefetch
+ * replay makes its resident chunks the most recent) is kept at or under L by prefetching the
+ * least recently migrated chunks to the host. Evictions run on the recorder thread, every tick the estimate is over L,
  * on TRANSIT's own non-blocking stream: on a launch's stream they would wait behind every kernel
  * queued before them and hold up the ones after, and records keep arriving between launches
- * (a fused optimizer step migrates gigabytes in a few launches). Every
- * HOST_CHECK_PERIOD_S (longer when smaps is slow to read) the estimate is checked against the
- * host-resident managed bytes read from smaps (host_residency.c): when managed minus
- * host-resident exceeds L and the estimate by more than HOST_CHECK_SLACK, CUPTI missed
- * migrations back to the device, and the next eviction first sweeps every chunk the estimate
- * places on the host back there (a no-op for pages already on the host).
+ * (a fused optimizer step migrates gigabytes in a few launches).
+ * The estimate alone lets the device drift gigabytes over L within an iteration (CUPTI's records
+ * miss migrations back to the device; on an H200 the measured bound rose ~10 GiB per iteration),
+ * so every tick also measures: managed bytes minus host-resident ones is a bound on what the
+ * device holds (untouched pages count as device). Host-resident bytes come from the process's
+ * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
+ * when smaps is slow to read) is re-measured against the Rss of the /dev/nvidia-uvm mappings in
+ * smaps (host_residency.c). When the bound is over BOUND_TRIGGER, the estimate's LRU chunks are
+ * evicted until the bound would be at BOUND_TARGET, once the evictions asked for earlier are done
+ * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
+ * the estimate by more than HOST_CHECK_SLACK, the next eviction first sweeps every chunk the
+ * estimate places on the host back there (a no-op for pages already on the host), at most once
+ * per iteration.
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
@@ -40,6 +47,10 @@
 #include <string.h>
 
 #define EVICT_HYSTERESIS_DIV 32             /* evict down to L - L/32, so not at every launch */
+/* The measured bound evicts from L - L/32 down to L - L/16: data keeps faulting in during the
+ * tick and while the evictions run, and the bound is what must not pass L. */
+#define BOUND_TRIGGER(limit) ((limit) - (limit) / 32)
+#define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
@@ -58,6 +69,7 @@ static struct {
     uint64_t untracked_bytes, capture_skips;
     uint64_t sweeps, sweep_ranges, sweep_bytes;
     uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
+    uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
 } pc;
 
 /* Prefetch profile: attrib feeds ranges while collecting; replay once finalized. */
@@ -78,6 +90,10 @@ static int sweep_due;                   /* the host check found the estimate sho
  * sweep runs on a stream, so the next smaps reading can come before it did. */
 static uint64_t swept_in_iteration;
 static double host_check_next;         /* recorder thread only */
+/* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
+ * non-managed resident bytes (recorder thread only; valid once rss_calibrated). */
+static int64_t rss_not_managed;
+static int rss_calibrated;
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
@@ -155,6 +171,19 @@ static void mark_resident(uint64_t addr, uint64_t bytes)
     pthread_mutex_unlock(&chunks_lock);
 }
 
+/* A replay's chunks are about to be used: those resident move to the recent end, so that the
+ * evictions, which run in the GPU's time, do not take them before their kernel ran. Nothing is
+ * added: the replay runs when the stream reaches it, maybe far behind this launch, and its HtoD
+ * records say when data arrived (counting it here, at enqueue, made the evictions take the
+ * chunks the GPU was using to make room for data not yet moved). */
+static void mark_used_soon(uint64_t addr, uint64_t bytes)
+{
+    pthread_mutex_lock(&chunks_lock);
+    if (chunks)
+        transit_chunks_touch(chunks, addr, bytes);
+    pthread_mutex_unlock(&chunks_lock);
+}
+
 static void mark_gone(uint64_t addr, uint64_t bytes)
 {
     pthread_mutex_lock(&chunks_lock);
@@ -222,7 +251,7 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
                 transit_add(&pc.prefetch_calls, 1);
                 transit_add(&pc.prefetch_bytes, piece[k].bytes);
                 if (estimating())
-                    mark_resident(piece[k].addr, piece[k].bytes);
+                    mark_used_soon(piece[k].addr, piece[k].bytes);
             } else {
                 transit_add(why == PREFETCH_EVICT ? &pc.evict_count : &pc.sweep_ranges, 1);
                 transit_add(why == PREFETCH_EVICT ? &pc.evict_bytes : &pc.sweep_bytes, piece[k].bytes);
@@ -285,7 +314,9 @@ static void sweep_spilled(const transit_driver_api *drv, CUstream stream)
     transit_add(&pc.sweeps, 1);
 }
 
-static void evict(const transit_driver_api *drv, CUstream stream)
+/* bound_over: what the measured bound is over BOUND_TARGET (0 when it is not over BOUND_TRIGGER,
+ * unknown, or earlier evictions are still running); the estimate then goes that much lower. */
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
@@ -293,6 +324,15 @@ static void evict(const transit_driver_api *drv, CUstream stream)
     if (__atomic_exchange_n(&sweep_due, 0, __ATOMIC_ACQ_REL)) {
         __atomic_store_n(&swept_in_iteration, transit_iteration_count() + 1, __ATOMIC_RELEASE);
         sweep_spilled(drv, stream);
+    }
+    if (bound_over) {
+        pthread_mutex_lock(&chunks_lock);
+        uint64_t resident = chunks ? transit_chunks_resident_bytes(chunks) : 0;
+        pthread_mutex_unlock(&chunks_lock);
+        uint64_t lowered = resident > bound_over ? resident - bound_over : 0;
+        if (lowered < TRANSIT_MIN(target, resident))
+            transit_add(&pc.bound_evict_bytes, TRANSIT_MIN(target, resident) - lowered);
+        target = TRANSIT_MIN(target, lowered);
     }
     for (;;) {
         size_t n = 0;
@@ -324,16 +364,28 @@ static void check_host_residency(void)
     double now = transit_now();
     if (!estimating() || now < host_check_next)
         return;
+    int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();
+    int64_t rss_after = transit_process_rss();
     host_check_next = now + TRANSIT_MAX(HOST_CHECK_PERIOD_S, (transit_now() - now) * HOST_CHECK_DUTY_DIV);
     if (host < 0)
         return;
+    if (rss_before >= 0 && rss_after >= 0) {
+        /* Migrations go on during the smaps walk: the RSS is taken as halfway between. */
+        int64_t not_managed = (rss_before + rss_after) / 2 - host;
+        if (rss_calibrated)
+            transit_raise_peak(&pc.rss_drift_peak, (uint64_t)llabs(not_managed - rss_not_managed));
+        rss_not_managed = not_managed;
+        rss_calibrated = 1;
+    }
     uint64_t live = transit_get(&transit_g.n.managed_live), limit = transit_g.cfg.mem_limit;
     uint64_t bound = live > (uint64_t)host ? live - (uint64_t)host : 0;
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     transit_raise_peak(&pc.device_bound_peak, bound);
-    if (bound > limit + limit / EVICT_HYSTERESIS_DIV && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK &&
+    /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
+     * estimate knows, while the ones it lost stayed on the device for good. */
+    if (bound > BOUND_TARGET(limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK &&
         __atomic_load_n(&swept_in_iteration, __ATOMIC_ACQUIRE) != transit_iteration_count() + 1)
         __atomic_store_n(&sweep_due, 1, __ATOMIC_RELEASE);
 }
@@ -525,6 +577,35 @@ static bool evict_due(void)
                             __atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE));
 }
 
+/* The bound on device-resident managed bytes, now (see the top of this file); false until the
+ * first smaps reading, or when the RSS cannot be read. */
+static bool measure_bound(uint64_t *bound)
+{
+    int64_t rss = rss_calibrated ? transit_process_rss() : -1;
+    if (rss < 0)
+        return false;
+    uint64_t host = rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0;
+    uint64_t live = transit_get(&transit_g.n.managed_live);
+    *bound = live > host ? live - host : 0;
+    __atomic_store_n(&pc.device_bound, *bound, __ATOMIC_RELAXED);
+    transit_raise_peak(&pc.device_bound_peak, *bound);
+    return true;
+}
+
+/* What the bound is over BOUND_TARGET, when it is over BOUND_TRIGGER; 0 otherwise, and while the
+ * evictions asked for earlier still run (the bound cannot show them yet). */
+static uint64_t bound_over(void)
+{
+    uint64_t bound, limit = transit_g.cfg.mem_limit;
+    const transit_driver_api *drv;
+    if (!estimating() || !measure_bound(&bound) || bound <= BOUND_TRIGGER(limit))
+        return 0;
+    /* evict_stream exists only once the driver was resolved */
+    if (evict_stream && (!(drv = transit_driver())->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
+        return 0;
+    return bound - BOUND_TARGET(limit);
+}
+
 static bool advise_due(void)
 {
     return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && !transit_recorder_sees_launches() &&
@@ -540,7 +621,8 @@ void transit_policy_tick(void)
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
     check_host_residency();
-    bool evicting = evict_due(), advising = advise_due();
+    uint64_t over = bound_over();
+    bool evicting = evict_due() || over, advising = advise_due();
     if (!(evicting || advising) || dev < 0 || !(drv = policy_driver()) || !enter_context(drv, dev))
         return;
     CUstreamCaptureMode saved;
@@ -553,7 +635,7 @@ void transit_policy_tick(void)
         }
     }
     if (evicting && evict_stream)
-        evict(drv, evict_stream);
+        evict(drv, evict_stream, over);
     if (advising)
         advise_all(drv, dev);
     restore_capture_mode(drv, relaxed, &saved);
@@ -602,6 +684,7 @@ void transit_policy_after_fork(void)
     context_entered = 0;
     host_check_next = 0;
     swept_in_iteration = 0;
+    rss_calibrated = 0;
     memset(&pc, 0, sizeof pc);
 }
 
@@ -613,12 +696,16 @@ void transit_policy_memory_json(jbuf *b)
               ", \"resident_estimated\": %s, ",
               transit_policy_resident(), transit_get(&pc.resident_peak), transit_get(&pc.overshoot_peak),
               transit_get(&pc.spilled_peak), estimating() ? "true" : "false");
-    /* The check against smaps (limit mode): null until measured. */
+    /* The measured bound (limit mode): null until smaps was read. */
     if (transit_get(&pc.host_checks))
-        jb_printf(b, "\"host_resident_measured_bytes\": %" PRIu64 ", \"device_bound_peak_bytes\": %" PRIu64,
-                  transit_get(&pc.host_measured), transit_get(&pc.device_bound_peak));
+        jb_printf(b,
+                  "\"host_resident_measured_bytes\": %" PRIu64 ", \"device_bound_bytes\": %" PRIu64
+                  ", \"device_bound_peak_bytes\": %" PRIu64 ", \"rss_drift_peak_bytes\": %" PRIu64,
+                  transit_get(&pc.host_measured), transit_get(&pc.device_bound), transit_get(&pc.device_bound_peak),
+                  transit_get(&pc.rss_drift_peak));
     else
-        jb_printf(b, "\"host_resident_measured_bytes\": null, \"device_bound_peak_bytes\": null");
+        jb_printf(b, "\"host_resident_measured_bytes\": null, \"device_bound_bytes\": null, "
+                     "\"device_bound_peak_bytes\": null, \"rss_drift_peak_bytes\": null");
 }
 
 void transit_policy_stats_json(jbuf *b)
@@ -641,10 +728,13 @@ void transit_policy_stats_json(jbuf *b)
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-              ", \"target_bytes\": %" PRIu64 ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
+              ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
+              ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
-              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0, transit_get(&pc.untracked_bytes),
+              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0,
+              c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0, transit_get(&pc.bound_evict_bytes),
+              transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);

@@ -123,3 +123,12 @@ def test_advise_maps_instead_of_migrating(runs) -> None:
     assert (doc["faults"]["remote_map_bytes"] > 0
             or doc["migrations"]["htod"]["count"] < base["migrations"]["htod"]["count"]), (doc["faults"],
                                                                                          doc["migrations"]["htod"])
+
+
+@pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
+def test_measured_bound_stays_at_L(runs, policy) -> None:
+    """Limit mode's promise, as TRANSIT itself measures it every tick (managed bytes minus the
+    host-resident ones): at most L, plus what can fault in during one 20 ms tick."""
+    doc = runs[policy][1]
+    limit = doc["config"]["limit_bytes"]
+    assert doc["memory"]["device_bound_peak_bytes"] <= limit + (256 << 20), (doc["memory"], doc["evictions"])

@@ -91,6 +91,20 @@ def test_evicts_least_recently_migrated_first(native, chunks):
     assert victims(native, c, 0) == [(BASE + 3 * CHUNK, CHUNK), (BASE + 5 * CHUNK, CHUNK)]
 
 
+def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
+    """A prefetch replay touches what its kernel is about to use: resident chunks move to the
+    recent end; a chunk not resident is not counted until a record says data arrived."""
+    _, lib = native
+    c = chunks()
+    for i in (1, 2, 3):
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    lib.transit_chunks_touch(c, BASE, 2 * CHUNK)  # chunk 0 (not resident) and chunk 1
+    assert lib.transit_chunks_count(c) == 3
+    assert victims(native, c, 2 * CHUNK) == [(BASE + 2 * CHUNK, CHUNK)]
+    assert victims(native, c, CHUNK) == [(BASE + 3 * CHUNK, CHUNK)]  # then 3, and 1 stays
+    assert victims(native, c, 0) == [(BASE + 1 * CHUNK, CHUNK)]
+
+
 def test_victims_coalesce_adjacent_chunks(native, chunks):
     _, lib = native
     c = chunks()
@@ -144,7 +158,7 @@ def test_full_pool_reports_untracked_bytes(native, chunks):
 
 
 def test_matches_reference_model_under_churn(native, chunks):
-    """Random migrations, drops and evictions against a Python model of named pages and LRU order."""
+    """Random migrations, touches, drops and evictions against a Python model of named pages and LRU order."""
     _, lib = native
     rng = random.Random(0)
     c = chunks(max_chunks=4096)
@@ -158,7 +172,7 @@ def test_matches_reference_model_under_churn(native, chunks):
         addr, size = BASE + chunk * CHUNK + first * page, count * page
         action = rng.random()
         touched = range((addr - BASE) // page, (addr + size - BASE) // page)
-        if action < 0.7:
+        if action < 0.6:
             lib.transit_chunks_migrated(c, addr, size)
             for p in touched:
                 pages.setdefault(p // 512, set()).add(p % 512)
@@ -166,6 +180,12 @@ def test_matches_reference_model_under_churn(native, chunks):
                 if ch in order:
                     order.remove(ch)
                 order.append(ch)
+        elif action < 0.75:
+            lib.transit_chunks_touch(c, addr, size)
+            for ch in sorted({p // 512 for p in touched}):
+                if ch in order:
+                    order.remove(ch)
+                    order.append(ch)
         elif action < 0.9:
             lib.transit_chunks_dropped(c, addr, size)
             for p in touched:

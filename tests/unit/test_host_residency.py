@@ -1,12 +1,15 @@
-"""Limit mode's check of its estimate: the host-resident managed bytes from smaps (host_residency.c),
-against the bench's Python reader of the same text."""
+"""Limit mode's measurement of what the host holds (host_residency.c): the host-resident managed
+bytes from smaps, against the bench's Python reader of the same text, and the process's RSS from
+statm, against psutil's reading of this process."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import native_logic
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,3 +45,26 @@ def test_a_mapping_named_like_uvm_elsewhere_is_not_counted(native):
     text = ("7f0000000000-7f0000200000 rw-p 00000000 00:05 9  /tmp/dev/nvidia-uvm-copy\nRss:  2048 kB\n"
             "7f0000200000-7f0000400000 rw-s 00000000 00:05 9  /dev/nvidia-uvm\nRss:  1024 kB\n")
     assert parse(native, text) == 1024 * 1024
+
+
+def statm_rss(native, text: str) -> int:
+    _, lib = native
+    return lib.transit_statm_rss_parse(text.encode(), os.sysconf("SC_PAGE_SIZE"))
+
+
+def test_statm_rss_is_the_second_field_in_pages(native):
+    assert statm_rss(native, "1000 250 30 4 0 90 0\n") == 250 * os.sysconf("SC_PAGE_SIZE")
+    assert statm_rss(native, "") == -1
+    assert statm_rss(native, "1000\n") == -1
+    assert statm_rss(native, "x 250") == -1
+
+
+def test_statm_rss_of_this_process_is_what_psutil_reads(native):
+    """Both read the same counter; a 64 MiB buffer touched in between keeps them apart if the
+    parser read the wrong field (the first is the virtual size)."""
+    ballast = bytearray(64 << 20)
+    with open("/proc/self/statm") as f:
+        parsed = statm_rss(native, f.read())
+    rss = psutil.Process().memory_info().rss
+    assert parsed > len(ballast)
+    assert abs(parsed - rss) < (16 << 20)
