@@ -23,9 +23,9 @@
  * smaps (host_residency.c). When the bound is over BOUND_TRIGGER, the estimate's LRU chunks are
  * evicted until the bound would be at BOUND_TARGET, once the evictions asked for earlier are done
  * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
- * the estimate by more than HOST_CHECK_SLACK, the next eviction first sweeps every chunk the
- * estimate places on the host back there (a no-op for pages already on the host), at most once
- * per iteration.
+ * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
+ * every chunk the estimate places on the host goes there again (a no-op for pages already
+ * there), in address order, EVICT_PASS_S per tick, so that no tick holds the thread for long.
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
@@ -52,6 +52,7 @@
 #define BOUND_TRIGGER(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
+#define EVICT_PASS_S 0.02                   /* a tick's evictions at most: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
@@ -85,10 +86,8 @@ static transit_chunks *chunks;
 static int advise_applied;
 static CUstream evict_stream; /* recorder thread only; created in the application's context */
 static int context_entered;   /* by the recorder thread */
-static int sweep_due;                   /* the host check found the estimate short */
-/* The iteration of the last sweep, plus one (0: none yet). At most one sweep per iteration: a
- * sweep runs on a stream, so the next smaps reading can come before it did. */
-static uint64_t swept_in_iteration;
+static int sweep_due;                   /* the host check found the estimate short; until a sweep ends */
+static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
 static double host_check_next;         /* recorder thread only */
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
  * non-managed resident bytes (recorder thread only; valid once rss_calibrated). */
@@ -290,69 +289,77 @@ static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch
     }
 }
 
-/* Every part of every managed allocation that the estimate places on the host goes there again
- * (the estimate's chunks are read in batches under the lock; no lock across a driver call). */
-static void sweep_spilled(const transit_driver_api *drv, CUstream stream)
+/* One paced part of a sweep: from sweep_cursor on, in address order, every part of a managed
+ * allocation that the estimate places on the host goes there again, until the clock passes
+ * `until` (the estimate's chunks are read in batches under the lock; no lock across a driver
+ * call). True once the sweep reached the last allocation. */
+static bool sweep_some(const transit_driver_api *drv, CUstream stream, double until)
 {
-    size_t n;
-    transit_range runs[EVICT_BATCH];
-    transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n);
-    for (size_t i = 0; i < n; i++) {
-        for (uint64_t at = all[i].key, end = all[i].key + all[i].size; at < end;) {
-            size_t k = 0;
-            pthread_mutex_lock(&chunks_lock);
-            if (chunks)
-                k = transit_chunks_spilled(chunks, at, end - at, runs, EVICT_BATCH, &at);
-            else
-                at = end;
-            pthread_mutex_unlock(&chunks_lock);
-            for (size_t j = 0; j < k; j++)
-                prefetch_range(drv, runs[j], 0, PREFETCH_SWEEP, stream);
+    transit_range piece[CLIP_PIECES], runs[EVICT_BATCH];
+    for (;;) {
+        size_t pieces = transit_alloc_clip(sweep_cursor, UINT64_MAX - sweep_cursor, piece, CLIP_PIECES);
+        if (!pieces) {
+            sweep_cursor = 0;
+            transit_add(&pc.sweeps, 1);
+            return true;
+        }
+        for (size_t i = 0; i < pieces; i++) {
+            for (uint64_t at = piece[i].addr, end = at + piece[i].bytes; at < end;) {
+                size_t k = 0;
+                pthread_mutex_lock(&chunks_lock);
+                if (chunks)
+                    k = transit_chunks_spilled(chunks, at, end - at, runs, EVICT_BATCH, &at);
+                else
+                    at = end;
+                pthread_mutex_unlock(&chunks_lock);
+                for (size_t j = 0; j < k; j++)
+                    prefetch_range(drv, runs[j], 0, PREFETCH_SWEEP, stream);
+                sweep_cursor = at;
+                if (transit_now() >= until)
+                    return false;
+            }
         }
     }
-    free(all);
-    transit_add(&pc.sweeps, 1);
 }
 
-/* bound_over: what the measured bound is over BOUND_TARGET (0 when it is not over BOUND_TRIGGER,
- * unknown, or earlier evictions are still running); the estimate then goes that much lower. */
+/* One tick's evictions, for at most EVICT_PASS_S: least recently migrated chunks of the estimate
+ * until it is at L - L/32, and lower by bound_over, what the measured bound is over BOUND_TARGET
+ * (0 when not over BOUND_TRIGGER, not measured, or earlier evictions still run); then, while a
+ * sweep is due, the next part of it. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
+    double until = transit_now() + EVICT_PASS_S;
     transit_range victims[EVICT_BATCH];
-    if (__atomic_exchange_n(&sweep_due, 0, __ATOMIC_ACQ_REL)) {
-        __atomic_store_n(&swept_in_iteration, transit_iteration_count() + 1, __ATOMIC_RELEASE);
-        sweep_spilled(drv, stream);
-    }
-    if (bound_over) {
-        pthread_mutex_lock(&chunks_lock);
-        uint64_t resident = chunks ? transit_chunks_resident_bytes(chunks) : 0;
-        pthread_mutex_unlock(&chunks_lock);
-        uint64_t lowered = resident > bound_over ? resident - bound_over : 0;
-        if (lowered < TRANSIT_MIN(target, resident))
-            transit_add(&pc.bound_evict_bytes, TRANSIT_MIN(target, resident) - lowered);
-        target = TRANSIT_MIN(target, lowered);
-    }
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
-        if (chunks && transit_chunks_resident_bytes(chunks) > target) {
-            n = transit_chunks_pick_victims(chunks, target, victims, EVICT_BATCH);
+        uint64_t resident = chunks ? transit_chunks_resident_bytes(chunks) : 0;
+        uint64_t goal = TRANSIT_MIN(target, resident > bound_over ? resident - bound_over : 0), picked = 0;
+        if (resident > goal) { /* so chunks exist */
+            n = transit_chunks_pick_victims(chunks, goal, victims, EVICT_BATCH);
             chunks_changed();
+            picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
-            return;
+            break;
+        if (resident <= target) /* the estimate alone would have stopped: the bound asked */
+            transit_add(&pc.bound_evict_bytes, picked);
+        /* The bound shows these only once they ran: count them off what it asked for. */
+        bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
         for (size_t i = 0; i < n; i++)
             refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
-        if (refused)
+        if (refused || transit_now() >= until)
             return;
     }
+    if (__atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE) && sweep_some(drv, stream, until))
+        __atomic_store_n(&sweep_due, 0, __ATOMIC_RELEASE);
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
@@ -385,8 +392,7 @@ static void check_host_residency(void)
     transit_raise_peak(&pc.device_bound_peak, bound);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. */
-    if (bound > BOUND_TARGET(limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK &&
-        __atomic_load_n(&swept_in_iteration, __ATOMIC_ACQUIRE) != transit_iteration_count() + 1)
+    if (bound > BOUND_TARGET(limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         __atomic_store_n(&sweep_due, 1, __ATOMIC_RELEASE);
 }
 
@@ -683,7 +689,7 @@ void transit_policy_after_fork(void)
     evict_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
-    swept_in_iteration = 0;
+    sweep_cursor = 0;
     rss_calibrated = 0;
     memset(&pc, 0, sizeof pc);
 }
