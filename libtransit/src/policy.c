@@ -25,7 +25,8 @@
  * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
  * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
  * every chunk the estimate places on the host goes there again (a no-op for pages already
- * there), in address order, EVICT_PASS_S per tick, so that no tick holds the thread for long.
+ * there), in address order, SWEEP_PASS_S per tick (a whole sweep at once held the thread for
+ * seconds, the device went over L meanwhile, and then far under it).
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
  * here synchronizes. */
@@ -52,7 +53,7 @@
 #define BOUND_TRIGGER(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
-#define EVICT_PASS_S 0.02                   /* a tick's evictions at most: the thread also measures, flushes */
+#define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
@@ -322,15 +323,15 @@ static bool sweep_some(const transit_driver_api *drv, CUstream stream, double un
     }
 }
 
-/* One tick's evictions, for at most EVICT_PASS_S: least recently migrated chunks of the estimate
- * until it is at L - L/32, and lower by bound_over, what the measured bound is over BOUND_TARGET
- * (0 when not over BOUND_TRIGGER, not measured, or earlier evictions still run); then, while a
- * sweep is due, the next part of it. */
+/* One tick's evictions: least recently migrated chunks of the estimate until it is at L - L/32,
+ * and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not over
+ * BOUND_TRIGGER, not measured, or earlier evictions still run); then, while a sweep is due, the
+ * next SWEEP_PASS_S of it. The evictions are not paced: on an H200, evictions limited to 20 ms a
+ * tick fell behind the faults and left the device 10 GiB over L for whole iterations. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
-    double until = transit_now() + EVICT_PASS_S;
     transit_range victims[EVICT_BATCH];
     for (;;) {
         size_t n = 0;
@@ -355,10 +356,10 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
-        if (refused || transit_now() >= until)
+        if (refused)
             return;
     }
-    if (__atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE) && sweep_some(drv, stream, until))
+    if (__atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE) && sweep_some(drv, stream, transit_now() + SWEEP_PASS_S))
         __atomic_store_n(&sweep_due, 0, __ATOMIC_RELEASE);
 }
 
