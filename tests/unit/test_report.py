@@ -219,7 +219,7 @@ def test_notes_follow_thresholds(tmp_path: Path) -> None:
     assert "fewer-nodes" not in found  # resident peak = the limit
 
 
-def test_estimate_short_warns_when_the_smaps_check_saw_more_than_the_limit(tmp_path: Path) -> None:
+def test_bound_over_limit_warns_when_the_measured_bound_passed_the_limit(tmp_path: Path) -> None:
     def measured(rank: int, stats: dict[str, Any]) -> None:
         limit = stats["config"]["limit_bytes"]
         # rank 5's device held up to 12 GiB over the limit (the H200 measurement); the others stayed under it
@@ -227,9 +227,9 @@ def test_estimate_short_warns_when_the_smaps_check_saw_more_than_the_limit(tmp_p
         stats["evictions"]["sweeps"] = 4 if rank == 5 else 0
 
     found = _notes_for(tmp_path, measured)
-    assert found["limit-estimate-short"]["ranks"] == [5]
-    assert "4 sweeps" in found["limit-estimate-short"]["message"]
-    assert "limit-estimate-short" not in _notes_for(tmp_path / "none", None)  # the fixture stays under L
+    assert found["limit-bound-over"]["ranks"] == [5]
+    assert "4 sweeps" in found["limit-bound-over"]["message"]
+    assert "limit-bound-over" not in _notes_for(tmp_path / "none", None)  # the fixture stays under L
 
 
 def test_advice_already_taken_is_not_repeated(tmp_path: Path) -> None:

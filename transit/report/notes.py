@@ -189,19 +189,19 @@ def _overshoot(report: Report) -> Note | None:
     )
 
 
-def _estimate_short(report: Report) -> Note | None:
-    """libtransit's smaps check: managed memory not on the host went past the limit."""
+def _bound_over_limit(report: Report) -> Note | None:
+    """libtransit's measured bound (managed memory not on the host) went past the limit."""
     hit = _ranks(report.ranks, lambda r: r.mode == "limit" and r.limit_bytes is not None
                  and (r.device_bound_peak_bytes or 0) > r.limit_bytes)
     if not hit:
         return None
     worst = max(r.device_bound_peak_bytes or 0 for r in hit)
     return Note(
-        "limit-estimate-short",
+        "limit-bound-over",
         WARNING,
         f"managed memory not on the host reached {format_bytes(worst)} on {rank_list(_numbers(hit))}, above "
-        "the limit: CUPTI missed migrations back to the GPU, so the device held more than the limit "
-        f"until TRANSIT swept ({sum(r.sweeps for r in hit)} sweeps)",
+        "the limit: data reached the GPU faster than TRANSIT evicted it, so for a while the device held "
+        f"more than the limit ({sum(r.sweeps for r in hit)} sweeps for chunks the estimate had lost)",
         _numbers(hit),
     )
 
@@ -311,7 +311,7 @@ CHECKS = (
     _policy_errors,
     _cuda_errors,
     _overshoot,
-    _estimate_short,
+    _bound_over_limit,
     _unrequested,
     _stragglers,
     _no_iterations,
