@@ -42,6 +42,11 @@ def check_sections(doc: dict) -> None:
         assert is_uint(doc["prefetch"][key]), key
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
+    for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "sweeps", "sweep_bytes"):
+        assert is_uint(doc["evictions"][key]), key
+    # limit mode's measured bound: null until smaps was read (never, without a GPU)
+    for key in ("host_resident_measured_bytes", "device_bound_bytes", "device_bound_peak_bytes", "rss_drift_peak_bytes"):
+        assert mem[key] is None or is_uint(mem[key]), key
     rec = doc["recorder"]
     assert rec["state"] in ("cupti", "degraded", "off")
     assert is_uint(rec["kernels"]) and is_uint(rec["dropped_records"])
