@@ -20,7 +20,7 @@
  * device holds (untouched pages count as device). Host-resident bytes come from the process's
  * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
  * when smaps is slow to read) is re-measured against the Rss of the /dev/nvidia-uvm mappings in
- * smaps (host_residency.c). When the bound is over BOUND_TRIGGER, the estimate's LRU chunks are
+ * smaps (host_residency.c). When the bound is over EVICT_TARGET, the estimate's LRU chunks are
  * evicted until the bound would be at BOUND_TARGET, once the evictions asked for earlier are done
  * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
  * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
@@ -47,10 +47,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EVICT_HYSTERESIS_DIV 32             /* evict down to L - L/32, so not at every launch */
-/* The measured bound evicts from L - L/32 down to L - L/16: data keeps faulting in during the
- * tick and while the evictions run, and the bound is what must not pass L. */
-#define BOUND_TRIGGER(limit) ((limit) - (limit) / 32)
+/* The estimate is evicted from L down to EVICT_TARGET, so not at every tick; the measured bound
+ * from EVICT_TARGET down to BOUND_TARGET: data keeps faulting in during the tick and while the
+ * evictions run, and the bound is what must not pass L. */
+#define EVICT_TARGET(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
@@ -87,7 +87,8 @@ static transit_chunks *chunks;
 static int advise_applied;
 static CUstream evict_stream; /* recorder thread only; created in the application's context */
 static int context_entered;   /* by the recorder thread */
-static int sweep_due;                   /* the host check found the estimate short; until a sweep ends */
+static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
+                                         * (recorder thread only, like the rest below) */
 static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
 static double host_check_next;         /* recorder thread only */
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
@@ -323,15 +324,14 @@ static bool sweep_some(const transit_driver_api *drv, CUstream stream, double un
     }
 }
 
-/* One tick's evictions: least recently migrated chunks of the estimate until it is at L - L/32,
- * and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not over
- * BOUND_TRIGGER, not measured, or earlier evictions still run); then, while a sweep is due, the
+/* One tick's evictions: least recently migrated chunks of the estimate until it is at
+ * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
+ * over EVICT_TARGET, not measured, or earlier evictions still run); then, while a sweep is due, the
  * next SWEEP_PASS_S of it. The evictions are not paced: on an H200, evictions limited to 20 ms a
  * tick fell behind the faults and left the device 10 GiB over L for whole iterations. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
-    uint64_t limit = transit_g.cfg.mem_limit;
-    uint64_t target = limit - limit / EVICT_HYSTERESIS_DIV;
+    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
     for (;;) {
         size_t n = 0;
@@ -346,8 +346,10 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             break;
-        if (resident <= target) /* the estimate alone would have stopped: the bound asked */
-            transit_add(&pc.bound_evict_bytes, picked);
+        /* What went below the estimate's own target, the bound asked for. */
+        uint64_t after = resident - picked;
+        transit_add(&pc.bound_evict_bytes,
+                    (target > after ? target - after : 0) - (target > resident ? target - resident : 0));
         /* The bound shows these only once they ran: count them off what it asked for. */
         bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
@@ -359,8 +361,18 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         if (refused)
             return;
     }
-    if (__atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE) && sweep_some(drv, stream, transit_now() + SWEEP_PASS_S))
-        __atomic_store_n(&sweep_due, 0, __ATOMIC_RELEASE);
+    if (sweep_due && sweep_some(drv, stream, transit_now() + SWEEP_PASS_S))
+        sweep_due = 0;
+}
+
+/* The bound on device-resident managed bytes, given the host-resident ones: recorded and returned. */
+static uint64_t record_bound(uint64_t host)
+{
+    uint64_t live = transit_get(&transit_g.n.managed_live);
+    uint64_t bound = live > host ? live - host : 0;
+    __atomic_store_n(&pc.device_bound, bound, __ATOMIC_RELAXED);
+    transit_raise_peak(&pc.device_bound_peak, bound);
+    return bound;
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
@@ -386,15 +398,13 @@ static void check_host_residency(void)
         rss_not_managed = not_managed;
         rss_calibrated = 1;
     }
-    uint64_t live = transit_get(&transit_g.n.managed_live), limit = transit_g.cfg.mem_limit;
-    uint64_t bound = live > (uint64_t)host ? live - (uint64_t)host : 0;
+    uint64_t bound = record_bound((uint64_t)host);
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
-    transit_raise_peak(&pc.device_bound_peak, bound);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. */
-    if (bound > BOUND_TARGET(limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
-        __atomic_store_n(&sweep_due, 1, __ATOMIC_RELEASE);
+    if (bound > BOUND_TARGET(transit_g.cfg.mem_limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
+        sweep_due = 1;
 }
 
 static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
@@ -580,37 +590,20 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 
 static bool evict_due(void)
 {
-    return estimating() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit ||
-                            __atomic_load_n(&sweep_due, __ATOMIC_ACQUIRE));
+    return estimating() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
 }
 
-/* The bound on device-resident managed bytes, now (see the top of this file); false until the
- * first smaps reading, or when the RSS cannot be read. */
-static bool measure_bound(uint64_t *bound)
-{
-    int64_t rss = rss_calibrated ? transit_process_rss() : -1;
-    if (rss < 0)
-        return false;
-    uint64_t host = rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0;
-    uint64_t live = transit_get(&transit_g.n.managed_live);
-    *bound = live > host ? live - host : 0;
-    __atomic_store_n(&pc.device_bound, *bound, __ATOMIC_RELAXED);
-    transit_raise_peak(&pc.device_bound_peak, *bound);
-    return true;
-}
-
-/* What the bound is over BOUND_TARGET, when it is over BOUND_TRIGGER; 0 otherwise, and while the
- * evictions asked for earlier still run (the bound cannot show them yet). */
+/* What the bound on device-resident managed bytes (see the top of this file), read now, is over
+ * BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, before the first smaps reading, or when
+ * the RSS cannot be read. */
 static uint64_t bound_over(void)
 {
-    uint64_t bound, limit = transit_g.cfg.mem_limit;
-    const transit_driver_api *drv;
-    if (!estimating() || !measure_bound(&bound) || bound <= BOUND_TRIGGER(limit))
+    uint64_t limit = transit_g.cfg.mem_limit;
+    int64_t rss = estimating() && rss_calibrated ? transit_process_rss() : -1;
+    if (rss < 0)
         return 0;
-    /* evict_stream exists only once the driver was resolved */
-    if (evict_stream && (!(drv = transit_driver())->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
-        return 0;
-    return bound - BOUND_TARGET(limit);
+    uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
+    return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 static bool advise_due(void)
@@ -629,11 +622,15 @@ void transit_policy_tick(void)
     int dev = transit_g.id.device;
     check_host_residency();
     uint64_t over = bound_over();
-    bool evicting = evict_due() || over, advising = advise_due();
-    if (!(evicting || advising) || dev < 0 || !(drv = policy_driver()) || !enter_context(drv, dev))
+    if (!(evict_due() || over || advise_due()) || dev < 0 || !(drv = policy_driver()) || !enter_context(drv, dev))
         return;
     CUstreamCaptureMode saved;
     bool relaxed = relax_capture_mode(drv, &saved);
+    /* The bound shows evictions only once they ran: while earlier ones still do, it would ask for
+     * them again. (Queried in relaxed mode: a query can break another thread's global capture.) */
+    if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
+        over = 0;
+    bool evicting = evict_due() || over, advising = advise_due();
     if (evicting && !evict_stream && !no_stream) {
         CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS) {
@@ -739,8 +736,7 @@ void transit_policy_stats_json(jbuf *b)
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
-              c->mem_limit ? c->mem_limit - c->mem_limit / EVICT_HYSTERESIS_DIV : 0,
-              c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0, transit_get(&pc.bound_evict_bytes),
+              c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0, transit_get(&pc.bound_evict_bytes),
               transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
