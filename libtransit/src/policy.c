@@ -10,10 +10,10 @@
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, a prefetch
  * replay makes its resident chunks the most recent) is kept at or under L by prefetching the
- * least recently migrated chunks to the host. Evictions run on the recorder thread, every tick the estimate is over L,
- * on TRANSIT's own non-blocking stream: on a launch's stream they would wait behind every kernel
- * queued before them and hold up the ones after, and records keep arriving between launches
- * (a fused optimizer step migrates gigabytes in a few launches).
+ * least recently migrated chunks to the host. Evictions run on the recorder thread, every tick
+ * the estimate is over L, on TRANSIT's own non-blocking stream: on a launch's stream they would
+ * wait behind every kernel queued before them and hold up the ones after, and records keep
+ * arriving between launches (a fused optimizer step migrates gigabytes in a few launches).
  * The estimate alone lets the device drift gigabytes over L within an iteration (CUPTI's records
  * miss migrations back to the device; on an H200 the measured bound rose ~10 GiB per iteration),
  * so every tick also measures: managed bytes minus host-resident ones is a bound on what the
@@ -736,8 +736,8 @@ void transit_policy_stats_json(jbuf *b)
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
-              c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0, transit_get(&pc.bound_evict_bytes),
-              transit_get(&pc.untracked_bytes),
+              c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
+              transit_get(&pc.bound_evict_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
