@@ -109,6 +109,11 @@ def transit_summary(stats: list[dict]) -> dict | None:
         # TRANSIT's own tick-by-tick reading of the bound the monitor samples (None before it existed).
         "device_bound_peak_bytes": max((get(r, "memory", "device_bound_peak_bytes") for r in ranks
                                         if get(r, "memory", "device_bound_peak_bytes") is not None), default=None),
+        # ...and after the profile exists (warm-up, one iteration for late records, one to apply it)
+        "device_bound_peak_after_profile_bytes": max(
+            (e["device_bound_peak_bytes"] for r in ranks for e in get(r, "timeline") or []
+             if e.get("device_bound_peak_bytes") is not None
+             and e["iteration"] > (get(r, "config", "warmup_iters") or 0) + 2), default=None),
         "htod_bytes": htod, "dtoh_bytes": dtoh,
         "htod_count": total("migrations", "htod", "count"), "dtoh_count": total("migrations", "dtoh", "count"),
         "migration_bytes_per_step": ((htod + dtoh) / iters / len(ranks)) if htod is not None and dtoh is not None
@@ -122,6 +127,9 @@ def transit_summary(stats: list[dict]) -> dict | None:
         "prefetch_bytes": total("prefetch", "bytes"),
         "advise_calls": total("advise", "calls"),
         "evictions_bytes": total("evictions", "bytes"),
+        # limit mode: evictions queued at launches once the profile exists, and HtoD outside it
+        "evictions_at_launch_bytes": total("evictions", "at_launch_bytes"),
+        "unprofiled_htod_bytes": total("evictions", "unprofiled_bytes"),
         "unrequested_bytes": total("migrations", "unrequested_bytes"),
         "iterations": iters,
         "iteration_method": get(ranks[0], "iterations", "method"),

@@ -218,6 +218,17 @@ void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
     }
 }
 
+uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t end = addr + bytes, absent = 0;
+    if (bytes == 0 || end < addr)
+        return 0;
+    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++)
+        if (c->slots[find_slot(c, chunk)] == NIL)
+            absent += TRANSIT_CHUNK_BYTES;
+    return absent;
+}
+
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
 {
     return (uint64_t)c->count * TRANSIT_CHUNK_BYTES;
@@ -248,6 +259,11 @@ size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t b
 size_t transit_chunks_count(const transit_chunks *c)
 {
     return c->count;
+}
+
+size_t transit_chunks_capacity(const transit_chunks *c)
+{
+    return c->max_chunks;
 }
 
 static int compare_range(const void *pa, const void *pb)

@@ -38,8 +38,12 @@ TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, u
 /* [addr, addr+bytes) is about to be used: its resident chunks become the most recently
  * migrated (chunks not resident stay so: nothing moved yet). */
 TRANSIT_INTERNAL void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
+/* Bytes of the chunks [addr, addr+bytes) touches that are not resident (whole chunks). */
+TRANSIT_INTERNAL uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes);
 TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
+/* max_chunks given at creation. */
+TRANSIT_INTERNAL size_t transit_chunks_capacity(const transit_chunks *c);
 /* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are
  * filled, marks them non-resident, and writes them to out as ranges ascending by address,
  * adjacent chunks coalesced, each chunk whole (evicting only the pages the records named left

@@ -8,13 +8,23 @@
  *              managed allocation, and every later one, gets SetAccessedBy(device): data
  *              resident on the host is then read over the interconnect instead of migrated.
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
- * chunks, chunks.c: HtoD records and GPU faults add, DtoH records and frees remove, a prefetch
- * replay makes its resident chunks the most recent) is kept at or under L by prefetching the
- * least recently migrated chunks to the host. Evictions run on the recorder thread, every tick
- * the estimate is over L, on TRANSIT's own non-blocking stream: on a launch's stream they would
- * wait behind every kernel queued before them and hold up the ones after, and records keep
- * arriving between launches (a fused optimizer step migrates gigabytes in a few launches).
- * The estimate alone lets the device drift gigabytes over L within an iteration (CUPTI's records
+ * chunks, chunks.c) is kept at or under L by prefetching the least recently migrated chunks to
+ * the host. Two ways, one after the other:
+ *   - from the first launch on, until the profile is built (warm-up, re-profiling): HtoD records
+ *     and GPU faults add, DtoH records and frees remove; the recorder thread evicts, every tick
+ *     the estimate is over L, on TRANSIT's own non-blocking stream. This runs in the GPU's time,
+ *     behind it: the records arrive late, and a fused optimizer step migrates gigabytes between
+ *     two ticks.
+ *   - once the profile is built (all policies profile in limit mode; advise until it applies),
+ *     in the launches' order: at a launch with profiled chunks, those resident become the most
+ *     recent, and the least recent others are evicted on the launch's stream, before the kernel,
+ *     until the estimate with the launch's chunks added is at EVICT_TARGET; then they count
+ *     resident. The CPU runs ahead of the GPU, but each stream runs its work in the order it was
+ *     queued, so the device follows the estimate as kernel after kernel reaches it, bursts
+ *     included. Records then only add what the profile did not foresee (an HtoD record of a
+ *     profiled chunk arrives after later launches moved it, so it would count it twice), and DtoH
+ *     records are the evictions already counted.
+ * The record-driven estimate alone lets the device drift gigabytes over L within an iteration (CUPTI's records
  * miss migrations back to the device; on an H200 the measured bound rose ~10 GiB per iteration),
  * so every tick also measures: managed bytes minus host-resident ones is a bound on what the
  * device holds (untouched pages count as device). Host-resident bytes come from the process's
@@ -64,6 +74,7 @@
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
+    uint64_t launch_evict_bytes, unprofiled_bytes;
     uint64_t advise_calls, advise_bytes, advise_errors;
     uint64_t evict_count, evict_bytes, evict_errors;
     uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
@@ -72,12 +83,15 @@ static struct {
     uint64_t sweeps, sweep_ranges, sweep_bytes;
     uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
     uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
-} pc;
+    uint64_t bound_peak_since; /* highest bound since transit_policy_take_bound_peak; UINT64_MAX: none */
+} pc = {.bound_peak_since = UINT64_MAX};
 
-/* Prefetch profile: attrib feeds ranges while collecting; replay once finalized. */
+/* The profile (prefetch policy, and limit mode): attrib feeds ranges while collecting; replay
+ * once finalized. profiled: every chunk the ranges touch (limit mode). */
 static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
 static transit_ranges *ranges;
 static transit_attrib *attrib;
+static transit_chunks *profiled;
 static int collecting, replay;
 
 /* Limit mode's residency estimate. */
@@ -126,6 +140,18 @@ static bool estimating(void)
     return transit_limit_mode() && transit_recorder_sees_migrations();
 }
 
+bool transit_policy_uses_profile(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || transit_limit_mode();
+}
+
+/* Limit mode's evictions go at launches, in their order (see the top of this file). */
+static bool planning(void)
+{
+    return estimating() && __atomic_load_n(&replay, __ATOMIC_ACQUIRE) &&
+           !(transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE));
+}
+
 uint64_t transit_policy_resident(void)
 {
     uint64_t live = transit_get(&transit_g.n.managed_live);
@@ -169,19 +195,6 @@ static void mark_resident(uint64_t addr, uint64_t bytes)
         transit_add(&pc.untracked_bytes, transit_chunks_migrated(chunks, addr, bytes));
         chunks_changed();
     }
-    pthread_mutex_unlock(&chunks_lock);
-}
-
-/* A replay's chunks are about to be used: those resident move to the recent end, so that the
- * evictions, which run in the GPU's time, do not take them before their kernel ran. Nothing is
- * added: the replay runs when the stream reaches it, maybe far behind this launch, and its HtoD
- * records say when data arrived (counting it here, at enqueue, made the evictions take the
- * chunks the GPU was using to make room for data not yet moved). */
-static void mark_used_soon(uint64_t addr, uint64_t bytes)
-{
-    pthread_mutex_lock(&chunks_lock);
-    if (chunks)
-        transit_chunks_touch(chunks, addr, bytes);
     pthread_mutex_unlock(&chunks_lock);
 }
 
@@ -251,8 +264,6 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
             if (why == PREFETCH_REPLAY) {
                 transit_add(&pc.prefetch_calls, 1);
                 transit_add(&pc.prefetch_bytes, piece[k].bytes);
-                if (estimating())
-                    mark_used_soon(piece[k].addr, piece[k].bytes);
             } else {
                 transit_add(why == PREFETCH_EVICT ? &pc.evict_count : &pc.sweep_ranges, 1);
                 transit_add(why == PREFETCH_EVICT ? &pc.evict_bytes : &pc.sweep_bytes, piece[k].bytes);
@@ -262,14 +273,55 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
     return all_went;
 }
 
-/* The ordinal's ranges are copied out in batches: no lock is held across a driver call. Each is
- * widened to the chunks it touches; a chunk the previous range already took is not asked for twice. */
-static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
+/* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
+ * most recent; the least recent others are evicted on the launch's stream until the estimate
+ * with them added is at EVICT_TARGET; then they count resident. An eviction the driver refuses
+ * stops the evicting (its chunks count resident again; picking more would cycle). */
+static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
+    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit), incoming = 0;
+    transit_range victims[EVICT_BATCH];
+    bool refused = false;
+    pthread_mutex_lock(&chunks_lock);
+    if (!chunks_locked()) {
+        pthread_mutex_unlock(&chunks_lock);
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        transit_chunks_touch(chunks, need[k].addr, need[k].bytes);
+        incoming += transit_chunks_absent_bytes(chunks, need[k].addr, need[k].bytes);
+    }
+    for (;;) {
+        uint64_t resident = transit_chunks_resident_bytes(chunks);
+        size_t v = refused || resident + incoming <= target
+                       ? 0
+                       : transit_chunks_pick_victims(chunks, target > incoming ? target - incoming : 0, victims,
+                                                     EVICT_BATCH);
+        if (!v)
+            break;
+        transit_add(&pc.launch_evict_bytes, resident - transit_chunks_resident_bytes(chunks));
+        pthread_mutex_unlock(&chunks_lock); /* no lock across a driver call */
+        for (size_t j = 0; j < v; j++)
+            refused |= !prefetch_range(drv, victims[j], 0, PREFETCH_EVICT, stream);
+        pthread_mutex_lock(&chunks_lock);
+    }
+    for (size_t k = 0; k < n; k++)
+        transit_chunks_migrated(chunks, need[k].addr, need[k].bytes);
+    chunks_changed();
+    pthread_mutex_unlock(&chunks_lock);
+}
+
+/* The ordinal's profiled ranges, copied out in batches (no lock is held across a driver call),
+ * each widened to the chunks it touches (the driver brings in more than its records name; a
+ * chunk the previous range already took is not taken twice): room is made for them (limit
+ * mode), then they are prefetched (prefetch policy). */
+static void replay_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
+{
+    bool planned = planning(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
     transit_range batch[PREFETCH_BATCH];
     uint64_t taken_to = 0;
     for (size_t done = 0;;) {
-        size_t n = 0, total = 0;
+        size_t n = 0, total = 0, m = 0;
         pthread_mutex_lock(&prof_lock);
         const transit_range *r = replay ? transit_ranges_get(ranges, l->ordinal, &total) : NULL;
         if (r && done < total) {
@@ -283,11 +335,14 @@ static void prefetch_ordinal(const transit_driver_api *drv, const transit_launch
         for (size_t i = 0; i < n; i++) {
             uint64_t lo = TRANSIT_MAX(batch[i].addr & ~(TRANSIT_CHUNK_BYTES - 1), taken_to);
             uint64_t hi = (batch[i].addr + batch[i].bytes + TRANSIT_CHUNK_BYTES - 1) & ~(TRANSIT_CHUNK_BYTES - 1);
-            if (lo >= hi)
-                continue;
-            prefetch_range(drv, (transit_range){.addr = lo, .bytes = hi - lo}, dev, PREFETCH_REPLAY, l->stream);
-            taken_to = hi;
+            if (lo < hi)
+                batch[m++] = (transit_range){.addr = lo, .bytes = hi - lo};
+            taken_to = TRANSIT_MAX(taken_to, hi);
         }
+        if (planned)
+            make_room(drv, batch, m, l->stream);
+        for (size_t k = 0; prefetching && k < m; k++)
+            prefetch_range(drv, batch[k], dev, PREFETCH_REPLAY, l->stream);
     }
 }
 
@@ -372,7 +427,17 @@ static uint64_t record_bound(uint64_t host)
     uint64_t bound = live > host ? live - host : 0;
     __atomic_store_n(&pc.device_bound, bound, __ATOMIC_RELAXED);
     transit_raise_peak(&pc.device_bound_peak, bound);
+    /* UINT64_MAX (no reading since the last take) gives way to any reading. */
+    uint64_t seen = __atomic_load_n(&pc.bound_peak_since, __ATOMIC_RELAXED);
+    while ((seen == UINT64_MAX || bound > seen) &&
+           !__atomic_compare_exchange_n(&pc.bound_peak_since, &seen, bound, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
     return bound;
+}
+
+uint64_t transit_policy_take_bound_peak(void)
+{
+    return __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
@@ -403,7 +468,8 @@ static void check_host_residency(void)
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. */
-    if (bound > BOUND_TARGET(transit_g.cfg.mem_limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
+    if (!planning() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+        bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
 }
 
@@ -467,20 +533,20 @@ void transit_policy_launch(const transit_launch *l)
 {
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
-    bool do_prefetch = c->policy == TRANSIT_POLICY_PREFETCH && has_ranges(l->ordinal);
+    bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || planning()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_prefetch || do_advise) || !(drv = policy_driver()))
+    if (!(do_replay || do_advise) || !(drv = policy_driver()))
         return;
     bool relaxed = relax_capture_mode(drv, &saved);
     if (capturing(drv, l->stream)) {
         transit_add(&pc.capture_skips, 1);
     } else if (drv->CtxGetDevice(&dev) == CUDA_SUCCESS) {
-        if (do_prefetch)
-            prefetch_ordinal(drv, l, dev);
+        if (do_replay)
+            replay_ordinal(drv, l, dev);
         if (do_advise)
             advise_all(drv, dev);
     }
@@ -489,7 +555,7 @@ void transit_policy_launch(const transit_launch *l)
 
 void transit_policy_profile_begin(void)
 {
-    if (transit_g.cfg.policy != TRANSIT_POLICY_PREFETCH)
+    if (!transit_policy_uses_profile())
         return;
     pthread_mutex_lock(&prof_lock);
     __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
@@ -505,9 +571,29 @@ void transit_policy_profile_begin(void)
     pthread_mutex_unlock(&prof_lock);
 }
 
+/* prof_lock held, the ranges finalized: the set of chunks they touch, for limit mode. */
+static void collect_profiled_chunks(void)
+{
+    size_t n;
+    const transit_range *all = transit_ranges_all(ranges, &n);
+    transit_chunks_destroy(profiled);
+    profiled = NULL;
+    if (!transit_limit_mode() || !n)
+        return;
+    pthread_mutex_lock(&chunks_lock);
+    size_t capacity = chunks_locked() ? transit_chunks_capacity(chunks) : 0;
+    pthread_mutex_unlock(&chunks_lock);
+    if (!capacity || !(profiled = transit_chunks_create(capacity))) {
+        transit_warn("limit mode: out of memory for the profiled chunks; the profile is not used");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        transit_chunks_migrated(profiled, all[i].addr, all[i].bytes);
+}
+
 void transit_policy_profile_end(uint32_t max_launches)
 {
-    if (transit_g.cfg.policy != TRANSIT_POLICY_PREFETCH)
+    if (!transit_policy_uses_profile())
         return;
     pthread_mutex_lock(&prof_lock);
     if (collecting) {
@@ -521,7 +607,9 @@ void transit_policy_profile_end(uint32_t max_launches)
             __atomic_store_n(&pc.ranges_count, transit_ranges_total_count(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_bytes, transit_ranges_total_bytes(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_dropped, transit_ranges_dropped(ranges), __ATOMIC_RELAXED);
-            __atomic_store_n(&replay, 1, __ATOMIC_RELEASE);
+            collect_profiled_chunks();
+            __atomic_store_n(&replay, transit_policy_uses_profile() && (!transit_limit_mode() || profiled),
+                             __ATOMIC_RELEASE);
         }
         if (transit_g.cfg.verbose)
             transit_log("prefetch: %zu ranges, %" PRIu64 " bytes over up to %u launches per iteration "
@@ -542,6 +630,25 @@ void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t 
     pthread_mutex_unlock(&prof_lock);
 }
 
+/* While planning: the parts of an HtoD record outside the profiled chunks count resident. */
+static void mark_unprofiled(uint64_t addr, uint64_t bytes)
+{
+    transit_range parts[EVICT_BATCH];
+    for (uint64_t at = addr, end = addr + bytes; at < end;) {
+        size_t k = 0;
+        pthread_mutex_lock(&prof_lock);
+        if (profiled)
+            k = transit_chunks_spilled(profiled, at, end - at, parts, EVICT_BATCH, &at);
+        else
+            at = end;
+        pthread_mutex_unlock(&prof_lock);
+        for (size_t j = 0; j < k; j++) {
+            transit_add(&pc.unprofiled_bytes, parts[j].bytes);
+            mark_resident(parts[j].addr, parts[j].bytes);
+        }
+    }
+}
+
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
 {
     if (__atomic_load_n(&collecting, __ATOMIC_RELAXED)) {
@@ -550,13 +657,15 @@ void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
             transit_attrib_migration(attrib, start_ns, addr, bytes);
         pthread_mutex_unlock(&prof_lock);
     }
-    if (estimating())
+    if (planning())
+        mark_unprofiled(addr, bytes);
+    else if (estimating())
         mark_resident(addr, bytes);
 }
 
 void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
 {
-    if (estimating())
+    if (estimating() && !planning())
         mark_gone(addr, bytes);
 }
 
@@ -564,7 +673,7 @@ void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
  * record; count the faulting page's neighbourhood as resident (an estimate). */
 void transit_policy_gpu_fault(uint64_t addr)
 {
-    if (estimating())
+    if (estimating() && !planning())
         mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
 }
 
@@ -588,14 +697,16 @@ static bool enter_context(const transit_driver_api *drv, int dev)
     return true;
 }
 
+/* While planning, the launches evict. */
 static bool evict_due(void)
 {
-    return estimating() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
+    return estimating() && !planning() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
- * BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, before the first smaps reading, or when
- * the RSS cannot be read. */
+ * BOUND_TARGET when it is over EVICT_TARGET (while planning, over L: the launches' evictions
+ * run ahead of the GPU, and the bound lags behind them); 0 otherwise, before the first smaps
+ * reading, or when the RSS cannot be read. */
 static uint64_t bound_over(void)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
@@ -603,7 +714,7 @@ static uint64_t bound_over(void)
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return bound > (planning() ? limit : EVICT_TARGET(limit)) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 static bool advise_due(void)
@@ -680,9 +791,10 @@ void transit_policy_after_fork(void)
     transit_ranges_destroy(ranges);
     transit_attrib_destroy(attrib);
     transit_chunks_destroy(chunks);
+    transit_chunks_destroy(profiled);
     ranges = NULL;
     attrib = NULL;
-    chunks = NULL;
+    chunks = profiled = NULL;
     collecting = replay = advise_applied = sweep_due = 0;
     evict_stream = NULL;
     context_entered = 0;
@@ -690,6 +802,7 @@ void transit_policy_after_fork(void)
     sweep_cursor = 0;
     rss_calibrated = 0;
     memset(&pc, 0, sizeof pc);
+    pc.bound_peak_since = UINT64_MAX;
 }
 
 void transit_policy_memory_json(jbuf *b)
@@ -733,11 +846,13 @@ void transit_policy_stats_json(jbuf *b)
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
+              ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"unprofiled_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
-              transit_get(&pc.bound_evict_bytes), transit_get(&pc.untracked_bytes),
+              transit_get(&pc.bound_evict_bytes), planning() ? "true" : "false", transit_get(&pc.launch_evict_bytes),
+              transit_get(&pc.unprofiled_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);

@@ -6,6 +6,7 @@
 #include "json.h"
 
 #include <cuda.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 void transit_policy_after_fork(void);
@@ -13,6 +14,9 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device);
 void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* Bytes of managed memory believed resident on the device (limit mode's estimate). */
 uint64_t transit_policy_resident(void);
+/* Limit mode's measured bound, the highest reading since the previous call (which resets it);
+ * UINT64_MAX when it was not measured meanwhile. For the timeline, once per iteration. */
+uint64_t transit_policy_take_bound_peak(void);
 /* The fields of the stats document's "memory" object that the policies know (no braces). */
 void transit_policy_memory_json(jbuf *b);
 /* The recorder/policy sections of the stats document, each followed by ", ". */
@@ -28,6 +32,9 @@ typedef struct transit_launch {
 } transit_launch;
 
 void transit_policy_launch(const transit_launch *l);
+/* Whether the policies use the profiling window's ranges (prefetch; every policy in limit mode):
+ * a changed kernel sequence then calls for a new profile. */
+bool transit_policy_uses_profile(void);
 /* A new profiling window begins (prefetch forgets its ranges), and the window's end after its
  * records were flushed (prefetch builds its ranges; max_launches: most launches in one
  * profiled iteration). Called from the recorder's thread or an iteration-noticing thread. */

@@ -163,6 +163,12 @@ const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordina
     return &r->flat[r->first[ordinal]];
 }
 
+const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count)
+{
+    *count = transit_ranges_total_count(r);
+    return *count ? r->flat : NULL;
+}
+
 size_t transit_ranges_total_count(const transit_ranges *r)
 {
     return r->flat ? r->raw_len : 0;

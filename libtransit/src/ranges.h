@@ -45,6 +45,8 @@ TRANSIT_INTERNAL int transit_ranges_finalized(const transit_ranges *r);
  * without ranges or before finalize. */
 TRANSIT_INTERNAL const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal,
                                                         size_t *count);
+/* Every ordinal's merged ranges, in ordinal order (after finalize; else *count = 0 and NULL). */
+TRANSIT_INTERNAL const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count);
 /* Totals over all ordinals of the merged ranges (after finalize). */
 TRANSIT_INTERNAL size_t transit_ranges_total_count(const transit_ranges *r);
 TRANSIT_INTERNAL uint64_t transit_ranges_total_bytes(const transit_ranges *r);

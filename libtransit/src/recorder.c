@@ -100,6 +100,7 @@ static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct timeline_entry {
     double t;
     uint64_t iteration, resident, htod, dtoh, faults; /* cumulative, so a step's share is a difference */
+    uint64_t bound_peak; /* limit mode's measured bound, highest since the previous entry; UINT64_MAX: unmeasured */
 } timeline_entry;
 static timeline_entry timeline[TIMELINE_ENTRIES];
 static uint64_t timeline_count;
@@ -207,6 +208,7 @@ static void timeline_add(uint64_t iteration)
     e->htod = transit_get(&rc.htod_bytes);
     e->dtoh = transit_get(&rc.dtoh_bytes);
     e->faults = transit_get(&rc.gpu_faults);
+    e->bound_peak = transit_policy_take_bound_peak();
     __atomic_store_n(&timeline_count, i + 1, __ATOMIC_RELEASE);
 }
 
@@ -648,7 +650,7 @@ static void feed_period(const char *symbol, CUfunction f)
         transit_iteration_mark(TRANSIT_ITER_KERNEL_PERIOD);
     /* Sub-step periods (layers) come and go while the detector locks on; only when it is the
      * iteration source does a change mean the iterations themselves changed. */
-    if ((flags & TRANSIT_PERIOD_CHANGED) && transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH &&
+    if ((flags & TRANSIT_PERIOD_CHANGED) && transit_policy_uses_profile() &&
         transit_iteration_method() == TRANSIT_ITER_KERNEL_PERIOD)
         transit_recorder_reprofile("the kernel sequence changed");
 }
@@ -719,7 +721,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     };
     correlate(&l, cb->correlationId);
     uint32_t profiled = __atomic_load_n(&win_max_launches, __ATOMIC_RELAXED);
-    if (transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH && profiled &&
+    if (transit_policy_uses_profile() && profiled &&
         __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
         transit_recorder_reprofile("an iteration ran far more kernels than profiled");
     transit_policy_launch(&l);
@@ -955,8 +957,12 @@ void transit_recorder_state_json(jbuf *b)
         const timeline_entry *e = &timeline[i % TIMELINE_ENTRIES];
         jb_printf(b,
                   "{\"t\": %.3f, \"iteration\": %" PRIu64 ", \"resident_bytes\": %" PRIu64 ", \"htod_bytes\": %" PRIu64
-                  ", \"dtoh_bytes\": %" PRIu64 ", \"gpu_page_faults\": %" PRIu64 "}, ",
+                  ", \"dtoh_bytes\": %" PRIu64 ", \"gpu_page_faults\": %" PRIu64 ", \"device_bound_peak_bytes\": ",
                   e->t, e->iteration, e->resident, e->htod, e->dtoh, e->faults);
+        if (e->bound_peak == UINT64_MAX)
+            jb_printf(b, "null}, ");
+        else
+            jb_printf(b, "%" PRIu64 "}, ", e->bound_peak);
     }
     jb_trim_comma(b);
     jb_printf(b, "], ");

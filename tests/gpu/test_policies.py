@@ -107,6 +107,8 @@ def test_base_faults_with_small_migrations_and_evicts(runs) -> None:
     assert small_migrations(doc) > 0, doc["migrations"]["htod"]
     assert doc["prefetch"]["calls"] == 0 and doc["advise"]["calls"] == 0
     assert doc["evictions"]["count"] > 0, doc["evictions"]  # the footprint is above L
+    # after warm-up the evictions go at the launches, in the stream's order
+    assert doc["evictions"]["at_launch"] is True and doc["evictions"]["at_launch_bytes"] > 0, doc["evictions"]
 
 
 def test_prefetch_replays_ranges_and_cuts_faults(runs) -> None:
@@ -131,4 +133,6 @@ def test_measured_bound_stays_at_L(runs, policy) -> None:
     host-resident ones): at most L, plus what can fault in during one 20 ms tick."""
     doc = runs[policy][1]
     limit = doc["config"]["limit_bytes"]
-    assert doc["memory"]["device_bound_peak_bytes"] <= limit + (256 << 20), (doc["memory"], doc["evictions"])
+    per_iteration = [(e["iteration"], e["device_bound_peak_bytes"]) for e in doc["timeline"]]
+    assert doc["memory"]["device_bound_peak_bytes"] <= limit + (256 << 20), (doc["memory"], doc["evictions"],
+                                                                             per_iteration)

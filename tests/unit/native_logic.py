@@ -37,6 +37,7 @@ int transit_ranges_finalize(transit_ranges *r);
 int transit_ranges_finalized(const transit_ranges *r);
 const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal, size_t *count);
 size_t transit_ranges_total_count(const transit_ranges *r);
+const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count);
 uint64_t transit_ranges_total_bytes(const transit_ranges *r);
 uint64_t transit_ranges_dropped(const transit_ranges *r);
 
@@ -59,8 +60,10 @@ void transit_chunks_destroy(transit_chunks *c);
 uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
 void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
 void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
+uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes);
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 size_t transit_chunks_count(const transit_chunks *c);
+size_t transit_chunks_capacity(const transit_chunks *c);
 size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out, size_t out_cap);
 int64_t transit_uvm_host_rss_parse(const char *smaps);
 int64_t transit_statm_rss_parse(const char *statm, uint64_t page_bytes);

@@ -92,8 +92,8 @@ def test_evicts_least_recently_migrated_first(native, chunks):
 
 
 def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
-    """A prefetch replay touches what its kernel is about to use: resident chunks move to the
-    recent end; a chunk not resident is not counted until a record says data arrived."""
+    """A launch touches what its kernel is about to use: resident chunks move to the recent end
+    (before the victims for its own chunks are picked); a chunk not resident is not added."""
     _, lib = native
     c = chunks()
     for i in (1, 2, 3):
@@ -103,6 +103,18 @@ def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
     assert victims(native, c, 2 * CHUNK) == [(BASE + 2 * CHUNK, CHUNK)]
     assert victims(native, c, CHUNK) == [(BASE + 3 * CHUNK, CHUNK)]  # then 3, and 1 stays
     assert victims(native, c, 0) == [(BASE + 1 * CHUNK, CHUNK)]
+
+
+def test_absent_bytes_count_whole_chunks_not_resident(native, chunks):
+    """What a launch's chunks add to the estimate: whole chunks, only those not resident."""
+    _, lib = native
+    c = chunks(max_chunks=7)
+    assert lib.transit_chunks_capacity(c) == 7
+    lib.transit_chunks_migrated(c, BASE + CHUNK + 4 * KIB, 4 * KIB)  # one page makes chunk 1 resident
+    assert lib.transit_chunks_absent_bytes(c, BASE, 3 * CHUNK) == 2 * CHUNK
+    assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK - 1, 2) == CHUNK  # straddles chunks 0 and 1
+    assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK, CHUNK) == 0
+    assert lib.transit_chunks_absent_bytes(c, BASE, 0) == 0
 
 
 def test_victims_coalesce_adjacent_chunks(native, chunks):

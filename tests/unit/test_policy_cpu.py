@@ -42,8 +42,10 @@ def check_sections(doc: dict) -> None:
         assert is_uint(doc["prefetch"][key]), key
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
-    for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "sweeps", "sweep_bytes"):
+    for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "unprofiled_bytes", "sweeps",
+                "sweep_bytes"):
         assert is_uint(doc["evictions"][key]), key
+    assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
     for key in ("host_resident_measured_bytes", "device_bound_bytes", "device_bound_peak_bytes", "rss_drift_peak_bytes"):
         assert mem[key] is None or is_uint(mem[key]), key
@@ -54,7 +56,9 @@ def check_sections(doc: dict) -> None:
     assert isinstance(rec["profiling"], bool)
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
-        assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults"}
+        assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults",
+                              "device_bound_peak_bytes"}
+        assert entry["device_bound_peak_bytes"] is None  # measured only in limit mode, with migration records
 
 
 def test_library_loads_and_live_stats_have_every_section() -> None:
