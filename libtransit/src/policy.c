@@ -704,9 +704,11 @@ static bool evict_due(void)
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
- * BOUND_TARGET when it is over EVICT_TARGET (while planning, over L: the launches' evictions
- * run ahead of the GPU, and the bound lags behind them); 0 otherwise, before the first smaps
- * reading, or when the RSS cannot be read. */
+ * BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, before the first smaps reading, or when
+ * the RSS cannot be read. While planning it is only recorded: evictions in the GPU's time took
+ * the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
+ * device kept what the estimate did not know; the launches' evictions flush that out within an
+ * iteration (every chunk the profile names is counted, then evicted in its turn). */
 static uint64_t bound_over(void)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
@@ -714,7 +716,7 @@ static uint64_t bound_over(void)
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return bound > (planning() ? limit : EVICT_TARGET(limit)) ? bound - BOUND_TARGET(limit) : 0;
+    return !planning() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 static bool advise_due(void)
