@@ -162,6 +162,11 @@ void transit_attrib_migration(transit_attrib *a, uint64_t start_ns, uint64_t add
         unattributed(a, bytes);
 }
 
+void transit_attrib_retarget(transit_attrib *a, transit_ranges *out)
+{
+    a->out = out;
+}
+
 void transit_attrib_flush(transit_attrib *a)
 {
     while (a->p_len > 0)

@@ -44,6 +44,8 @@ TRANSIT_INTERNAL void transit_attrib_kernel(transit_attrib *a, uint64_t start_ns
 /* An HtoD migration record (its start timestamp decides; the end does not matter). */
 TRANSIT_INTERNAL void transit_attrib_migration(transit_attrib *a, uint64_t start_ns, uint64_t addr,
                                                uint64_t bytes);
+/* Later migrations go to `out` instead (borrowed). */
+TRANSIT_INTERNAL void transit_attrib_retarget(transit_attrib *a, transit_ranges *out);
 /* End of profiling: migrations still waiting become unattributed; kept kernels are forgotten. */
 TRANSIT_INTERNAL void transit_attrib_flush(transit_attrib *a);
 TRANSIT_INTERNAL transit_attrib_counts transit_attrib_get_counts(const transit_attrib *a);

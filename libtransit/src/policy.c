@@ -74,7 +74,7 @@
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
-    uint64_t launch_evict_bytes, unprofiled_bytes;
+    uint64_t launch_evict_bytes, unprofiled_bytes, refinements;
     uint64_t advise_calls, advise_bytes, advise_errors;
     uint64_t evict_count, evict_bytes, evict_errors;
     uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
@@ -83,16 +83,19 @@ static struct {
     uint64_t sweeps, sweep_ranges, sweep_bytes;
     uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
     uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
-    uint64_t bound_peak_since; /* highest bound since transit_policy_take_bound_peak; UINT64_MAX: none */
+    uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
+    uint64_t planned_marks, plan_correction;
 } pc = {.bound_peak_since = UINT64_MAX};
 
-/* The profile (prefetch policy, and limit mode): attrib feeds ranges while collecting; replay
- * once finalized. profiled: every chunk the ranges touch (limit mode). */
+/* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
+ * at its end, `fresh` is finalized and becomes `ranges`, which launches replay. A refinement
+ * window (limit mode, while planning) goes on replaying, and what it collects is added to what
+ * the profile already knew. profiled: every chunk the ranges touch (limit mode). */
 static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
-static transit_ranges *ranges;
+static transit_ranges *ranges, *fresh;
 static transit_attrib *attrib;
 static transit_chunks *profiled;
-static int collecting, replay;
+static int collecting, replay, refining;
 
 /* Limit mode's residency estimate. */
 static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -146,7 +149,7 @@ bool transit_policy_uses_profile(void)
 }
 
 /* Limit mode's evictions go at launches, in their order (see the top of this file). */
-static bool planning(void)
+bool transit_policy_planning(void)
 {
     return estimating() && __atomic_load_n(&replay, __ATOMIC_ACQUIRE) &&
            !(transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE));
@@ -275,11 +278,11 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
 
 /* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
  * most recent; the least recent others are evicted on the launch's stream until the estimate
- * with them added is at EVICT_TARGET; then they count resident. An eviction the driver refuses
+ * with them added is at EVICT_TARGET less the measured correction; then they count resident. An eviction the driver refuses
  * stops the evicting (its chunks count resident again; picking more would cycle). */
 static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
-    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit), incoming = 0;
+    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction), incoming = 0;
     transit_range victims[EVICT_BATCH];
     bool refused = false;
     pthread_mutex_lock(&chunks_lock);
@@ -317,7 +320,7 @@ static void make_room(const transit_driver_api *drv, const transit_range *need, 
  * mode), then they are prefetched (prefetch policy). */
 static void replay_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
-    bool planned = planning(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
+    bool planned = transit_policy_planning(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
     transit_range batch[PREFETCH_BATCH];
     uint64_t taken_to = 0;
     for (size_t done = 0;;) {
@@ -435,9 +438,28 @@ static uint64_t record_bound(uint64_t host)
     return bound;
 }
 
-uint64_t transit_policy_take_bound_peak(void)
+/* While planning the device still holds more than the estimate (on an H200, 3-7 GiB of 36: data
+ * that kernels the profile did not name for it faulted back in, unseen, since an HtoD record of
+ * a profiled chunk cannot be told from one the launches already counted). So each iteration's
+ * measured bound peak moves the launches' target: down by what it was over BOUND_TARGET, up by
+ * what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark after planning
+ * began is skipped: that iteration still flushed what the estimate did not know. */
+static void correct_plan(uint64_t peak)
 {
-    return __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
+    uint64_t limit = transit_g.cfg.mem_limit;
+    if (__atomic_fetch_add(&pc.planned_marks, 1, __ATOMIC_RELAXED) == 0)
+        return;
+    int64_t c = (int64_t)transit_get(&pc.plan_correction) + (int64_t)peak - (int64_t)BOUND_TARGET(limit);
+    __atomic_store_n(&pc.plan_correction, (uint64_t)TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2)),
+                     __ATOMIC_RELAXED);
+}
+
+uint64_t transit_policy_iteration_ended(void)
+{
+    uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
+    if (peak != UINT64_MAX && transit_policy_planning())
+        correct_plan(peak);
+    return peak;
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
@@ -468,7 +490,7 @@ static void check_host_residency(void)
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. */
-    if (!planning() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+    if (!transit_policy_planning() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
 }
@@ -533,7 +555,7 @@ void transit_policy_launch(const transit_launch *l)
 {
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
-    bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || planning()) && has_ranges(l->ordinal);
+    bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || transit_policy_planning()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
     const transit_driver_api *drv;
@@ -553,21 +575,25 @@ void transit_policy_launch(const transit_launch *l)
     restore_capture_mode(drv, relaxed, &saved);
 }
 
-void transit_policy_profile_begin(void)
+void transit_policy_profile_begin(bool refine)
 {
     if (!transit_policy_uses_profile())
         return;
     pthread_mutex_lock(&prof_lock);
-    __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
-    if (!ranges && !(ranges = transit_ranges_create(transit_g.cfg.prefetch_gap, 0)))
+    refining = refine && replay;
+    if (!refining)
+        __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
+    if (!fresh && !(fresh = transit_ranges_create(transit_g.cfg.prefetch_gap, 0)))
         transit_warn("prefetch: out of memory for the range table; acting as base");
-    if (ranges && !attrib && !(attrib = transit_attrib_create(ranges, 0, 0)))
+    if (fresh && !attrib && !(attrib = transit_attrib_create(fresh, 0, 0)))
         transit_warn("prefetch: out of memory for migration attribution; acting as base");
-    if (ranges)
-        transit_ranges_reset(ranges);
-    if (attrib)
+    if (fresh)
+        transit_ranges_reset(fresh);
+    if (attrib) {
+        transit_attrib_retarget(attrib, fresh);
         transit_attrib_flush(attrib); /* forget kernels and migrations of an earlier window */
-    collecting = ranges && attrib;     /* the stats keep the last finished profile's totals */
+    }
+    collecting = fresh && attrib; /* the stats keep the last finished profile's totals */
     pthread_mutex_unlock(&prof_lock);
 }
 
@@ -601,21 +627,26 @@ void transit_policy_profile_end(uint32_t max_launches)
         transit_attrib_flush(attrib);
         transit_attrib_counts n = transit_attrib_get_counts(attrib);
         __atomic_store_n(&pc.unattributed_bytes, n.unattributed_bytes, __ATOMIC_RELAXED);
-        if (transit_ranges_finalize(ranges)) {
-            transit_warn("prefetch: out of memory merging ranges; acting as base");
+        if ((refining && transit_ranges_add_all(fresh, ranges)) || transit_ranges_finalize(fresh)) {
+            transit_warn(refining ? "limit mode: out of memory refining the profile; the earlier one stays"
+                                  : "prefetch: out of memory merging ranges; acting as base");
         } else {
+            transit_ranges *replayed = ranges;
+            ranges = fresh;
+            fresh = replayed; /* reset when the next window begins */
+            transit_add(&pc.refinements, refining);
             __atomic_store_n(&pc.ranges_count, transit_ranges_total_count(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_bytes, transit_ranges_total_bytes(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_dropped, transit_ranges_dropped(ranges), __ATOMIC_RELAXED);
             collect_profiled_chunks();
             __atomic_store_n(&replay, transit_policy_uses_profile() && (!transit_limit_mode() || profiled),
                              __ATOMIC_RELEASE);
+            if (transit_g.cfg.verbose)
+                transit_log("%s: %zu ranges, %" PRIu64 " bytes over up to %u launches per iteration "
+                            "(%" PRIu64 " migrations attributed, %" PRIu64 " not)",
+                            refining ? "profile refined" : "profile", transit_ranges_total_count(ranges),
+                            transit_ranges_total_bytes(ranges), max_launches, n.attributed, n.unattributed);
         }
-        if (transit_g.cfg.verbose)
-            transit_log("prefetch: %zu ranges, %" PRIu64 " bytes over up to %u launches per iteration "
-                        "(%" PRIu64 " migrations attributed, %" PRIu64 " not)",
-                        transit_ranges_total_count(ranges), transit_ranges_total_bytes(ranges), max_launches,
-                        n.attributed, n.unattributed);
     }
     pthread_mutex_unlock(&prof_lock);
 }
@@ -657,7 +688,7 @@ void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
             transit_attrib_migration(attrib, start_ns, addr, bytes);
         pthread_mutex_unlock(&prof_lock);
     }
-    if (planning())
+    if (transit_policy_planning())
         mark_unprofiled(addr, bytes);
     else if (estimating())
         mark_resident(addr, bytes);
@@ -665,7 +696,7 @@ void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
 
 void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
 {
-    if (estimating() && !planning())
+    if (estimating() && !transit_policy_planning())
         mark_gone(addr, bytes);
 }
 
@@ -673,7 +704,7 @@ void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
  * record; count the faulting page's neighbourhood as resident (an estimate). */
 void transit_policy_gpu_fault(uint64_t addr)
 {
-    if (estimating() && !planning())
+    if (estimating() && !transit_policy_planning())
         mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
 }
 
@@ -700,7 +731,7 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 /* While planning, the launches evict. */
 static bool evict_due(void)
 {
-    return estimating() && !planning() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
+    return estimating() && !transit_policy_planning() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -716,7 +747,7 @@ static uint64_t bound_over(void)
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return !planning() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return !transit_policy_planning() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 static bool advise_due(void)
@@ -791,13 +822,14 @@ void transit_policy_after_fork(void)
     pthread_mutex_init(&prof_lock, NULL);
     pthread_mutex_init(&chunks_lock, NULL);
     transit_ranges_destroy(ranges);
+    transit_ranges_destroy(fresh);
     transit_attrib_destroy(attrib);
     transit_chunks_destroy(chunks);
     transit_chunks_destroy(profiled);
-    ranges = NULL;
+    ranges = fresh = NULL;
     attrib = NULL;
     chunks = profiled = NULL;
-    collecting = replay = advise_applied = sweep_due = 0;
+    collecting = replay = refining = advise_applied = sweep_due = 0;
     evict_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
@@ -835,11 +867,12 @@ void transit_policy_stats_json(jbuf *b)
               "\"prefetch\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"ranges\": %" PRIu64 ", \"range_bytes\": %" PRIu64 ", \"ranges_dropped\": %" PRIu64
               ", \"unattributed_bytes\": %" PRIu64 ", \"profiled_iterations\": %" PRIu64 ", \"reprofiles\": %" PRIu64
+              ", \"refinements\": %" PRIu64
               ", \"replaying\": %s}, ",
               transit_get(&pc.prefetch_calls), transit_get(&pc.prefetch_bytes), transit_get(&pc.prefetch_errors),
               transit_get(&pc.ranges_count), transit_get(&pc.ranges_bytes), transit_get(&pc.ranges_dropped),
               transit_get(&pc.unattributed_bytes), transit_recorder_profiled_iterations(),
-              transit_recorder_reprofiles(), __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
+              transit_recorder_reprofiles(), transit_get(&pc.refinements), __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"applied\": %s}, ",
@@ -848,12 +881,14 @@ void transit_policy_stats_json(jbuf *b)
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
-              ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"unprofiled_bytes\": %" PRIu64
+              ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
+              ", \"unprofiled_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
-              transit_get(&pc.bound_evict_bytes), planning() ? "true" : "false", transit_get(&pc.launch_evict_bytes),
+              transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false", transit_get(&pc.launch_evict_bytes),
+              transit_get(&pc.plan_correction),
               transit_get(&pc.unprofiled_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));

@@ -14,9 +14,10 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device);
 void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* Bytes of managed memory believed resident on the device (limit mode's estimate). */
 uint64_t transit_policy_resident(void);
-/* Limit mode's measured bound, the highest reading since the previous call (which resets it);
- * UINT64_MAX when it was not measured meanwhile. For the timeline, once per iteration. */
-uint64_t transit_policy_take_bound_peak(void);
+/* At each iteration mark: limit mode's measured bound, the highest reading since the previous
+ * mark (UINT64_MAX when it was not measured meanwhile), for the timeline; while planning, it
+ * also corrects the launches' eviction target. */
+uint64_t transit_policy_iteration_ended(void);
 /* The fields of the stats document's "memory" object that the policies know (no braces). */
 void transit_policy_memory_json(jbuf *b);
 /* The recorder/policy sections of the stats document, each followed by ", ". */
@@ -35,10 +36,13 @@ void transit_policy_launch(const transit_launch *l);
 /* Whether the policies use the profiling window's ranges (prefetch; every policy in limit mode):
  * a changed kernel sequence then calls for a new profile. */
 bool transit_policy_uses_profile(void);
-/* A new profiling window begins (prefetch forgets its ranges), and the window's end after its
- * records were flushed (prefetch builds its ranges; max_launches: most launches in one
- * profiled iteration). Called from the recorder's thread or an iteration-noticing thread. */
-void transit_policy_profile_begin(void);
+/* Limit mode, once the profile is built: evictions go at the launches (see policy.c). */
+bool transit_policy_planning(void);
+/* A new profiling window begins (the ranges are forgotten; with refine, while planning, they are
+ * kept, replayed, and added to), and the window's end after its records were flushed (the
+ * ranges are built; max_launches: most launches in one profiled iteration). Called from the
+ * recorder's thread or an iteration-noticing thread. */
+void transit_policy_profile_begin(bool refine);
 void transit_policy_profile_end(uint32_t max_launches);
 /* Activity records, in the order CUPTI delivers them (CUPTI's buffer thread). */
 void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);

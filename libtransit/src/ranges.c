@@ -163,6 +163,16 @@ const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordina
     return &r->flat[r->first[ordinal]];
 }
 
+int transit_ranges_add_all(transit_ranges *dst, const transit_ranges *src)
+{
+    if (!src->flat || dst->flat)
+        return -1;
+    for (uint32_t o = 0; o < src->n_ordinals; o++)
+        for (uint32_t i = src->first[o]; i < src->first[o + 1]; i++)
+            transit_ranges_add(dst, o, src->flat[i].addr, src->flat[i].bytes);
+    return 0;
+}
+
 const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count)
 {
     *count = transit_ranges_total_count(r);

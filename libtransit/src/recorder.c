@@ -38,6 +38,7 @@
 #define TIMELINE_ENTRIES 512
 #define MAX_REPROFILES 8                /* a sequence that keeps changing would keep profiling on */
 #define REPROFILE_LAUNCH_FACTOR 2       /* an iteration this many times longer than profiled: changed */
+#define MAX_REFINEMENTS 3               /* limit mode: one-iteration windows that add to the profile */
 /* TRANSIT's external correlation ids are (iteration << 32) | ordinal. CUSTOM2, because
  * PyTorch's profiler (Kineto) pushes its own ids as CUSTOM0 and CUSTOM1. */
 #define EXTERNAL_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
@@ -51,7 +52,7 @@ static struct {
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_disagree, corr_none;
     uint64_t runtime_callbacks, runtime_without_driver;
-    uint64_t profiled_iterations, reprofiles;
+    uint64_t profiled_iterations, reprofiles, refine_windows;
 } rc;
 static transit_hist htod_hist, dtoh_hist; /* under records_lock */
 
@@ -142,17 +143,17 @@ static int in_window(uint64_t iteration)
            iteration < __atomic_load_n(&win_end, __ATOMIC_RELAXED);
 }
 
-/* win_lock held. */
-static void open_window(uint64_t begin)
+/* win_lock held. A refinement window lasts one iteration (see transit_policy_profile_begin). */
+static void open_window(uint64_t begin, bool refine)
 {
     win_begin = begin;
-    win_end = begin + transit_g.cfg.warmup_iters;
+    win_end = begin + (refine ? 1 : transit_g.cfg.warmup_iters);
     win_max_launches = 0;
     __atomic_store_n(&finalize_due, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&win_phase, WINDOW_COLLECTING, __ATOMIC_RELEASE);
     __atomic_store_n(&want_profiling, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&want_um, 1, __ATOMIC_RELAXED);
-    transit_policy_profile_begin();
+    transit_policy_profile_begin(refine);
 }
 
 /* The iteration count moved from `seen` to `now`; `launches` ran in iteration `seen`. */
@@ -160,7 +161,7 @@ static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
 {
     pthread_mutex_lock(&win_lock);
     if (now < seen) { /* a more explicit iteration source took over and counts from 0 */
-        open_window(now + 1);
+        open_window(now + 1, false);
     } else if (win_phase == WINDOW_COLLECTING) {
         if (seen >= win_begin && seen < win_end) {
             transit_add(&rc.profiled_iterations, 1);
@@ -185,7 +186,7 @@ void transit_recorder_reprofile(const char *why)
     pthread_mutex_lock(&win_lock);
     if (win_phase == WINDOW_DONE && transit_get(&rc.reprofiles) < MAX_REPROFILES) {
         transit_add(&rc.reprofiles, 1);
-        open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1);
+        open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, false);
         opened = 1;
     }
     pthread_mutex_unlock(&win_lock);
@@ -208,7 +209,7 @@ static void timeline_add(uint64_t iteration)
     e->htod = transit_get(&rc.htod_bytes);
     e->dtoh = transit_get(&rc.dtoh_bytes);
     e->faults = transit_get(&rc.gpu_faults);
-    e->bound_peak = transit_policy_take_bound_peak();
+    e->bound_peak = transit_policy_iteration_ended();
     __atomic_store_n(&timeline_count, i + 1, __ATOMIC_RELEASE);
 }
 
@@ -331,6 +332,17 @@ static void finish_window(void)
     max_launches = win_max_launches;
     pthread_mutex_unlock(&win_lock);
     transit_policy_profile_end(max_launches);
+    /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
+     * back in after it was evicted (it was resident when they ran in the profiled iterations):
+     * a few one-iteration windows add those to the profile. */
+    if (!transit_policy_planning())
+        return;
+    pthread_mutex_lock(&win_lock);
+    if (win_phase == WINDOW_DONE && transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
+        transit_add(&rc.refine_windows, 1);
+        open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, true);
+    }
+    pthread_mutex_unlock(&win_lock);
 }
 
 /* ---- the recorder thread ---- */
@@ -810,7 +822,7 @@ static void start_cupti(void)
     if (!(period = transit_period_create(0)))
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
     pthread_mutex_lock(&win_lock);
-    open_window(1); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
+    open_window(1, false); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
     pthread_mutex_unlock(&win_lock);
     apply_activity();
     set_state(TRANSIT_RECORDER_CUPTI, NULL);

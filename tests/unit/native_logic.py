@@ -38,6 +38,7 @@ int transit_ranges_finalized(const transit_ranges *r);
 const transit_range *transit_ranges_get(const transit_ranges *r, uint32_t ordinal, size_t *count);
 size_t transit_ranges_total_count(const transit_ranges *r);
 const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count);
+int transit_ranges_add_all(transit_ranges *dst, const transit_ranges *src);
 uint64_t transit_ranges_total_bytes(const transit_ranges *r);
 uint64_t transit_ranges_dropped(const transit_ranges *r);
 

@@ -93,6 +93,24 @@ def test_ordinals_are_independent(native, make_ranges):
     assert every(native, r) == get(native, r, 0) + get(native, r, 2)
 
 
+def test_add_all_carries_an_earlier_profile_into_the_next(native, make_ranges):
+    """A refinement window's ranges are added to what the profile already knew, ordinal by ordinal."""
+    _, lib = native
+    old, new = make_ranges(), make_ranges()
+    lib.transit_ranges_add(old, 0, 0x1000_0000, MIB)
+    lib.transit_ranges_add(old, 3, 0x2000_0000, MIB)
+    assert lib.transit_ranges_add_all(new, old) == -1  # the source must be finalized
+    lib.transit_ranges_finalize(old)
+    lib.transit_ranges_add(new, 3, 0x2000_0000 + MIB, MIB)  # what the refinement saw
+    lib.transit_ranges_add(new, 4, 0x3000_0000, MIB)
+    assert lib.transit_ranges_add_all(new, old) == 0
+    lib.transit_ranges_finalize(new)
+    assert get(native, new, 0) == [(0x1000_0000, MIB)]
+    assert get(native, new, 3) == [(0x2000_0000, 2 * MIB)]
+    assert get(native, new, 4) == [(0x3000_0000, MIB)]
+    assert lib.transit_ranges_add_all(new, old) == -1  # nor may the destination be
+
+
 def every(native, r) -> list[tuple[int, int]]:
     ffi, lib = native
     count = ffi.new("size_t *")
