@@ -127,9 +127,10 @@ def transit_summary(stats: list[dict]) -> dict | None:
         "prefetch_bytes": total("prefetch", "bytes"),
         "advise_calls": total("advise", "calls"),
         "evictions_bytes": total("evictions", "bytes"),
-        # limit mode: evictions queued at launches once the profile exists, and HtoD outside it
+        # limit mode: evictions queued at launches once the profile exists, and the chunks HtoD
+        # records brought that the launches had not counted
         "evictions_at_launch_bytes": total("evictions", "at_launch_bytes"),
-        "unprofiled_htod_bytes": total("evictions", "unprofiled_bytes"),
+        "cold_arrival_bytes": total("evictions", "cold_bytes"),
         "unrequested_bytes": total("migrations", "unrequested_bytes"),
         "iterations": iters,
         "iteration_method": get(ranks[0], "iterations", "method"),

@@ -123,6 +123,18 @@ static void lru_append(transit_chunks *c, uint32_t n)
     c->lru_tail = n;
 }
 
+static void lru_prepend(transit_chunks *c, uint32_t n)
+{
+    node *x = &c->nodes[n];
+    x->prev = NIL;
+    x->next = c->lru_head;
+    if (c->lru_head != NIL)
+        c->nodes[c->lru_head].prev = n;
+    else
+        c->lru_tail = n;
+    c->lru_head = n;
+}
+
 static void forget_node(transit_chunks *c, size_t slot, uint32_t n)
 {
     lru_unlink(c, n);
@@ -156,6 +168,23 @@ static void page_span(uint64_t addr, uint64_t end, uint64_t chunk, uint32_t *fir
     *last = (uint32_t)((hi >> TRANSIT_CHUNK_PAGE_SHIFT) % PAGES_PER_CHUNK);
 }
 
+/* The chunk's node, made (not in the LRU list yet) when absent; NIL when out of nodes. *made
+ * says whether it was. */
+static uint32_t node_of(transit_chunks *c, uint64_t chunk, int *made)
+{
+    size_t s = find_slot(c, chunk);
+    uint32_t n = c->slots[s];
+    *made = n == NIL;
+    if (n != NIL || c->free_head == NIL)
+        return n;
+    n = c->free_head;
+    c->free_head = c->nodes[n].next;
+    c->nodes[n] = (node){.chunk = chunk, .prev = NIL, .next = NIL};
+    c->slots[s] = n;
+    c->count++;
+    return n;
+}
+
 uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes)
 {
     uint64_t untracked = 0;
@@ -164,26 +193,39 @@ uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t byte
         return 0;
     for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
         uint32_t first, last;
+        int made;
         page_span(addr, end, chunk, &first, &last);
-        size_t s = find_slot(c, chunk);
-        uint32_t n = c->slots[s];
+        uint32_t n = node_of(c, chunk, &made);
         if (n == NIL) {
-            if (c->free_head == NIL) {
-                untracked += (uint64_t)(last - first + 1) * PAGE_BYTES;
-                continue;
-            }
-            n = c->free_head;
-            c->free_head = c->nodes[n].next;
-            c->nodes[n] = (node){.chunk = chunk, .prev = NIL, .next = NIL};
-            c->slots[s] = n;
-            c->count++;
-        } else {
-            lru_unlink(c, n);
+            untracked += (uint64_t)(last - first + 1) * PAGE_BYTES;
+            continue;
         }
+        if (!made)
+            lru_unlink(c, n);
         lru_append(c, n);
         c->nodes[n].pages += mark_pages(&c->nodes[n], first, last, 1);
     }
     return untracked;
+}
+
+uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t added = 0;
+    uint64_t end = addr + bytes;
+    if (bytes == 0 || end < addr)
+        return 0;
+    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
+        uint32_t first, last;
+        int made;
+        page_span(addr, end, chunk, &first, &last);
+        uint32_t n = node_of(c, chunk, &made);
+        if (n == NIL || !made)
+            continue;
+        lru_prepend(c, n);
+        c->nodes[n].pages += mark_pages(&c->nodes[n], first, last, 1);
+        added += TRANSIT_CHUNK_BYTES;
+    }
+    return added;
 }
 
 void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
@@ -259,11 +301,6 @@ size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t b
 size_t transit_chunks_count(const transit_chunks *c)
 {
     return c->count;
-}
-
-size_t transit_chunks_capacity(const transit_chunks *c)
-{
-    return c->max_chunks;
 }
 
 static int compare_range(const void *pa, const void *pb)

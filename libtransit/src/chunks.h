@@ -32,6 +32,10 @@ TRANSIT_INTERNAL void transit_chunks_destroy(transit_chunks *c);
 /* [addr, addr+bytes) migrated to the device (may span chunks): its chunks become resident and
  * most recently migrated. Returns the bytes that could not be tracked (0 normally). */
 TRANSIT_INTERNAL uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
+/* [addr, addr+bytes) migrated to the device, but it may already have left again: its chunks not
+ * resident become resident as the least recently migrated (the next victims); resident ones
+ * stay where they are. Returns the bytes of the chunks added. */
+TRANSIT_INTERNAL uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes);
 /* [addr, addr+bytes) is no longer on the device: migrated to the host, or its allocation freed.
  * Chunks left without any of the pages that migrated in are forgotten. */
 TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
@@ -42,8 +46,6 @@ TRANSIT_INTERNAL void transit_chunks_touch(transit_chunks *c, uint64_t addr, uin
 TRANSIT_INTERNAL uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes);
 TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
-/* max_chunks given at creation. */
-TRANSIT_INTERNAL size_t transit_chunks_capacity(const transit_chunks *c);
 /* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are
  * filled, marks them non-resident, and writes them to out as ranges ascending by address,
  * adjacent chunks coalesced, each chunk whole (evicting only the pages the records named left

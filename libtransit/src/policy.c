@@ -21,12 +21,12 @@
  *     until the estimate with the launch's chunks added is at EVICT_TARGET; then they count
  *     resident. The CPU runs ahead of the GPU, but each stream runs its work in the order it was
  *     queued, so the device follows the estimate as kernel after kernel reaches it, bursts
- *     included. Records then only add what the profile did not foresee (an HtoD record of a
- *     profiled chunk arrives after later launches moved it, so it would count it twice), and DtoH
- *     records are the evictions already counted.
- * The record-driven estimate alone lets the device drift gigabytes over L within an iteration (CUPTI's records
- * miss migrations back to the device; on an H200 the measured bound rose ~10 GiB per iteration),
- * so every tick also measures: managed bytes minus host-resident ones is a bound on what the
+ *     included. DtoH records are then the evictions already counted; an HtoD record adds only
+ *     the chunks the estimate lacks, as the next victims (mark_arrived_cold); short-lived
+ *     one-iteration windows refine the profile; each iteration's measured bound peak corrects
+ *     the target (correct_plan).
+ * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
+ * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures: managed bytes minus host-resident ones is a bound on what the
  * device holds (untouched pages count as device). Host-resident bytes come from the process's
  * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
  * when smaps is slow to read) is re-measured against the Rss of the /dev/nvidia-uvm mappings in
@@ -74,7 +74,7 @@
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
-    uint64_t launch_evict_bytes, unprofiled_bytes, refinements;
+    uint64_t launch_evict_bytes, cold_bytes, refinements;
     uint64_t advise_calls, advise_bytes, advise_errors;
     uint64_t evict_count, evict_bytes, evict_errors;
     uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
@@ -90,11 +90,10 @@ static struct {
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
  * at its end, `fresh` is finalized and becomes `ranges`, which launches replay. A refinement
  * window (limit mode, while planning) goes on replaying, and what it collects is added to what
- * the profile already knew. profiled: every chunk the ranges touch (limit mode). */
+ * the profile already knew. */
 static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
 static transit_ranges *ranges, *fresh;
 static transit_attrib *attrib;
-static transit_chunks *profiled;
 static int collecting, replay, refining;
 
 /* Limit mode's residency estimate. */
@@ -438,9 +437,8 @@ static uint64_t record_bound(uint64_t host)
     return bound;
 }
 
-/* While planning the device still holds more than the estimate (on an H200, 3-7 GiB of 36: data
- * that kernels the profile did not name for it faulted back in, unseen, since an HtoD record of
- * a profiled chunk cannot be told from one the launches already counted). So each iteration's
+/* While planning the device may still hold more than the estimate (on an H200, 3-11 GiB of 36
+ * while the HtoD records of profiled chunks were ignored, the more the lower the target). So each iteration's
  * measured bound peak moves the launches' target: down by what it was over BOUND_TARGET, up by
  * what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark after planning
  * began is skipped: that iteration still flushed what the estimate did not know. */
@@ -597,26 +595,6 @@ void transit_policy_profile_begin(bool refine)
     pthread_mutex_unlock(&prof_lock);
 }
 
-/* prof_lock held, the ranges finalized: the set of chunks they touch, for limit mode. */
-static void collect_profiled_chunks(void)
-{
-    size_t n;
-    const transit_range *all = transit_ranges_all(ranges, &n);
-    transit_chunks_destroy(profiled);
-    profiled = NULL;
-    if (!transit_limit_mode() || !n)
-        return;
-    pthread_mutex_lock(&chunks_lock);
-    size_t capacity = chunks_locked() ? transit_chunks_capacity(chunks) : 0;
-    pthread_mutex_unlock(&chunks_lock);
-    if (!capacity || !(profiled = transit_chunks_create(capacity))) {
-        transit_warn("limit mode: out of memory for the profiled chunks; the profile is not used");
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        transit_chunks_migrated(profiled, all[i].addr, all[i].bytes);
-}
-
 void transit_policy_profile_end(uint32_t max_launches)
 {
     if (!transit_policy_uses_profile())
@@ -638,9 +616,7 @@ void transit_policy_profile_end(uint32_t max_launches)
             __atomic_store_n(&pc.ranges_count, transit_ranges_total_count(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_bytes, transit_ranges_total_bytes(ranges), __ATOMIC_RELAXED);
             __atomic_store_n(&pc.ranges_dropped, transit_ranges_dropped(ranges), __ATOMIC_RELAXED);
-            collect_profiled_chunks();
-            __atomic_store_n(&replay, transit_policy_uses_profile() && (!transit_limit_mode() || profiled),
-                             __ATOMIC_RELEASE);
+            __atomic_store_n(&replay, 1, __ATOMIC_RELEASE);
             if (transit_g.cfg.verbose)
                 transit_log("%s: %zu ranges, %" PRIu64 " bytes over up to %u launches per iteration "
                             "(%" PRIu64 " migrations attributed, %" PRIu64 " not)",
@@ -661,23 +637,18 @@ void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t 
     pthread_mutex_unlock(&prof_lock);
 }
 
-/* While planning: the parts of an HtoD record outside the profiled chunks count resident. */
-static void mark_unprofiled(uint64_t addr, uint64_t bytes)
+/* While planning: the chunks of an HtoD record that the estimate lacks count resident, as the next
+ * victims. Either a kernel the profile did not name for the chunk faulted it back in after its
+ * eviction, or the record is older than an eviction already queued at a later launch (the CPU
+ * runs ahead): then the extra eviction does nothing. */
+static void mark_arrived_cold(uint64_t addr, uint64_t bytes)
 {
-    transit_range parts[EVICT_BATCH];
-    for (uint64_t at = addr, end = addr + bytes; at < end;) {
-        size_t k = 0;
-        pthread_mutex_lock(&prof_lock);
-        if (profiled)
-            k = transit_chunks_spilled(profiled, at, end - at, parts, EVICT_BATCH, &at);
-        else
-            at = end;
-        pthread_mutex_unlock(&prof_lock);
-        for (size_t j = 0; j < k; j++) {
-            transit_add(&pc.unprofiled_bytes, parts[j].bytes);
-            mark_resident(parts[j].addr, parts[j].bytes);
-        }
+    pthread_mutex_lock(&chunks_lock);
+    if (chunks_locked()) {
+        transit_add(&pc.cold_bytes, transit_chunks_arrived_cold(chunks, addr, bytes));
+        chunks_changed();
     }
+    pthread_mutex_unlock(&chunks_lock);
 }
 
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
@@ -689,7 +660,7 @@ void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
         pthread_mutex_unlock(&prof_lock);
     }
     if (transit_policy_planning())
-        mark_unprofiled(addr, bytes);
+        mark_arrived_cold(addr, bytes);
     else if (estimating())
         mark_resident(addr, bytes);
 }
@@ -825,10 +796,9 @@ void transit_policy_after_fork(void)
     transit_ranges_destroy(fresh);
     transit_attrib_destroy(attrib);
     transit_chunks_destroy(chunks);
-    transit_chunks_destroy(profiled);
     ranges = fresh = NULL;
     attrib = NULL;
-    chunks = profiled = NULL;
+    chunks = NULL;
     collecting = replay = refining = advise_applied = sweep_due = 0;
     evict_stream = NULL;
     context_entered = 0;
@@ -882,14 +852,14 @@ void transit_policy_stats_json(jbuf *b)
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
-              ", \"unprofiled_bytes\": %" PRIu64
+              ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false", transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
-              transit_get(&pc.unprofiled_bytes), transit_get(&pc.untracked_bytes),
+              transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);

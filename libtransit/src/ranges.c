@@ -173,12 +173,6 @@ int transit_ranges_add_all(transit_ranges *dst, const transit_ranges *src)
     return 0;
 }
 
-const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count)
-{
-    *count = transit_ranges_total_count(r);
-    return *count ? r->flat : NULL;
-}
-
 size_t transit_ranges_total_count(const transit_ranges *r)
 {
     return r->flat ? r->raw_len : 0;

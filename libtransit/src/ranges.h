@@ -49,8 +49,6 @@ TRANSIT_INTERNAL const transit_range *transit_ranges_get(const transit_ranges *r
  * earlier profile knew goes into the next. 0 on success; -1 when src is not finalized or dst is
  * (ranges dst has no room for are dropped and counted as in transit_ranges_add). */
 TRANSIT_INTERNAL int transit_ranges_add_all(transit_ranges *dst, const transit_ranges *src);
-/* Every ordinal's merged ranges, in ordinal order (after finalize; else *count = 0 and NULL). */
-TRANSIT_INTERNAL const transit_range *transit_ranges_all(const transit_ranges *r, size_t *count);
 /* Totals over all ordinals of the merged ranges (after finalize). */
 TRANSIT_INTERNAL size_t transit_ranges_total_count(const transit_ranges *r);
 TRANSIT_INTERNAL uint64_t transit_ranges_total_bytes(const transit_ranges *r);

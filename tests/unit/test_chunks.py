@@ -108,13 +108,29 @@ def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
 def test_absent_bytes_count_whole_chunks_not_resident(native, chunks):
     """What a launch's chunks add to the estimate: whole chunks, only those not resident."""
     _, lib = native
-    c = chunks(max_chunks=7)
-    assert lib.transit_chunks_capacity(c) == 7
+    c = chunks()
     lib.transit_chunks_migrated(c, BASE + CHUNK + 4 * KIB, 4 * KIB)  # one page makes chunk 1 resident
     assert lib.transit_chunks_absent_bytes(c, BASE, 3 * CHUNK) == 2 * CHUNK
     assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK - 1, 2) == CHUNK  # straddles chunks 0 and 1
     assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK, CHUNK) == 0
     assert lib.transit_chunks_absent_bytes(c, BASE, 0) == 0
+
+
+def test_cold_arrivals_are_the_next_victims(native, chunks):
+    """While limit mode plans at launches, an HtoD record of a chunk the estimate lacks may be
+    older than the eviction that already took it: the chunk counts, but goes first."""
+    _, lib = native
+    c = chunks()
+    for i in (1, 2):
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    assert lib.transit_chunks_arrived_cold(c, BASE + 2 * CHUNK, 2 * CHUNK) == CHUNK  # 2 resident, 3 added
+    assert lib.transit_chunks_arrived_cold(c, BASE, 64 * KIB) == CHUNK
+    assert lib.transit_chunks_count(c) == 4
+    # the cold ones first (0, added last, is the head), then the least recently migrated, 2 unmoved
+    assert victims(native, c, 3 * CHUNK) == [(BASE, CHUNK)]
+    assert victims(native, c, 2 * CHUNK) == [(BASE + 3 * CHUNK, CHUNK)]
+    assert victims(native, c, CHUNK) == [(BASE + CHUNK, CHUNK)]
+    assert lib.transit_chunks_arrived_cold(c, BASE, 0) == 0
 
 
 def test_victims_coalesce_adjacent_chunks(native, chunks):

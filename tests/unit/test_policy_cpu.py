@@ -43,7 +43,7 @@ def check_sections(doc: dict) -> None:
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
-                "unprofiled_bytes", "sweeps",
+                "cold_bytes", "sweeps",
                 "sweep_bytes"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
