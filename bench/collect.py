@@ -237,7 +237,13 @@ def memory_for_cap(run: dict) -> dict | None:
         swept = (dtoh_after - sweep["dtoh_bytes_before"]
                  if sweep.get("dtoh_bytes_before") is not None and dtoh_after is not None else None)
         timeline = stats.get("timeline") or [{}]
+        # TRANSIT's own bound per iteration (rank 0): where in the run it was over, and whether the
+        # last iteration, long after the profile, held the cap.
+        by_iteration = [[e["iteration"], e["device_bound_peak_bytes"] + fixed] for e in timeline
+                        if e.get("device_bound_peak_bytes") is not None]
         return {"memory_peak_for_cap_bytes": peak,
+                "transit_bound_peak_by_iteration_bytes": by_iteration,
+                "last_iteration_within_cap": by_iteration[-1][1] <= cap if by_iteration else None,
                 # Measured at the end by moving everything to the host (bench/common.py residency_sweep).
                 "device_resident_at_end_by_sweep_bytes": swept,
                 "transit_estimate_at_end_bytes": timeline[-1].get("resident_bytes"),
@@ -440,10 +446,23 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--resummarize", type=Path, metavar="RESULT_JSON",
                         help="derive the summary of a committed result again with this collect.py; its runs, "
                              "commit and device stay, and summary_commit names the collect.py used")
+    p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="RESULT_JSON",
+                   help="with --resummarize: add the runs of these results (of the same kind and commit, from "
+                        "other device commands) that the first one lacks")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
+    if args.merge and not args.resummarize:
+        p.error("--merge goes with --resummarize")
     if args.resummarize:
         doc = json.loads(args.resummarize.read_text())
+        for other_path in args.merge:
+            other = json.loads(other_path.read_text())
+            if (other.get("kind"), other.get("git_commit")) != (doc.get("kind"), doc.get("git_commit")):
+                p.error(f"--merge {other_path}: kind/commit {other.get('kind')}/{other.get('git_commit')} differ "
+                        f"from {doc.get('kind')}/{doc.get('git_commit')}")
+            added = [name for name in other["runs"] if name not in doc["runs"]]
+            doc["runs"] |= {name: other["runs"][name] for name in added}
+            doc.setdefault("merged_runs", []).append({"from": other_path.name, "runs": added})
         doc["summary"] = SUMMARIES[args.kind](doc["runs"])
         doc["targets"], doc["summary_commit"] = TARGETS, git_commit()
         write_json(args.out, doc)
