@@ -202,3 +202,37 @@ def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
     assert doc["summary"]["gpu_faults_after_warmup"]["transit-base"] == marks[max(marks)] - marks[warmup]
     assert doc["summary"]["prefetch_fault_reduction"]["met"] is False
     assert doc["runs"] == json.loads((REPO / "bench/results/policies-h200.json").read_text())["runs"]
+
+
+def test_merge_adds_the_runs_the_first_lacks_and_refuses_another_commit(tmp_path):
+    """Two device commands of one commit become one result (policies-h200x2.json was made so)."""
+    whole = json.loads((REPO / "bench/results/policies-h200x2.json").read_text())
+    first, second = copy.deepcopy(whole), copy.deepcopy(whole)
+    del first["runs"]["transit-advise"]
+    second["runs"] = {n: whole["runs"][n] for n in ("native", "transit-advise")}
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    out = tmp_path / "merged.json"
+    assert collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
+                         str(tmp_path / "second.json"), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert merged["runs"] == whole["runs"]  # native kept from the first
+    assert merged["merged_runs"][-1] == {"from": "second.json", "runs": ["transit-advise"]}
+    assert merged["summary"]["ordered_base_prefetch_advise"] is True
+    second["git_commit"] = "0" * 40
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    with pytest.raises(SystemExit):
+        collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
+                      str(tmp_path / "second.json"), "--out", str(out)])
+
+
+def test_verdict_gives_the_bound_per_iteration():
+    """Where in the run the cap was not held: TRANSIT's bound peak per iteration, plus the fixed
+    overhead, and whether the last iteration held the cap."""
+    run = json.loads((REPO / "bench/results/policies-h200x2.json").read_text())["runs"]["transit-advise"]
+    verdict = collect.memory_for_cap(run)
+    fixed = verdict["cap_bytes"] - verdict["limit_bytes"]
+    timeline = run["transit_stats"][0]["timeline"]
+    assert verdict["transit_bound_peak_by_iteration_bytes"] == [
+        [e["iteration"], e["device_bound_peak_bytes"] + fixed] for e in timeline]
+    assert verdict["last_iteration_within_cap"] is True and verdict["within_cap"] is False  # warm-up went over
