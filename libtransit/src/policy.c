@@ -26,8 +26,9 @@
  *     one-iteration windows refine the profile; each iteration's measured bound peak corrects
  *     the target (correct_plan).
  * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
- * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures: managed bytes minus host-resident ones is a bound on what the
- * device holds (untouched pages count as device). Host-resident bytes come from the process's
+ * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures:
+ * managed bytes minus host-resident ones is a bound on what the device holds (untouched pages
+ * count as device). Host-resident bytes come from the process's
  * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
  * when smaps is slow to read) is re-measured against the Rss of the /dev/nvidia-uvm mappings in
  * smaps (host_residency.c). When the bound is over EVICT_TARGET, the estimate's LRU chunks are
@@ -277,8 +278,9 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
 
 /* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
  * most recent; the least recent others are evicted on the launch's stream until the estimate
- * with them added is at EVICT_TARGET less the measured correction; then they count resident. An eviction the driver refuses
- * stops the evicting (its chunks count resident again; picking more would cycle). */
+ * with them added is at EVICT_TARGET less the measured correction; then they count resident.
+ * An eviction the driver refuses stops the evicting (its chunks count resident again; picking
+ * more would cycle). */
 static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
     uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction), incoming = 0;
@@ -437,10 +439,10 @@ static uint64_t record_bound(uint64_t host)
     return bound;
 }
 
-/* While planning the device may still hold more than the estimate (on an H200, 3-11 GiB of 36
- * while the HtoD records of profiled chunks were ignored, the more the lower the target). So each iteration's
- * measured bound peak moves the launches' target: down by what it was over BOUND_TARGET, up by
- * what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark after planning
+/* While planning the device still holds more than the estimate: data that kernels the profile
+ * did not name for it faulted back in (on an H200, 4.5-6.7 GiB of 36 after training). So each
+ * iteration's measured bound peak moves the launches' target: down by what it was over
+ * BOUND_TARGET, up by what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark after planning
  * began is skipped: that iteration still flushed what the estimate did not know. */
 static void correct_plan(uint64_t peak)
 {
@@ -702,7 +704,8 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 /* While planning, the launches evict. */
 static bool evict_due(void)
 {
-    return estimating() && !transit_policy_planning() && (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
+    return estimating() && !transit_policy_planning() &&
+           (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -842,7 +845,8 @@ void transit_policy_stats_json(jbuf *b)
               transit_get(&pc.prefetch_calls), transit_get(&pc.prefetch_bytes), transit_get(&pc.prefetch_errors),
               transit_get(&pc.ranges_count), transit_get(&pc.ranges_bytes), transit_get(&pc.ranges_dropped),
               transit_get(&pc.unattributed_bytes), transit_recorder_profiled_iterations(),
-              transit_recorder_reprofiles(), transit_get(&pc.refinements), __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
+              transit_recorder_reprofiles(), transit_get(&pc.refinements),
+              __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"applied\": %s}, ",
@@ -857,7 +861,8 @@ void transit_policy_stats_json(jbuf *b)
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
-              transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false", transit_get(&pc.launch_evict_bytes),
+              transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
+              transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
