@@ -185,30 +185,10 @@ static uint32_t node_of(transit_chunks *c, uint64_t chunk, int *made)
     return n;
 }
 
-uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes)
-{
-    uint64_t untracked = 0;
-    uint64_t end = addr + bytes;
-    if (bytes == 0 || end < addr)
-        return 0;
-    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
-        uint32_t first, last;
-        int made;
-        page_span(addr, end, chunk, &first, &last);
-        uint32_t n = node_of(c, chunk, &made);
-        if (n == NIL) {
-            untracked += (uint64_t)(last - first + 1) * PAGE_BYTES;
-            continue;
-        }
-        if (!made)
-            lru_unlink(c, n);
-        lru_append(c, n);
-        c->nodes[n].pages += mark_pages(&c->nodes[n], first, last, 1);
-    }
-    return untracked;
-}
-
-uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes)
+/* Marks the pages of [addr, addr+bytes) resident. Hot: its chunks become the most recently
+ * migrated. Cold: only the chunks not resident yet are added, as the least recently migrated.
+ * Returns the bytes of the chunks added; *untracked gets the bytes that found no free node. */
+static uint64_t add_range(transit_chunks *c, uint64_t addr, uint64_t bytes, int cold, uint64_t *untracked)
 {
     uint64_t added = 0;
     uint64_t end = addr + bytes;
@@ -219,13 +199,36 @@ uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t 
         int made;
         page_span(addr, end, chunk, &first, &last);
         uint32_t n = node_of(c, chunk, &made);
-        if (n == NIL || !made)
+        if (n == NIL) {
+            *untracked += (uint64_t)(last - first + 1) * PAGE_BYTES;
             continue;
-        lru_prepend(c, n);
+        }
+        if (cold && !made)
+            continue;
+        if (made)
+            added += TRANSIT_CHUNK_BYTES;
+        else
+            lru_unlink(c, n);
+        if (cold)
+            lru_prepend(c, n);
+        else
+            lru_append(c, n);
         c->nodes[n].pages += mark_pages(&c->nodes[n], first, last, 1);
-        added += TRANSIT_CHUNK_BYTES;
     }
     return added;
+}
+
+uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t untracked = 0;
+    add_range(c, addr, bytes, 0, &untracked);
+    return untracked;
+}
+
+uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t untracked = 0;
+    return add_range(c, addr, bytes, 1, &untracked);
 }
 
 void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)

@@ -22,7 +22,7 @@
  *     resident. The CPU runs ahead of the GPU, but each stream runs its work in the order it was
  *     queued, so the device follows the estimate as kernel after kernel reaches it, bursts
  *     included. DtoH records are then the evictions already counted; an HtoD record adds only
- *     the chunks the estimate lacks, as the next victims (mark_arrived_cold); short-lived
+ *     the chunks the estimate lacks, as the next victims (transit_policy_htod); short-lived
  *     one-iteration windows refine the profile; each iteration's measured bound peak corrects
  *     the target (correct_plan).
  * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
@@ -191,11 +191,15 @@ static void chunks_changed(void)
     raise_peaks(resident);
 }
 
-static void mark_resident(uint64_t addr, uint64_t bytes)
+/* Cold: only the chunks the estimate lacks, as the next victims (see transit_policy_htod). */
+static void mark_resident(uint64_t addr, uint64_t bytes, bool cold)
 {
     pthread_mutex_lock(&chunks_lock);
     if (chunks_locked()) {
-        transit_add(&pc.untracked_bytes, transit_chunks_migrated(chunks, addr, bytes));
+        if (cold)
+            transit_add(&pc.cold_bytes, transit_chunks_arrived_cold(chunks, addr, bytes));
+        else
+            transit_add(&pc.untracked_bytes, transit_chunks_migrated(chunks, addr, bytes));
         chunks_changed();
     }
     pthread_mutex_unlock(&chunks_lock);
@@ -261,7 +265,7 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
                           to_host ? "limit mode: cuMemPrefetchAsync to the host" : "prefetch: cuMemPrefetchAsync to the device",
                           drv, e);
                 if (why == PREFETCH_EVICT) /* still on the device: keep counting it */
-                    mark_resident(piece[k].addr, piece[k].bytes);
+                    mark_resident(piece[k].addr, piece[k].bytes, false);
                 continue;
             }
             if (why == PREFETCH_REPLAY) {
@@ -639,20 +643,6 @@ void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t 
     pthread_mutex_unlock(&prof_lock);
 }
 
-/* While planning: the chunks of an HtoD record that the estimate lacks count resident, as the next
- * victims. Either a kernel the profile did not name for the chunk faulted it back in after its
- * eviction, or the record is older than an eviction already queued at a later launch (the CPU
- * runs ahead): then the extra eviction does nothing. */
-static void mark_arrived_cold(uint64_t addr, uint64_t bytes)
-{
-    pthread_mutex_lock(&chunks_lock);
-    if (chunks_locked()) {
-        transit_add(&pc.cold_bytes, transit_chunks_arrived_cold(chunks, addr, bytes));
-        chunks_changed();
-    }
-    pthread_mutex_unlock(&chunks_lock);
-}
-
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
 {
     if (__atomic_load_n(&collecting, __ATOMIC_RELAXED)) {
@@ -661,10 +651,12 @@ void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes)
             transit_attrib_migration(attrib, start_ns, addr, bytes);
         pthread_mutex_unlock(&prof_lock);
     }
-    if (transit_policy_planning())
-        mark_arrived_cold(addr, bytes);
-    else if (estimating())
-        mark_resident(addr, bytes);
+    /* While planning, the chunks the estimate lacks count resident as the next victims: either a
+     * kernel the profile did not name for the chunk faulted it back in after its eviction, or the
+     * record is older than an eviction already queued at a later launch (the CPU runs ahead), and
+     * the extra eviction does nothing. */
+    if (estimating())
+        mark_resident(addr, bytes, transit_policy_planning());
 }
 
 void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
@@ -678,7 +670,7 @@ void transit_policy_dtoh(uint64_t addr, uint64_t bytes)
 void transit_policy_gpu_fault(uint64_t addr)
 {
     if (estimating() && !transit_policy_planning())
-        mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES);
+        mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES, false);
 }
 
 /* The recorder thread makes the application's device context its own (the primary context the
@@ -772,7 +764,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
     /* PyTorch's device tensors are first touched by the GPU, which populates them on the device
      * without any migration record: count a new allocation as resident from the start. */
     if (estimating())
-        mark_resident(ptr, size);
+        mark_resident(ptr, size, false);
     raise_peaks(transit_policy_resident());
     if (transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
         (drv = policy_driver())) {
