@@ -225,10 +225,9 @@ uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t byte
     return untracked;
 }
 
-uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes)
+uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *untracked)
 {
-    uint64_t untracked = 0;
-    return add_range(c, addr, bytes, 1, &untracked);
+    return add_range(c, addr, bytes, 1, untracked);
 }
 
 void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
@@ -261,17 +260,6 @@ void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
             lru_append(c, n);
         }
     }
-}
-
-uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes)
-{
-    uint64_t end = addr + bytes, absent = 0;
-    if (bytes == 0 || end < addr)
-        return 0;
-    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++)
-        if (c->slots[find_slot(c, chunk)] == NIL)
-            absent += TRANSIT_CHUNK_BYTES;
-    return absent;
 }
 
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
@@ -330,4 +318,31 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
             out[merged++] = out[i];
     }
     return merged;
+}
+
+/* Whole chunks of [addr, addr+bytes) that are resident (absent: not). */
+static uint64_t chunk_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes, int resident)
+{
+    uint64_t end = addr + bytes, sum = 0;
+    if (bytes == 0 || end < addr)
+        return 0;
+    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++)
+        if ((c->slots[find_slot(c, chunk)] != NIL) == resident)
+            sum += TRANSIT_CHUNK_BYTES;
+    return sum;
+}
+
+size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n, uint64_t target,
+                                transit_range *out, size_t out_cap)
+{
+    uint64_t own = 0, incoming = 0;
+    for (size_t k = 0; k < n; k++) {
+        transit_chunks_touch(c, need[k].addr, need[k].bytes);
+        own += chunk_bytes(c, need[k].addr, need[k].bytes, 1);
+        incoming += chunk_bytes(c, need[k].addr, need[k].bytes, 0);
+    }
+    if (transit_chunks_resident_bytes(c) + incoming <= target)
+        return 0;
+    /* The launch's own chunks are the most recent: picking stops before them. */
+    return transit_chunks_pick_victims(c, TRANSIT_MAX(target > incoming ? target - incoming : 0, own), out, out_cap);
 }

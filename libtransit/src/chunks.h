@@ -34,16 +34,16 @@ TRANSIT_INTERNAL void transit_chunks_destroy(transit_chunks *c);
 TRANSIT_INTERNAL uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
 /* [addr, addr+bytes) migrated to the device, but it may already have left again: its chunks not
  * resident become resident as the least recently migrated (the next victims); resident ones
- * stay where they are. Returns the bytes of the chunks added. */
-TRANSIT_INTERNAL uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes);
+ * stay where they are. Returns the bytes of the chunks added; *untracked gets the bytes that
+ * could not be tracked. */
+TRANSIT_INTERNAL uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes,
+                                                      uint64_t *untracked);
 /* [addr, addr+bytes) is no longer on the device: migrated to the host, or its allocation freed.
  * Chunks left without any of the pages that migrated in are forgotten. */
 TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
 /* [addr, addr+bytes) is about to be used: its resident chunks become the most recently
  * migrated (chunks not resident stay so: nothing moved yet). */
 TRANSIT_INTERNAL void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
-/* Bytes of the chunks [addr, addr+bytes) touches that are not resident (whole chunks). */
-TRANSIT_INTERNAL uint64_t transit_chunks_absent_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes);
 TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
 /* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are
@@ -53,6 +53,13 @@ TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
  * call again if resident is still above target (out was full). */
 TRANSIT_INTERNAL size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out,
                                                     size_t out_cap);
+/* A launch is about to use need[0..n) (disjoint ranges): its resident chunks become the most
+ * recently migrated, and victims are picked as in transit_chunks_pick_victims, never among the
+ * launch's own chunks, until resident bytes plus what the launch adds (its chunks not resident)
+ * are at most target. Returns the number of ranges written; call again while that is out_cap.
+ * The caller evicts the victims, then marks need migrated. */
+TRANSIT_INTERNAL size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n,
+                                                 uint64_t target, transit_range *out, size_t out_cap);
 /* The parts of [addr, addr+bytes) in chunks without any resident page (what the estimate places
  * on the host), ascending, adjacent chunks coalesced, at most out_cap ranges. *resume is where
  * to continue: addr + bytes once all of it was looked at. */

@@ -63,6 +63,7 @@
  * evictions run, and the bound is what must not pass L. */
 #define EVICT_TARGET(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
+#define PLAN_SLACK(limit) ((limit) / 16) /* over L by this, the tick evicts while planning too */
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
@@ -196,10 +197,12 @@ static void mark_resident(uint64_t addr, uint64_t bytes, bool cold)
 {
     pthread_mutex_lock(&chunks_lock);
     if (chunks_locked()) {
+        uint64_t untracked = 0;
         if (cold)
-            transit_add(&pc.cold_bytes, transit_chunks_arrived_cold(chunks, addr, bytes));
+            transit_add(&pc.cold_bytes, transit_chunks_arrived_cold(chunks, addr, bytes, &untracked));
         else
-            transit_add(&pc.untracked_bytes, transit_chunks_migrated(chunks, addr, bytes));
+            untracked = transit_chunks_migrated(chunks, addr, bytes);
+        transit_add(&pc.untracked_bytes, untracked);
         chunks_changed();
     }
     pthread_mutex_unlock(&chunks_lock);
@@ -281,13 +284,14 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
 }
 
 /* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
- * most recent; the least recent others are evicted on the launch's stream until the estimate
- * with them added is at EVICT_TARGET less the measured correction; then they count resident.
+ * most recent; the least recent others (never the launch's own) are evicted on the launch's
+ * stream until the estimate with them added is at EVICT_TARGET less the measured correction;
+ * then they count resident.
  * An eviction the driver refuses stops the evicting (its chunks count resident again; picking
  * more would cycle). */
 static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
-    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction), incoming = 0;
+    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction);
     transit_range victims[EVICT_BATCH];
     bool refused = false;
     pthread_mutex_lock(&chunks_lock);
@@ -295,22 +299,14 @@ static void make_room(const transit_driver_api *drv, const transit_range *need, 
         pthread_mutex_unlock(&chunks_lock);
         return;
     }
-    for (size_t k = 0; k < n; k++) {
-        transit_chunks_touch(chunks, need[k].addr, need[k].bytes);
-        incoming += transit_chunks_absent_bytes(chunks, need[k].addr, need[k].bytes);
-    }
-    for (;;) {
-        uint64_t resident = transit_chunks_resident_bytes(chunks);
-        size_t v = refused || resident + incoming <= target
-                       ? 0
-                       : transit_chunks_pick_victims(chunks, target > incoming ? target - incoming : 0, victims,
-                                                     EVICT_BATCH);
-        if (!v)
-            break;
-        transit_add(&pc.launch_evict_bytes, resident - transit_chunks_resident_bytes(chunks));
+    for (size_t v; !refused && (v = transit_chunks_make_room(chunks, need, n, target, victims, EVICT_BATCH));) {
+        chunks_changed();
         pthread_mutex_unlock(&chunks_lock); /* no lock across a driver call */
-        for (size_t j = 0; j < v; j++)
-            refused |= !prefetch_range(drv, victims[j], 0, PREFETCH_EVICT, stream);
+        for (size_t j = 0; j < v; j++) {
+            bool went = prefetch_range(drv, victims[j], 0, PREFETCH_EVICT, stream);
+            refused |= !went;
+            transit_add(&pc.launch_evict_bytes, went ? victims[j].bytes : 0);
+        }
         pthread_mutex_lock(&chunks_lock);
     }
     for (size_t k = 0; k < n; k++)
@@ -585,8 +581,11 @@ void transit_policy_profile_begin(bool refine)
         return;
     pthread_mutex_lock(&prof_lock);
     refining = refine && replay;
-    if (!refining)
+    if (!refining) { /* a new profile: its planning corrects itself anew */
         __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&pc.plan_correction, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pc.planned_marks, 0, __ATOMIC_RELAXED);
+    }
     if (!fresh && !(fresh = transit_ranges_create(transit_g.cfg.prefetch_gap, 0)))
         transit_warn("prefetch: out of memory for the range table; acting as base");
     if (fresh && !attrib && !(attrib = transit_attrib_create(fresh, 0, 0)))
@@ -693,11 +692,17 @@ static bool enter_context(const transit_driver_api *drv, int dev)
     return true;
 }
 
-/* While planning, the launches evict. */
+/* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
+ * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
+ * last re-profile, an evaluation phase). */
 static bool evict_due(void)
 {
-    return estimating() && !transit_policy_planning() &&
-           (transit_get(&pc.resident) > transit_g.cfg.mem_limit || sweep_due);
+    uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
+    if (!estimating())
+        return false;
+    if (transit_policy_planning())
+        return resident > limit + PLAN_SLACK(limit);
+    return resident > limit || sweep_due;
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over

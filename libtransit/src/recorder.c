@@ -72,6 +72,7 @@ static uint32_t prev_launches;  /* launches in the previous iteration */
 /* Profiling window (win_lock; win_phase/win_begin/win_end are also read racily at launches). */
 static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static int win_phase = WINDOW_DONE;
+static int win_refine; /* the window refines the profile (open_window) */
 static uint64_t win_begin, win_end, drain_until;
 static uint32_t win_max_launches;
 static int finalize_due;
@@ -143,9 +144,13 @@ static int in_window(uint64_t iteration)
            iteration < __atomic_load_n(&win_end, __ATOMIC_RELAXED);
 }
 
-/* win_lock held. A refinement window lasts one iteration (see transit_policy_profile_begin). */
+/* win_lock held. A refinement window lasts one iteration (see transit_policy_profile_begin); a
+ * full one gives the new profile its refinements anew. */
 static void open_window(uint64_t begin, bool refine)
 {
+    win_refine = refine;
+    if (!refine)
+        __atomic_store_n(&rc.refine_windows, 0, __ATOMIC_RELAXED);
     win_begin = begin;
     win_end = begin + (refine ? 1 : transit_g.cfg.warmup_iters);
     win_max_launches = 0;
@@ -184,7 +189,8 @@ void transit_recorder_reprofile(const char *why)
     if (get_state() != TRANSIT_RECORDER_CUPTI)
         return;
     pthread_mutex_lock(&win_lock);
-    if (win_phase == WINDOW_DONE && transit_get(&rc.reprofiles) < MAX_REPROFILES) {
+    /* A refinement window would add the new sequence's ranges to the old profile: replaced. */
+    if ((win_phase == WINDOW_DONE || win_refine) && transit_get(&rc.reprofiles) < MAX_REPROFILES) {
         transit_add(&rc.reprofiles, 1);
         open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, false);
         opened = 1;
@@ -870,6 +876,7 @@ void transit_recorder_after_fork(void)
     iter_seen = 0;
     iter_launches = prev_launches = 0;
     win_phase = WINDOW_DONE;
+    win_refine = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     finalize_due = want_profiling = want_um = have_profiling = have_um = 0;

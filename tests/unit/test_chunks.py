@@ -105,32 +105,64 @@ def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
     assert victims(native, c, 0) == [(BASE + 1 * CHUNK, CHUNK)]
 
 
-def test_absent_bytes_count_whole_chunks_not_resident(native, chunks):
-    """What a launch's chunks add to the estimate: whole chunks, only those not resident."""
+def make_room(native, c, need: list[tuple[int, int]], target: int, out_cap: int = 64) -> list[tuple[int, int]]:
+    ffi, lib = native
+    ranges = ffi.new("transit_range[]", [{"addr": a, "bytes": b} for a, b in need])
+    out = ffi.new("transit_range[]", out_cap)
+    n = lib.transit_chunks_make_room(c, ranges, len(need), target, out, out_cap)
+    return [(out[i].addr, out[i].bytes) for i in range(n)]
+
+
+def test_a_launch_makes_room_for_what_it_adds_and_keeps_its_own(native, chunks):
+    """Limit mode at a launch: room for the launch's chunks not resident (whole chunks), taken
+    from the least recently migrated others, never from the launch's own."""
     _, lib = native
     c = chunks()
-    lib.transit_chunks_migrated(c, BASE + CHUNK + 4 * KIB, 4 * KIB)  # one page makes chunk 1 resident
-    assert lib.transit_chunks_absent_bytes(c, BASE, 3 * CHUNK) == 2 * CHUNK
-    assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK - 1, 2) == CHUNK  # straddles chunks 0 and 1
-    assert lib.transit_chunks_absent_bytes(c, BASE + CHUNK, CHUNK) == 0
-    assert lib.transit_chunks_absent_bytes(c, BASE, 0) == 0
+    for i in range(6):  # LRU order: 0 (least recent) .. 5
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    need = [(BASE, CHUNK), (BASE + 7 * CHUNK + 4 * KIB, 8 * KIB)]  # 0 is resident, 7 is not
+    assert make_room(native, c, need, 7 * CHUNK) == []  # 6 resident + 1 incoming fit
+    assert lib.transit_chunks_count(c) == 6  # nothing added yet: the caller marks need after evicting
+    assert make_room(native, c, need, 5 * CHUNK) == [(BASE + CHUNK, 2 * CHUNK)]  # 0 was touched: 1, 2 go
+    assert lib.transit_chunks_count(c) == 4
+    # a launch that needs more than the target takes every other chunk, but not its own
+    wide = [(BASE, CHUNK), (BASE + 5 * CHUNK, 3 * CHUNK)]
+    assert make_room(native, c, wide, CHUNK) == [(BASE + 3 * CHUNK, 2 * CHUNK)]
+    assert lib.transit_chunks_count(c) == 2  # 0 and 5 stay
+    assert make_room(native, c, [(BASE, CHUNK)], 0) == [(BASE + 5 * CHUNK, CHUNK)]  # 5 is not this launch's
+    assert make_room(native, c, [(BASE, CHUNK)], 0) == [] and lib.transit_chunks_count(c) == 1
+
+
+def test_make_room_in_batches_when_the_output_fills(native, chunks):
+    _, lib = native
+    c = chunks()
+    for i in range(0, 20, 2):  # ten chunks, none adjacent: one range each
+        lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
+    need = [(BASE + 40 * CHUNK, CHUNK)]
+    first = make_room(native, c, need, 4 * CHUNK, out_cap=4)
+    second = make_room(native, c, need, 4 * CHUNK, out_cap=4)
+    assert len(first) == 4 and len(second) == 3 and make_room(native, c, need, 4 * CHUNK) == []
+    assert lib.transit_chunks_count(c) == 3  # 3 resident + the launch's 1 = the target
 
 
 def test_cold_arrivals_are_the_next_victims(native, chunks):
     """While limit mode plans at launches, an HtoD record of a chunk the estimate lacks may be
     older than the eviction that already took it: the chunk counts, but goes first."""
-    _, lib = native
+    ffi, lib = native
     c = chunks()
     for i in (1, 2):
         lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
-    assert lib.transit_chunks_arrived_cold(c, BASE + 2 * CHUNK, 2 * CHUNK) == CHUNK  # 2 resident, 3 added
-    assert lib.transit_chunks_arrived_cold(c, BASE, 64 * KIB) == CHUNK
+    untracked = ffi.new("uint64_t *")
+    assert lib.transit_chunks_arrived_cold(c, BASE + 2 * CHUNK, 2 * CHUNK, untracked) == CHUNK  # 2 resident, 3 added
+    assert lib.transit_chunks_arrived_cold(c, BASE, 64 * KIB, untracked) == CHUNK
     assert lib.transit_chunks_count(c) == 4
     # the cold ones first (0, added last, is the head), then the least recently migrated, 2 unmoved
     assert victims(native, c, 3 * CHUNK) == [(BASE, CHUNK)]
     assert victims(native, c, 2 * CHUNK) == [(BASE + 3 * CHUNK, CHUNK)]
     assert victims(native, c, CHUNK) == [(BASE + CHUNK, CHUNK)]
-    assert lib.transit_chunks_arrived_cold(c, BASE, 0) == 0
+    assert lib.transit_chunks_arrived_cold(c, BASE, 0, untracked) == 0 and untracked[0] == 0
+    full = chunks(max_chunks=1)  # out of nodes: counted, not kept
+    assert lib.transit_chunks_arrived_cold(full, BASE, 2 * CHUNK, untracked) == CHUNK and untracked[0] == CHUNK
 
 
 def test_victims_coalesce_adjacent_chunks(native, chunks):
