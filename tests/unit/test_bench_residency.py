@@ -219,6 +219,8 @@ def test_merge_adds_the_runs_the_first_lacks_and_refuses_another_commit(tmp_path
     assert merged["runs"] == whole["runs"]  # native kept from the first
     assert merged["merged_runs"][-1] == {"from": "second.json", "runs": ["transit-advise"]}
     assert merged["summary"]["ordered_base_prefetch_advise"] is True
+    p50 = whole["runs"]["transit-advise"]["result"]["step_time"]["p50_s"]
+    assert merged["summary"]["step_time_p50_s"]["transit-advise"] == p50
     second["git_commit"] = "0" * 40
     (tmp_path / "second.json").write_text(json.dumps(second))
     with pytest.raises(SystemExit):
