@@ -25,8 +25,9 @@ TRANSIT_LIMIT=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import comm
 print(c.parse_size(sys.argv[1]) - c.NON_ALLOCATOR_MARGIN_BYTES)" "$MEM_LIMIT") || exit 1
 MODEL_BATCH=(--model "$MODEL" --global-batch 8)
 COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
-# TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations, switches policy during the third, and its
-# evictions settle during the fourth (measured: bench/results/policies-h200.json): 4 warm-up steps.
+# TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations, drains the third, and advise applies during the
+# fourth: 4 warm-up steps. In limit mode those take 7, 26, 42 and 28 s on this model; the steps after
+# are 3.5 s (bench/results/policies-h200x2.json), hence advise's time budget.
 TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4 --residency-sweep)
 ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalone --nproc-per-node 1)
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
@@ -34,10 +35,10 @@ SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_I
 
 bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
-bench_run transit-advise 120 env CUDA_VISIBLE_DEVICES=0 \
+bench_run transit-advise 200 env CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget 40 --label transit-advise --out "$WORK/transit-advise.json"
+    --time-budget 140 --label transit-advise --out "$WORK/transit-advise.json"
 bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
     --out "$WORK/fsdp2-2gpu-socket.json"
