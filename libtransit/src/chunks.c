@@ -320,27 +320,28 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
     return merged;
 }
 
-/* Whole chunks of [addr, addr+bytes) that are resident (absent: not). */
-static uint64_t chunk_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes, int resident)
+/* Bytes of the chunks [addr, addr+bytes) touches: all of them, and the resident ones. */
+static void chunk_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *all, uint64_t *resident)
 {
-    uint64_t end = addr + bytes, sum = 0;
+    uint64_t end = addr + bytes;
     if (bytes == 0 || end < addr)
-        return 0;
-    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++)
-        if ((c->slots[find_slot(c, chunk)] != NIL) == resident)
-            sum += TRANSIT_CHUNK_BYTES;
-    return sum;
+        return;
+    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
+        *all += TRANSIT_CHUNK_BYTES;
+        if (c->slots[find_slot(c, chunk)] != NIL)
+            *resident += TRANSIT_CHUNK_BYTES;
+    }
 }
 
 size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n, uint64_t target,
                                 transit_range *out, size_t out_cap)
 {
-    uint64_t own = 0, incoming = 0;
+    uint64_t all = 0, own = 0;
     for (size_t k = 0; k < n; k++) {
         transit_chunks_touch(c, need[k].addr, need[k].bytes);
-        own += chunk_bytes(c, need[k].addr, need[k].bytes, 1);
-        incoming += chunk_bytes(c, need[k].addr, need[k].bytes, 0);
+        chunk_bytes(c, need[k].addr, need[k].bytes, &all, &own);
     }
+    uint64_t incoming = all - own;
     if (transit_chunks_resident_bytes(c) + incoming <= target)
         return 0;
     /* The launch's own chunks are the most recent: picking stops before them. */
