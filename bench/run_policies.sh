@@ -17,8 +17,10 @@ source bench/lib.sh
 export CUDA_VISIBLE_DEVICES=0
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
+# 4 warm-up steps: libtransit profiles 2 iterations and drains a third, and advise applies during
+# the fourth (at 6b5fec1 the runner's 3 put that 28 s step into advise's mean).
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
-       --local-batch 4 --deterministic --steps 8 --warmup 3 --residency-sweep)
+       --local-batch 4 --deterministic --steps 8 --warmup 4 --residency-sweep)
 
 # What NVML's device reading does with evicted managed pages (bench/README.md explains why it matters).
 mkdir -p "${OUT:?OUT must name the output directory}"
