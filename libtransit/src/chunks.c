@@ -248,20 +248,6 @@ void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes)
     }
 }
 
-void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
-{
-    uint64_t end = addr + bytes;
-    if (bytes == 0 || end < addr)
-        return;
-    for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
-        uint32_t n = c->slots[find_slot(c, chunk)];
-        if (n != NIL) {
-            lru_unlink(c, n);
-            lru_append(c, n);
-        }
-    }
-}
-
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c)
 {
     return (uint64_t)c->count * TRANSIT_CHUNK_BYTES;
@@ -320,27 +306,36 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
     return merged;
 }
 
-/* Bytes of the chunks [addr, addr+bytes) touches: all of them, and the resident ones. */
-static void chunk_bytes(const transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *all, uint64_t *resident)
+/* transit_chunks_touch, also adding the bytes of the chunks [addr, addr+bytes) touches to *all
+ * and those of the resident ones to *resident: one hash lookup per chunk on the launch path. */
+static void touch_counting(transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *all, uint64_t *resident)
 {
     uint64_t end = addr + bytes;
     if (bytes == 0 || end < addr)
         return;
     for (uint64_t chunk = addr >> TRANSIT_CHUNK_SHIFT; chunk <= (end - 1) >> TRANSIT_CHUNK_SHIFT; chunk++) {
+        uint32_t n = c->slots[find_slot(c, chunk)];
         *all += TRANSIT_CHUNK_BYTES;
-        if (c->slots[find_slot(c, chunk)] != NIL)
+        if (n != NIL) {
+            lru_unlink(c, n);
+            lru_append(c, n);
             *resident += TRANSIT_CHUNK_BYTES;
+        }
     }
+}
+
+void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
+{
+    uint64_t all = 0, resident = 0;
+    touch_counting(c, addr, bytes, &all, &resident);
 }
 
 size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n, uint64_t target,
                                 transit_range *out, size_t out_cap)
 {
     uint64_t all = 0, own = 0;
-    for (size_t k = 0; k < n; k++) {
-        transit_chunks_touch(c, need[k].addr, need[k].bytes);
-        chunk_bytes(c, need[k].addr, need[k].bytes, &all, &own);
-    }
+    for (size_t k = 0; k < n; k++)
+        touch_counting(c, need[k].addr, need[k].bytes, &all, &own);
     uint64_t incoming = all - own;
     if (transit_chunks_resident_bytes(c) + incoming <= target)
         return 0;
