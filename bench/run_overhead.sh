@@ -12,8 +12,9 @@ DEADLINE_S=${DEADLINE_S:-500}
 source bench/device_setup.sh || exit 1
 [ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
 source bench/lib.sh
-# One GPU, also on the 2-GPU machine (the HF Trainer would otherwise spread over every visible GPU).
-export CUDA_VISIBLE_DEVICES=0
+# One GPU, also on the 2-GPU machine (the HF Trainer would otherwise spread over every visible GPU;
+# BENCH_GPU picks it).
+export CUDA_VISIBLE_DEVICES=${BENCH_GPU:-0}
 
 # The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 10 gives a warm-up window to time.
 WARMUP_ITERS=10

@@ -2,8 +2,9 @@
 # Issue 3 item 5: TRANSIT base / prefetch / advise on 1 GPU in limit mode (L = MEM_LIMIT, footprint
 # ~1.4x L), against a native run for the reference losses. One device command (nvidia-h200):
 #   bash bench/run_policies.sh        (results: $OUT/policies.json, $OUT/policies-logs.txt)
-# POLICIES (default "advise prefetch base"), POLICY_LIMIT_S (200) and POLICY_BUDGET_S (90, the
-# training time after which a run stops) let one command re-measure a policy the deadline cut.
+# POLICIES (default "advise prefetch base"), POLICY_STEPS (8), POLICY_LIMIT_S (200) and POLICY_BUDGET_S
+# (90, the training time after which a run stops) let one command re-measure a policy the deadline cut
+# or run one longer.
 # On nvidia-h200-x2, POLICY_GPUS=2 runs the policies two at a time, one per GPU (each run still
 # has one GPU to itself: its PCIe link, its copy engines), so every policy gets twice the steps.
 # Deterministic kernels everywhere, so TRANSIT's losses can be compared bit for bit.
@@ -13,14 +14,14 @@ DEADLINE_S=${DEADLINE_S:-500}
 source bench/device_setup.sh || exit 1
 [ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
 source bench/lib.sh
-# One GPU per run, also on the 2-GPU machine.
-export CUDA_VISIBLE_DEVICES=0
+# One GPU per run, also on the 2-GPU machine (BENCH_GPU picks it).
+export CUDA_VISIBLE_DEVICES=${BENCH_GPU:-0}
 
 # Global batch 8 = local batch 4 x 2 micro-batches on 1 GPU (what 2 GPUs train with local batch 4).
 # 4 warm-up steps: libtransit profiles 2 iterations and drains a third, and advise applies during
 # the fourth (at 6b5fec1 the runner's 3 put that 28 s step into advise's mean).
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model "$MODEL" --global-batch 8
-       --local-batch 4 --deterministic --steps 8 --warmup 4 --residency-sweep)
+       --local-batch 4 --deterministic --steps "${POLICY_STEPS:-8}" --warmup 4 --residency-sweep)
 
 # What NVML's device reading does with evicted managed pages (bench/README.md explains why it matters).
 mkdir -p "${OUT:?OUT must name the output directory}"
