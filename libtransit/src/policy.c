@@ -67,6 +67,7 @@
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
+#define REFINE_GROWTH_DIV 32                /* a refinement that grew the profile less: the last */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 #define CLIP_PIECES 16                      /* allocation-bounded pieces fetched per transit_alloc_clip call */
@@ -600,10 +601,11 @@ void transit_policy_profile_begin(bool refine)
     pthread_mutex_unlock(&prof_lock);
 }
 
-void transit_policy_profile_end(uint32_t max_launches)
+bool transit_policy_profile_end(uint32_t max_launches)
 {
+    bool learning = false;
     if (!transit_policy_uses_profile())
-        return;
+        return false;
     pthread_mutex_lock(&prof_lock);
     if (collecting) {
         collecting = 0;
@@ -615,6 +617,8 @@ void transit_policy_profile_end(uint32_t max_launches)
                                   : "prefetch: out of memory merging ranges; acting as base");
         } else {
             transit_ranges *replayed = ranges;
+            uint64_t before = refining ? transit_ranges_total_bytes(replayed) : 0;
+            learning = transit_ranges_total_bytes(fresh) - before > before / REFINE_GROWTH_DIV;
             ranges = fresh;
             fresh = replayed; /* reset when the next window begins */
             transit_add(&pc.refinements, refining);
@@ -630,6 +634,7 @@ void transit_policy_profile_end(uint32_t max_launches)
         }
     }
     pthread_mutex_unlock(&prof_lock);
+    return learning;
 }
 
 void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal)

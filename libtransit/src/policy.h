@@ -40,10 +40,12 @@ bool transit_policy_uses_profile(void);
 bool transit_policy_planning(void);
 /* A new profiling window begins (the ranges are forgotten; with refine, while planning, they are
  * kept, replayed, and added to), and the window's end after its records were flushed (the
- * ranges are built; max_launches: most launches in one profiled iteration). Called from the
- * recorder's thread or an iteration-noticing thread. */
+ * ranges are built; max_launches: most launches in one profiled iteration). The end says whether
+ * another refinement is worth its iterations: the window built a new profile, or its refinement
+ * still grew the profile by more than 1/REFINE_GROWTH_DIV. Called from the recorder's thread or
+ * an iteration-noticing thread. */
 void transit_policy_profile_begin(bool refine);
-void transit_policy_profile_end(uint32_t max_launches);
+bool transit_policy_profile_end(uint32_t max_launches);
 /* Activity records, in the order CUPTI delivers them (CUPTI's buffer thread). */
 void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes);
