@@ -957,10 +957,11 @@ void transit_recorder_state_json(jbuf *b)
     jb_printf(b,
               ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
-              ", \"profiling\": %s, \"unified_memory_counters\": %s",
+              ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s",
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
               (double)transit_get(&rc.overhead_ns) * 1e-9, have_profiling ? "true" : "false",
+              win_refine && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE ? "true" : "false",
               have_um ? "true" : "false");
     jb_printf(b,
               ", \"correlation\": {\"callback\": %" PRIu64 ", \"external\": %" PRIu64 ", \"disagree\": %" PRIu64

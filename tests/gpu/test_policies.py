@@ -22,9 +22,9 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = "1G"
-STEPS = 16
+STEPS = 24
 WARMUP = 2
-LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements
+LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements (2 iterations each)
 SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
@@ -91,7 +91,9 @@ def test_losses_identical_and_sections_present(runs, policy) -> None:
         assert section in doc, section
     rec = doc["recorder"]
     assert rec["state"] == "cupti", rec
-    assert rec["kernels"] > 0 and rec["kernel_records"] > 0 and rec["profiling"] is False
+    assert rec["kernels"] > 0 and rec["kernel_records"] > 0
+    # profiling ends with warm-up, except while a refinement window (limit mode) is still open
+    assert rec["profiling"] is False or rec["refining"] is True, rec
     assert rec["unified_memory_counters"] is True  # limit mode keeps them on for the estimate
     assert doc["iterations"]["method"] == "python-hook" and doc["iterations"]["count"] == STEPS
     # one entry per boundary (the period detector may mark a few before the optimizer hook takes over)

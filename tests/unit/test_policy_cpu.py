@@ -54,7 +54,7 @@ def check_sections(doc: dict) -> None:
     assert rec["state"] in ("cupti", "degraded", "off")
     assert is_uint(rec["kernels"]) and is_uint(rec["dropped_records"])
     assert isinstance(rec["overhead_s"], float) and rec["overhead_s"] >= 0
-    assert isinstance(rec["profiling"], bool)
+    assert isinstance(rec["profiling"], bool) and isinstance(rec["refining"], bool)
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
         assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults",
