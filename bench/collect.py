@@ -5,8 +5,9 @@
 A run NAME in the work directory (bench/lib.sh writes these) is NAME.cmd (the exact command),
 NAME.rc, NAME.log, NAME.json (the runner's result), NAME.transit/ (libtransit's per-process
 stats files, read here after the process exited) or NAME.skipped. TRANSIT's offloaded bytes
-per GPU are the stats' spilled peak (data resident in host memory, what the frameworks'
-offloaded bytes measure too); its PCIe traffic per step is migrations HtoD + DtoH over iterations.
+per GPU are its managed peak less the device bound of the last iteration (data resident in host
+memory, what the frameworks' offloaded bytes measure too); its PCIe traffic per step is
+migrations HtoD + DtoH over iterations.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ TARGETS = {
     "transit_base_overhead_max": 1.01,
 }
 FRAMEWORK_OFFLOAD_SYSTEMS = ("fsdp-cpu-mb", "fsdp-cpu-accum", "zero-offload", "zero-infinity")
+STEADY_ITERATIONS = 5  # a run's last iterations, for the steady-state fault count
 SMALL_BINS = ("<4K", "4K-64K")
 LARGE_BINS = ("1M-2M", ">2M")
 UVM_PROBE_RESULT = "bench/results/uvm-probe-h200.json"
@@ -81,8 +83,18 @@ def transit_summary(stats: list[dict]) -> dict | None:
         managed, limit = get(doc, "allocations", "managed_bytes_peak"), get(doc, "config", "limit_bytes")
         return max(0, managed - limit) if isinstance(managed, int) and isinstance(limit, int) else None
 
-    per_rank_spill = [get(r, "memory", "spilled_peak_bytes") for r in ranks]
-    spill_source = "memory.spilled_peak_bytes"
+    def host_at_last_mark(doc: dict) -> int | None:
+        # The runner's residency sweep moves everything to the host after the last step, so the
+        # spilled peak says little: the managed peak less the device bound of the last iteration.
+        managed, timeline = get(doc, "allocations", "managed_bytes_peak"), get(doc, "timeline") or []
+        bound = timeline[-1].get("device_bound_peak_bytes") if timeline else None
+        return max(0, managed - bound) if isinstance(managed, int) and isinstance(bound, int) else None
+
+    per_rank_spill = [host_at_last_mark(r) for r in ranks]
+    spill_source = "allocations.managed_bytes_peak - timeline[-1].device_bound_peak_bytes"
+    if not all(isinstance(v, int) for v in per_rank_spill):
+        per_rank_spill = [get(r, "memory", "spilled_peak_bytes") for r in ranks]
+        spill_source = "memory.spilled_peak_bytes"
     if not all(isinstance(v, int) for v in per_rank_spill):
         # Without a spill count: what cannot be on the device at the peak, managed peak minus L.
         spill_source = "allocations.managed_bytes_peak - config.limit_bytes"
@@ -306,7 +318,21 @@ def faults_after_warmup(run: dict) -> int | None:
     return counts[max(counts)] - counts[warmup]
 
 
-def fault_reduction(base: int | None, prefetch: int | None) -> float | None:
+def faults_per_iteration(run: dict) -> list[int]:
+    """GPU page faults in each iteration, from libtransit's timeline (cumulative at each mark; rank 0)."""
+    timeline = ((run.get("transit_stats") or [{}])[0]).get("timeline") or []
+    counts = [e["gpu_page_faults"] for e in timeline if "gpu_page_faults" in e]
+    return [b - a for a, b in zip(counts, counts[1:])]
+
+
+def faults_steady(run: dict) -> float | None:
+    """Median faults per iteration over the run's last STEADY_ITERATIONS: by then limit mode's profile is
+    refined and its correction settled (the median, so that one iteration's burst does not decide)."""
+    last = faults_per_iteration(run)[-STEADY_ITERATIONS:]
+    return statistics.median(last) if len(last) == STEADY_ITERATIONS else None
+
+
+def fault_reduction(base: float | None, prefetch: float | None) -> float | None:
     return 1 - prefetch / base if base and prefetch is not None else None
 
 
@@ -333,6 +359,11 @@ def summarize_policies(runs: dict) -> dict:
         "prefetch_fault_reduction": check(fault_reduction(steady.get("transit-base"), steady.get("transit-prefetch")),
                                           TARGETS["prefetch_fault_reduction_min"]),
         "prefetch_fault_reduction_whole_run": whole_run,
+        "gpu_faults_per_iteration": {n: faults_per_iteration(runs[n]) for n in names},
+        f"gpu_faults_median_last_{STEADY_ITERATIONS}_iterations": {n: faults_steady(runs[n]) for n in names},
+        "prefetch_fault_reduction_steady": check(fault_reduction(faults_steady(runs.get("transit-base", {})),
+                                                                 faults_steady(runs.get("transit-prefetch", {}))),
+                                                 TARGETS["prefetch_fault_reduction_min"]),
         "small_migration_share": {n: tr[n].get("small_migration_share") for n in names},
         "large_migration_share": {n: tr[n].get("large_migration_share") for n in names},
         "memory_vs_cap": memory_vs_cap(runs, ["native", *names]),
@@ -441,6 +472,17 @@ def print_table(kind: str, runs: dict, summary: dict) -> None:
     print(json.dumps(summary, indent=1, default=str))
 
 
+def summarize(kind: str, runs: dict, gpu_tests: dict | None) -> dict:
+    """The kind's summary, the HF Trainer transparency pair where it ran, and the GPU tests' junit
+    summary (kept from the device's run when a result is summarized again)."""
+    summary = SUMMARIES[kind](runs)
+    if "hf-native" in runs or "hf-transit" in runs:
+        summary["transparency_hf_trainer"] = losses_compare(runs, "hf-transit", "hf-native")
+    if gpu_tests is not None:
+        summary["gpu_tests"] = gpu_tests
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("kind", choices=sorted(SUMMARIES))
@@ -448,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--work", type=Path, help="a driver's work directory (on the device)")
     source.add_argument("--resummarize", type=Path, metavar="RESULT_JSON",
                         help="derive the summary of a committed result again with this collect.py; its runs, "
-                             "commit and device stay, and summary_commit names the collect.py used")
+                             "commit and device stay (each TRANSIT run's summary of its stats files is derived "
+                             "again too), and summary_commit names the collect.py used")
     p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="RESULT_JSON",
                    help="with --resummarize: add the runs of these results (of the same kind and commit, from "
                         "other device commands) that the first one lacks")
@@ -466,18 +509,16 @@ def main(argv: list[str] | None = None) -> int:
             added = [name for name in other["runs"] if name not in doc["runs"]]
             doc["runs"] |= {name: other["runs"][name] for name in added}
             doc.setdefault("merged_runs", []).append({"from": other_path.name, "runs": added})
-        doc["summary"] = SUMMARIES[args.kind](doc["runs"])
+        for run in doc["runs"].values():
+            if "transit_stats" in run:
+                run["transit"] = transit_summary(run["transit_stats"])
+        doc["summary"] = summarize(args.kind, doc["runs"], doc.get("summary", {}).get("gpu_tests"))
         doc["targets"], doc["summary_commit"] = TARGETS, git_commit()
         write_json(args.out, doc)
         print_table(args.kind, doc["runs"], doc["summary"])
         return 0
     runs = load_runs(args.work)
-    summary = SUMMARIES[args.kind](runs)
-    if "hf-native" in runs or "hf-transit" in runs:
-        summary["transparency_hf_trainer"] = losses_compare(runs, "hf-transit", "hf-native")
-    junit = summarize_junit(args.work / "pytest-gpu.xml")
-    if junit is not None:
-        summary["gpu_tests"] = junit
+    summary = summarize(args.kind, runs, summarize_junit(args.work / "pytest-gpu.xml"))
     device = next((r["result"]["device"] for r in runs.values() if r.get("result")), None)
     doc = {
         "schema": COLLECT_SCHEMA, "kind": args.kind, "git_commit": git_commit(), "device": device,
