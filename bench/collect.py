@@ -57,7 +57,7 @@ def load_transit_stats(directory: Path) -> list[dict]:
             continue
         if doc.get("cuda_active"):
             if isinstance(doc.get("timeline"), list):
-                doc["timeline"] = doc["timeline"][:TIMELINE_KEEP]
+                doc["timeline"] = doc["timeline"][-TIMELINE_KEEP:]  # the last iterations: steady state
             doc["file"] = path.name
             docs.append(doc)
     return docs
@@ -85,10 +85,12 @@ def transit_summary(stats: list[dict]) -> dict | None:
 
     def host_at_last_mark(doc: dict) -> int | None:
         # The runner's residency sweep moves everything to the host after the last step, so the
-        # spilled peak says little: the managed peak less the device bound of the last iteration.
-        managed, timeline = get(doc, "allocations", "managed_bytes_peak"), get(doc, "timeline") or []
-        bound = timeline[-1].get("device_bound_peak_bytes") if timeline else None
-        return max(0, managed - bound) if isinstance(managed, int) and isinstance(bound, int) else None
+        # spilled peak says little: the managed peak less the device bound of the last iteration
+        # that has one (a training loop: its data is still live at the last mark).
+        managed = get(doc, "allocations", "managed_bytes_peak")
+        bounds = [e.get("device_bound_peak_bytes") for e in get(doc, "timeline") or []]
+        bound = next((b for b in reversed(bounds) if isinstance(b, int)), None)
+        return max(0, managed - bound) if isinstance(managed, int) and bound is not None else None
 
     per_rank_spill = [host_at_last_mark(r) for r in ranks]
     spill_source = "allocations.managed_bytes_peak - timeline[-1].device_bound_peak_bytes"
@@ -512,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in doc["runs"].values():
             if "transit_stats" in run:
                 run["transit"] = transit_summary(run["transit_stats"])
-        doc["summary"] = summarize(args.kind, doc["runs"], doc.get("summary", {}).get("gpu_tests"))
+        doc["summary"] = summarize(args.kind, doc["runs"], (doc.get("summary") or {}).get("gpu_tests"))
         doc["targets"], doc["summary_commit"] = TARGETS, git_commit()
         write_json(args.out, doc)
         print_table(args.kind, doc["runs"], doc["summary"])

@@ -617,8 +617,9 @@ bool transit_policy_profile_end(uint32_t max_launches)
                                   : "prefetch: out of memory merging ranges; acting as base");
         } else {
             transit_ranges *replayed = ranges;
-            uint64_t before = refining ? transit_ranges_total_bytes(replayed) : 0;
-            learning = transit_ranges_total_bytes(fresh) - before > before / REFINE_GROWTH_DIV;
+            /* A full range table can drop old ranges: the merged total may then be smaller. */
+            uint64_t before = refining ? transit_ranges_total_bytes(replayed) : 0, after = transit_ranges_total_bytes(fresh);
+            learning = !refining || (after > before && after - before > before / REFINE_GROWTH_DIV);
             ranges = fresh;
             fresh = replayed; /* reset when the next window begins */
             transit_add(&pc.refinements, refining);

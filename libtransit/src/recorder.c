@@ -148,7 +148,7 @@ static int in_window(uint64_t iteration)
  * full one gives the new profile its refinements anew. */
 static void open_window(uint64_t begin, bool refine)
 {
-    win_refine = refine;
+    __atomic_store_n(&win_refine, refine, __ATOMIC_RELAXED);
     if (!refine)
         __atomic_store_n(&rc.refine_windows, 0, __ATOMIC_RELAXED);
     win_begin = begin;
@@ -327,7 +327,6 @@ static void flush(uint32_t flag)
 
 static void finish_window(void)
 {
-    uint32_t max_launches;
     pthread_mutex_lock(&win_lock);
     if (win_phase != WINDOW_DRAINING) {
         pthread_mutex_unlock(&win_lock);
@@ -335,17 +334,14 @@ static void finish_window(void)
     }
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     __atomic_store_n(&want_um, transit_limit_mode(), __ATOMIC_RELAXED);
-    max_launches = win_max_launches;
-    pthread_mutex_unlock(&win_lock);
-    bool learning = transit_policy_profile_end(max_launches);
+    /* Under win_lock (then prof_lock, the order open_window takes them), so that a re-profile
+     * cannot open its window between this one's end and the profile it builds. */
+    bool learning = transit_policy_profile_end(win_max_launches);
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after it was evicted (it was resident when they ran in the profiled iterations):
      * one-iteration windows add those to the profile, for as long as they still find much (on an
-     * H200, prefetch's faults per iteration fell from 60k to 11k in the 4 iterations after two). */
-    if (!learning || !transit_policy_planning())
-        return;
-    pthread_mutex_lock(&win_lock);
-    if (win_phase == WINDOW_DONE && transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
+     * H200, 4 of them took prefetch from 54,560 faults per iteration to under 1,000). */
+    if (learning && transit_policy_planning() && transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
         transit_add(&rc.refine_windows, 1);
         open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, true);
     }
@@ -961,7 +957,9 @@ void transit_recorder_state_json(jbuf *b)
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
               (double)transit_get(&rc.overhead_ns) * 1e-9, have_profiling ? "true" : "false",
-              win_refine && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE ? "true" : "false",
+              __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
+                  ? "true"
+                  : "false",
               have_um ? "true" : "false");
     jb_printf(b,
               ", \"correlation\": {\"callback\": %" PRIu64 ", \"external\": %" PRIu64 ", \"disagree\": %" PRIu64

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 LIMIT = "1G"
 STEPS = 24
 WARMUP = 2
-LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements (2 iterations each)
+LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements (3 iterations each: collect, drain, finish)
 SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.

@@ -205,7 +205,30 @@ def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
     before = json.loads((REPO / "bench/results/policies-h200.json").read_text())["runs"]
     assert {n: {k: v for k, v in r.items() if k != "transit"} for n, r in doc["runs"].items()} == {
         n: {k: v for k, v in r.items() if k != "transit"} for n, r in before.items()}
-    assert base["transit"] == collect.transit_summary(base["transit_stats"])
+    # a run from before the per-iteration bound: its offloaded bytes are the spilled peak
+    assert base["transit"]["offloaded_source"] == "memory.spilled_peak_bytes"
+
+
+def test_offloaded_is_the_managed_peak_less_the_last_bound():
+    """The runner's sweep empties the device after the last step: TRANSIT's offloaded bytes come
+    from the last iteration's bound, not from the spilled peak the sweep raised."""
+    doc = json.loads((REPO / "bench/results/policies-long-h200x2.json").read_text())
+    stats = doc["runs"]["transit-prefetch"]["transit_stats"][0]
+    last_bound = [e["device_bound_peak_bytes"] for e in stats["timeline"] if e["device_bound_peak_bytes"] is not None][-1]
+    summary = collect.transit_summary([stats])
+    assert summary["offloaded_bytes_per_gpu"] == stats["allocations"]["managed_bytes_peak"] - last_bound
+    assert summary["offloaded_bytes_per_gpu"] < stats["memory"]["spilled_peak_bytes"]
+
+
+def test_resummarize_keeps_the_gpu_test_summary(tmp_path):
+    """The junit summary exists only in the device's work directory: summarizing again keeps it."""
+    source = REPO / "bench/results/overhead-shared-h200x2.json"
+    out = tmp_path / "overhead.json"
+    assert collect.main(["overhead", "--resummarize", str(source), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["gpu_tests"] == json.loads(source.read_text())["summary"]["gpu_tests"]
+    assert doc["summary"]["gpu_tests"]["counts"]["passed"] == 16
+    assert doc["summary"]["transparency_hf_trainer"]["bitwise_identical"] is True
 
 
 def test_steady_faults_are_the_median_of_the_last_iterations():
