@@ -93,7 +93,7 @@ def transit_summary(stats: list[dict]) -> dict | None:
         return max(0, managed - bound) if isinstance(managed, int) and bound is not None else None
 
     per_rank_spill = [host_at_last_mark(r) for r in ranks]
-    spill_source = "allocations.managed_bytes_peak - timeline[-1].device_bound_peak_bytes"
+    spill_source = "allocations.managed_bytes_peak - the last timeline device_bound_peak_bytes"
     if not all(isinstance(v, int) for v in per_rank_spill):
         per_rank_spill = [get(r, "memory", "spilled_peak_bytes") for r in ranks]
         spill_source = "memory.spilled_peak_bytes"

@@ -42,8 +42,8 @@ bool transit_policy_planning(void);
  * kept, replayed, and added to), and the window's end after its records were flushed (the
  * ranges are built; max_launches: most launches in one profiled iteration). The end says whether
  * another refinement is worth its iterations: the window built a new profile (even an empty
- * one), or its refinement still grew the profile by more than 1/REFINE_GROWTH_DIV. Called from the recorder's thread or
- * an iteration-noticing thread. */
+ * one), or its refinement still grew the profile by more than 1/REFINE_GROWTH_DIV. Called from
+ * the recorder's thread or an iteration-noticing thread. */
 void transit_policy_profile_begin(bool refine);
 bool transit_policy_profile_end(uint32_t max_launches);
 /* Activity records, in the order CUPTI delivers them (CUPTI's buffer thread). */
