@@ -309,21 +309,24 @@ def step_mean(runs: dict, name: str) -> float | None:
     return mean
 
 
-def faults_after_warmup(run: dict) -> int | None:
-    """GPU page faults between the iteration mark that ends the runner's warm-up and the last mark
-    (libtransit's timeline keeps the cumulative count at each mark; rank 0)."""
-    warmup = ((run.get("result") or {}).get("step_time") or {}).get("warmup_steps")
+def fault_marks(run: dict) -> list[tuple[int, int]]:
+    """(iteration, cumulative GPU page faults) at each of libtransit's iteration marks (rank 0)."""
     timeline = ((run.get("transit_stats") or [{}])[0]).get("timeline") or []
-    counts = {e["iteration"]: e["gpu_page_faults"] for e in timeline if "gpu_page_faults" in e}
+    return [(e["iteration"], e["gpu_page_faults"]) for e in timeline if "gpu_page_faults" in e]
+
+
+def faults_after_warmup(run: dict) -> int | None:
+    """GPU page faults between the iteration mark that ends the runner's warm-up and the last mark."""
+    warmup = ((run.get("result") or {}).get("step_time") or {}).get("warmup_steps")
+    counts = dict(fault_marks(run))
     if warmup not in counts:
         return None
     return counts[max(counts)] - counts[warmup]
 
 
 def faults_per_iteration(run: dict) -> list[int]:
-    """GPU page faults in each iteration, from libtransit's timeline (cumulative at each mark; rank 0)."""
-    timeline = ((run.get("transit_stats") or [{}])[0]).get("timeline") or []
-    counts = [e["gpu_page_faults"] for e in timeline if "gpu_page_faults" in e]
+    """GPU page faults in each iteration: differences of the cumulative counts at the marks."""
+    counts = [faults for _, faults in fault_marks(run)]
     return [b - a for a, b in zip(counts, counts[1:])]
 
 

@@ -306,8 +306,9 @@ size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_r
     return merged;
 }
 
-/* transit_chunks_touch, also adding the bytes of the chunks [addr, addr+bytes) touches to *all
- * and those of the resident ones to *resident: one hash lookup per chunk on the launch path. */
+/* The resident chunks of [addr, addr+bytes) become the most recently migrated (chunks not
+ * resident stay so: nothing moved yet); the bytes of the chunks it touches are added to *all and
+ * those of the resident ones to *resident: one hash lookup per chunk on the launch path. */
 static void touch_counting(transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *all, uint64_t *resident)
 {
     uint64_t end = addr + bytes;
@@ -322,12 +323,6 @@ static void touch_counting(transit_chunks *c, uint64_t addr, uint64_t bytes, uin
             *resident += TRANSIT_CHUNK_BYTES;
         }
     }
-}
-
-void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes)
-{
-    uint64_t all = 0, resident = 0;
-    touch_counting(c, addr, bytes, &all, &resident);
 }
 
 size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n, uint64_t target,

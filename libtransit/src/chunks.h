@@ -41,9 +41,6 @@ TRANSIT_INTERNAL uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_
 /* [addr, addr+bytes) is no longer on the device: migrated to the host, or its allocation freed.
  * Chunks left without any of the pages that migrated in are forgotten. */
 TRANSIT_INTERNAL void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
-/* [addr, addr+bytes) is about to be used: its resident chunks become the most recently
- * migrated (chunks not resident stay so: nothing moved yet). */
-TRANSIT_INTERNAL void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
 TRANSIT_INTERNAL uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
 /* Picks least-recently-migrated chunks until resident bytes <= target or out_cap ranges are
@@ -54,7 +51,7 @@ TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out,
                                                     size_t out_cap);
 /* A launch is about to use need[0..n) (disjoint ranges): its resident chunks become the most
- * recently migrated, and victims are picked as in transit_chunks_pick_victims, never among the
+ * recently migrated (chunks not resident stay so: nothing moved yet), and victims are picked as in transit_chunks_pick_victims, never among the
  * launch's own chunks, until resident bytes plus what the launch adds (its chunks not resident)
  * are at most target. Returns the number of ranges written; call again while that is out_cap.
  * The caller evicts the victims, then marks need migrated. */

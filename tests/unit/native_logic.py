@@ -60,7 +60,6 @@ void transit_chunks_destroy(transit_chunks *c);
 uint64_t transit_chunks_migrated(transit_chunks *c, uint64_t addr, uint64_t bytes);
 uint64_t transit_chunks_arrived_cold(transit_chunks *c, uint64_t addr, uint64_t bytes, uint64_t *untracked);
 void transit_chunks_dropped(transit_chunks *c, uint64_t addr, uint64_t bytes);
-void transit_chunks_touch(transit_chunks *c, uint64_t addr, uint64_t bytes);
 size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n, uint64_t target, transit_range *out, size_t out_cap);
 uint64_t transit_chunks_resident_bytes(const transit_chunks *c);
 size_t transit_chunks_count(const transit_chunks *c);

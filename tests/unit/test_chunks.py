@@ -10,6 +10,7 @@ import pytest
 KIB, MIB = 1024, 1024 * 1024
 CHUNK = 2 * MIB
 BASE = 0x7F00_0000_0000  # 2 MiB aligned
+NO_LIMIT = 2**64 - 1  # a make_room target nothing exceeds: the launch only touches its chunks
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_touch_protects_resident_chunks_and_adds_none(native, chunks):
     c = chunks()
     for i in (1, 2, 3):
         lib.transit_chunks_migrated(c, BASE + i * CHUNK, CHUNK)
-    lib.transit_chunks_touch(c, BASE, 2 * CHUNK)  # chunk 0 (not resident) and chunk 1
+    make_room(native, c, [(BASE, 2 * CHUNK)], NO_LIMIT)  # touches chunk 0 (not resident) and chunk 1
     assert lib.transit_chunks_count(c) == 3
     assert victims(native, c, 2 * CHUNK) == [(BASE + 2 * CHUNK, CHUNK)]
     assert victims(native, c, CHUNK) == [(BASE + 3 * CHUNK, CHUNK)]  # then 3, and 1 stays
@@ -241,7 +242,7 @@ def test_matches_reference_model_under_churn(native, chunks):
                     order.remove(ch)
                 order.append(ch)
         elif action < 0.75:
-            lib.transit_chunks_touch(c, addr, size)
+            make_room(native, c, [(addr, size)], NO_LIMIT)  # a touch: no target to make room for
             for ch in sorted({p // 512 for p in touched}):
                 if ch in order:
                     order.remove(ch)
