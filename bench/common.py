@@ -112,6 +112,28 @@ def uvm_host_resident_bytes(smaps_text: str) -> int | None:
     return sum(int(kb) for kb in rss_kb) * 1024 if rss_kb else None
 
 
+PAGEMAP_PRESENT_BIT = 1 << 63  # /proc/PID/pagemap: one little-endian u64 per page
+
+
+def host_resident_bytes(ranges: list[tuple[int, int]]) -> int:
+    """Bytes of the (address, size) ranges whose pages are in this process's CPU page tables.
+
+    For managed memory that is where the data lives: the UVM driver maps a page on the CPU while it
+    is resident in host memory and unmaps it when the page migrates to the device (the same fact
+    the smaps Rss of /dev/nvidia-uvm sums, bench/results/uvm-probe-h200.json), but per address.
+    """
+    import numpy as np
+
+    page = resource.getpagesize()
+    total = 0
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        for address, size in ranges:
+            first, last = address // page, (address + size - 1) // page
+            entries = np.frombuffer(os.pread(pagemap.fileno(), (last - first + 1) * 8, first * 8), dtype="<u8")
+            total += int(np.count_nonzero(entries & np.uint64(PAGEMAP_PRESENT_BIT))) * page
+    return total
+
+
 def read_own_smaps() -> str:
     with open("/proc/self/smaps") as f:
         return f.read()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 8: every system under the same cap L (MEM_LIMIT) at the same tokens per optimizer step
-# (global batch 8 x 2048 tokens). One device command on the 2-GPU machine (nvidia-h200-x2):
+# (global batch GLOBAL_BATCH x 2048 tokens). One device command on the 2-GPU machine (nvidia-h200-x2):
 #   bash bench/run_compare.sh         (results: $OUT/compare.json, $OUT/compare-logs.txt)
+# SYSTEMS="fsdp2-2gpu transit-advise" runs only those (default: all, in the order below).
 # No offload on 2 GPUs; TRANSIT advise (then prefetch and base, if time is left) on 1 GPU; FSDP2
 # CPUOffloadPolicy on 1 GPU with one micro-batch of 8 and with 2 micro-batches of 4; DeepSpeed
 # ZeRO-Offload and ZeRO-Infinity on 1 GPU; 2 GPUs with NCCL on sockets over loopback (the
@@ -9,21 +10,33 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-510}
+GLOBAL_BATCH=${GLOBAL_BATCH:-8}
+SYSTEMS=${SYSTEMS:-}
+ADVISE_LIMIT_S=${ADVISE_LIMIT_S:-200}  # its 4 warm-up steps are the longest part (see TRANSIT_COMMON)
 source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
+# run NAME LIMIT_S CMD...: bench_run, for the systems SYSTEMS names (all when it is empty).
+run() {
+    [[ -z "$SYSTEMS" || " $SYSTEMS " == *" $1 "* ]] && bench_run "$@"
+    return 0
+}
+
 # DeepSpeedCPUAdam is a JIT-built C++ op: build it now, in the background and niced, so that it is
 # ready for the DeepSpeed runs; if it is not, they use PyTorch's fused AdamW on the CPU instead.
-nice -n 19 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
-    >"$WORK/ds-cpu-adam-build.log" 2>&1 &
-DS_BUILD_PID=$!
+DS_BUILD_PID=
+if [[ -z "$SYSTEMS" || "$SYSTEMS" == *zero-* ]]; then
+    nice -n 19 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
+        >"$WORK/ds-cpu-adam-build.log" 2>&1 &
+    DS_BUILD_PID=$!
+fi
 
 # TRANSIT's limit covers managed data only; the other systems keep NON_ALLOCATOR_MARGIN_BYTES of
 # the cap for memory outside PyTorch's allocator (context, NCCL). TRANSIT gets the cap minus the same
 # margin, so that its data plus that memory stays under the cap as theirs does.
 TRANSIT_LIMIT=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import common as c
 print(c.parse_size(sys.argv[1]) - c.NON_ALLOCATOR_MARGIN_BYTES)" "$MEM_LIMIT") || exit 1
-MODEL_BATCH=(--model "$MODEL" --global-batch 8)
+MODEL_BATCH=(--model "$MODEL" --global-batch "$GLOBAL_BATCH")
 COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations, drains the third, and advise applies during the
 # fourth: 4 warm-up steps. In limit mode those take 7, 26, 42 and 28 s on this model; the steps after
@@ -33,42 +46,42 @@ ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalon
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
 
-bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
+run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
-bench_run transit-advise 200 env CUDA_VISIBLE_DEVICES=0 \
+run transit-advise "$ADVISE_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget 140 --label transit-advise --out "$WORK/transit-advise.json"
-bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
+    --time-budget $((ADVISE_LIMIT_S - 60)) --label transit-advise --out "$WORK/transit-advise.json"
+run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
     --out "$WORK/fsdp2-2gpu-socket.json"
-bench_run fsdp-cpu-mb 110 "${ONE_GPU[@]}" bench/train.py "${COMMON[@]}" --local-batch 8 --offload fsdp-cpu \
+run fsdp-cpu-mb 110 "${ONE_GPU[@]}" bench/train.py "${COMMON[@]}" --local-batch 8 --offload fsdp-cpu \
     --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp-cpu-mb --out "$WORK/fsdp-cpu-mb.json"
 
-if kill -0 "$DS_BUILD_PID" 2>/dev/null || ! wait "$DS_BUILD_PID"; then
+if [ -z "$DS_BUILD_PID" ] || kill -0 "$DS_BUILD_PID" 2>/dev/null || ! wait "$DS_BUILD_PID"; then
     CPU_ADAM=torch  # still building, or the build failed: see ds-cpu-adam-build.log
 else
     CPU_ADAM=deepspeed
 fi
 echo "DeepSpeed CPU optimizer: $CPU_ADAM" | tee -a "$WORK/driver.log"
 for system in zero-offload zero-infinity; do
-    bench_run "$system" 150 "${ONE_GPU[@]}" bench/deepspeed_train.py --system "$system" "${COMMON[@]}" \
+    run "$system" 150 "${ONE_GPU[@]}" bench/deepspeed_train.py --system "$system" "${COMMON[@]}" \
         --local-batch 8 --cpu-adam "$CPU_ADAM" --mem-cap "$MEM_LIMIT" --time-budget 35 \
         --out "$WORK/$system.json"
 done
 # FSDP2 offload with gradient accumulation: many times slower per token (DESIGN.md), so 1 warm-up step.
-bench_run fsdp-cpu-accum 110 "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" --steps 4 --warmup 1 \
+run fsdp-cpu-accum 110 "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" --steps 4 --warmup 1 \
     --local-batch 4 --offload fsdp-cpu --mem-cap "$MEM_LIMIT" --time-budget 30 \
     --label fsdp-cpu-accum --out "$WORK/fsdp-cpu-accum.json"
 
 # With what time is left: the other policies, and TRANSIT's own rho (1 GPU: no NCCL traffic).
 for policy in prefetch base; do
-    bench_run "transit-$policy" 120 env CUDA_VISIBLE_DEVICES=0 \
+    run "transit-$policy" 120 env CUDA_VISIBLE_DEVICES=0 \
         $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-$policy.transit" -- \
         python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
         --local-batch 4 --time-budget 40 --label "transit-$policy" --out "$WORK/transit-$policy.json"
 done
-bench_run transit-advise-socket 100 "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
+run transit-advise-socket 100 "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget 30 --label transit-advise-socket --out "$WORK/transit-advise-socket.json"

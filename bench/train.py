@@ -28,12 +28,15 @@ from common import (
     NvmlMonitor,
     apply_memory_cap,
     gather_rank_facts,
+    host_resident_bytes,
     parse_size,
+    read_own_smaps,
     residency_sweep,
     resolve_batch,
     result_doc,
     timed_steps,
     under_transit,
+    uvm_host_resident_bytes,
     write_json,
 )
 from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
@@ -121,33 +124,49 @@ def micro_batch(global_batch: tuple[torch.Tensor, torch.Tensor], micro: int, ran
     return inputs[rows].to(device, non_blocking=True), targets[rows].to(device, non_blocking=True)
 
 
-def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Bytes of this rank's training state that live in host memory (FSDP2 CPU offload).
-
-    Counted from the live tensors after a step: sharded parameters, their gradients and the
-    optimizer states (0-dim step counters left out), each storage once.
-    """
+def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, list[torch.Tensor]]:
+    """This rank's training state by kind: sharded parameters, their gradients and the optimizer
+    states (0-dim step counters left out), as local tensors, each storage once."""
     from torch.distributed.tensor import DTensor
 
     seen: set[int] = set()
 
-    def host_bytes(t: torch.Tensor | None) -> int:
-        if t is None:
-            return 0
-        local = t.to_local() if isinstance(t, DTensor) else t
-        if local.device.type != "cpu" or local.dim() == 0 or local.data_ptr() in seen:
-            return 0
-        seen.add(local.data_ptr())
-        return local.numel() * local.element_size()
+    def local(tensors) -> list[torch.Tensor]:
+        out = []
+        for t in tensors:
+            t = t.to_local() if isinstance(t, DTensor) else t
+            if t is not None and t.dim() > 0 and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                out.append(t)
+        return out
 
     params = list(model.parameters())
-    out = {
-        "params": sum(host_bytes(p) for p in params),
-        "grads": sum(host_bytes(p.grad) for p in params),
-        "optimizer": sum(host_bytes(v) for state in optimizer.state.values() for v in state.values()
-                         if isinstance(v, torch.Tensor)),
+    return {
+        "params": local(params),
+        "grads": local(p.grad for p in params),
+        "optimizer": local(v for state in optimizer.state.values() for v in state.values()
+                           if isinstance(v, torch.Tensor)),
     }
+
+
+def host_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Bytes of this rank's training state that live in host memory (FSDP2 CPU offload), after a step."""
+    out = {kind: sum(t.numel() * t.element_size() for t in tensors if t.device.type == "cpu")
+           for kind, tensors in state_tensors(model, optimizer).items()}
     out["total"] = sum(out.values())
+    return out
+
+
+def managed_host_resident_by_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Under TRANSIT: of each kind of training state (all managed memory), the bytes resident on the
+    host now, and the state's size; the rest of the managed data on the host (activations, buffers)
+    is what smaps counts beyond them. Shows which data a policy left on the host."""
+    out = {}
+    for kind, tensors in state_tensors(model, optimizer).items():
+        ranges = [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors]
+        out[kind] = {"host_bytes": host_resident_bytes(ranges), "bytes": sum(size for _, size in ranges)}
+    all_host = uvm_host_resident_bytes(read_own_smaps())
+    out["other_host_bytes"] = None if all_host is None else max(0, all_host - sum(v["host_bytes"] for v in out.values()))
     return out
 
 
@@ -189,6 +208,8 @@ def train(args: argparse.Namespace) -> dict | None:
 
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
                        host_state=lambda: host_state_bytes(model, optimizer))
+    # Where the state is after the last step, before the sweep moves it all (TRANSIT runs).
+    placement = managed_host_resident_by_state(model, optimizer) if under_transit() and device.type == "cuda" else None
     facts = gather_rank_facts(monitor, device, loop)
     sweep = residency_sweep(device) if args.residency_sweep and under_transit() else None
     dist.destroy_process_group()
@@ -204,7 +225,7 @@ def train(args: argparse.Namespace) -> dict | None:
             "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
             "time_budget_s": args.time_budget,
         },
-    ) | {"residency_sweep": sweep}
+    ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from common import (
     GIB,
     UVM_DEVICE_PATH,
     NvmlMonitor,
+    host_resident_bytes,
     read_own_smaps,
     smaps_rss_by_path,
     uvm_host_resident_bytes,
@@ -68,6 +69,29 @@ def test_parser_accounts_for_this_process_rss():
     rollup_rss = next(int(line.split()[1]) * KB for line in rollup.splitlines() if line.startswith("Rss:"))
     assert by_path[ANONYMOUS_MAPPING] > 0
     assert sum(by_path.values()) == pytest.approx(rollup_rss, rel=0.05)
+
+
+def test_pagemap_counts_the_pages_in_memory_per_range():
+    import mmap
+    import resource
+
+    page = resource.getpagesize()
+    region = mmap.mmap(-1, 64 * page)  # anonymous: no page is in memory until written
+    address = ctypes_address(region)
+    assert host_resident_bytes([(address, 64 * page)]) == 0
+    for i in range(0, 64, 4):  # every fourth page
+        region[i * page] = 1
+    assert host_resident_bytes([(address, 64 * page)]) == 16 * page
+    # Two ranges, one touched page each; a range inside one page counts that page.
+    assert host_resident_bytes([(address, page), (address + 4 * page + 100, 8)]) == 2 * page
+    assert host_resident_bytes([(address + page, 3 * page)]) == 0
+    region.close()
+
+
+def ctypes_address(region) -> int:
+    import ctypes
+
+    return ctypes.addressof(ctypes.c_char.from_buffer(region))
 
 
 def test_monitor_reports_no_measure_rather_than_zero_without_a_uvm_mapping():
