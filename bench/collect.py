@@ -498,8 +498,8 @@ def main(argv: list[str] | None = None) -> int:
                              "commit and device stay (each TRANSIT run's summary of its stats files is derived "
                              "again too), and summary_commit names the collect.py used")
     p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="RESULT_JSON",
-                   help="with --resummarize: add the runs of these results (of the same kind and commit, from "
-                        "other device commands) that the first one lacks")
+                   help="with --resummarize: add the runs of these results (of the same kind, from other device "
+                        "commands) that the first one lacks; merged_runs names each one's file and commit")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     if args.merge and not args.resummarize:
@@ -508,12 +508,13 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(args.resummarize.read_text())
         for other_path in args.merge:
             other = json.loads(other_path.read_text())
-            if (other.get("kind"), other.get("git_commit")) != (doc.get("kind"), doc.get("git_commit")):
-                p.error(f"--merge {other_path}: kind/commit {other.get('kind')}/{other.get('git_commit')} differ "
-                        f"from {doc.get('kind')}/{doc.get('git_commit')}")
+            if other.get("kind") != doc.get("kind"):
+                p.error(f"--merge {other_path}: kind {other.get('kind')!r} differs from {doc.get('kind')!r}")
             added = [name for name in other["runs"] if name not in doc["runs"]]
             doc["runs"] |= {name: other["runs"][name] for name in added}
-            doc.setdefault("merged_runs", []).append({"from": other_path.name, "runs": added})
+            # Each run's result names its own commit too; this says which runs came from which command.
+            doc.setdefault("merged_runs", []).append({"from": other_path.name, "git_commit": other.get("git_commit"),
+                                                     "runs": added})
         for run in doc["runs"].values():
             if "transit_stats" in run:
                 run["transit"] = transit_summary(run["transit_stats"])

@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-510}
 GLOBAL_BATCH=${GLOBAL_BATCH:-8}
 SYSTEMS=${SYSTEMS:-}
-ADVISE_LIMIT_S=${ADVISE_LIMIT_S:-200}  # its 4 warm-up steps are the longest part (see TRANSIT_COMMON)
+# Per-run limits (seconds) for the runs whose steps grow with the global batch: each TRANSIT run
+# (its 4 warm-up steps are the longest part, see TRANSIT_COMMON) and each FSDP2 CPU-offload run.
+TRANSIT_RUN_LIMIT_S=${TRANSIT_RUN_LIMIT_S:-200}
+OFFLOAD_LIMIT_S=${OFFLOAD_LIMIT_S:-110}
 source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
@@ -48,14 +51,17 @@ SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_I
 
 run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
-run transit-advise "$ADVISE_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
+run transit-advise "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget $((ADVISE_LIMIT_S - 60)) --label transit-advise --out "$WORK/transit-advise.json"
+    --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise --out "$WORK/transit-advise.json"
 run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
     --out "$WORK/fsdp2-2gpu-socket.json"
-run fsdp-cpu-mb 110 "${ONE_GPU[@]}" bench/train.py "${COMMON[@]}" --local-batch 8 --offload fsdp-cpu \
+# FSDP2 offload reaches its step time after 1 warm-up step (its steps are the slowest, ~40 s at a
+# global batch of 64).
+OFFLOAD_STEPS=(--steps 4 --warmup 1)
+run fsdp-cpu-mb "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" --local-batch 8 --offload fsdp-cpu \
     --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp-cpu-mb --out "$WORK/fsdp-cpu-mb.json"
 
 if [ -z "$DS_BUILD_PID" ] || kill -0 "$DS_BUILD_PID" 2>/dev/null || ! wait "$DS_BUILD_PID"; then
@@ -69,20 +75,20 @@ for system in zero-offload zero-infinity; do
         --local-batch 8 --cpu-adam "$CPU_ADAM" --mem-cap "$MEM_LIMIT" --time-budget 35 \
         --out "$WORK/$system.json"
 done
-# FSDP2 offload with gradient accumulation: many times slower per token (DESIGN.md), so 1 warm-up step.
-run fsdp-cpu-accum 110 "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" --steps 4 --warmup 1 \
+# FSDP2 offload with (more) gradient accumulation: many times slower per token (DESIGN.md).
+run fsdp-cpu-accum "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" \
     --local-batch 4 --offload fsdp-cpu --mem-cap "$MEM_LIMIT" --time-budget 30 \
     --label fsdp-cpu-accum --out "$WORK/fsdp-cpu-accum.json"
 
 # With what time is left: the other policies, and TRANSIT's own rho (1 GPU: no NCCL traffic).
 for policy in prefetch base; do
-    run "transit-$policy" 120 env CUDA_VISIBLE_DEVICES=0 \
+    run "transit-$policy" "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
         $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-$policy.transit" -- \
         python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
-        --local-batch 4 --time-budget 40 --label "transit-$policy" --out "$WORK/transit-$policy.json"
+        --local-batch 4 --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label "transit-$policy" --out "$WORK/transit-$policy.json"
 done
-run transit-advise-socket 100 "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
+run transit-advise-socket "$TRANSIT_RUN_LIMIT_S" "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget 30 --label transit-advise-socket --out "$WORK/transit-advise-socket.json"
+    --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise-socket --out "$WORK/transit-advise-socket.json"
 finish compare

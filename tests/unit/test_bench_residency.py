@@ -271,8 +271,9 @@ def test_steady_faults_are_the_median_of_the_last_iterations():
     assert summary["prefetch_fault_reduction_steady"] == {"value": 1 - 30 / 500, "threshold": 0.95, "met": False}
 
 
-def test_merge_adds_the_runs_the_first_lacks_and_refuses_another_commit(tmp_path):
-    """Two device commands of one commit become one result (policies-h200x2.json was made so)."""
+def test_merge_adds_the_runs_the_first_lacks_names_their_commit_and_refuses_another_kind(tmp_path):
+    """Two device commands become one result (policies-h200x2.json was made so); merged_runs says
+    which runs came from which command and commit."""
     whole = json.loads((REPO / "bench/results/policies-h200x2.json").read_text())
     first, second = copy.deepcopy(whole), copy.deepcopy(whole)
     del first["runs"]["transit-advise"]
@@ -284,11 +285,17 @@ def test_merge_adds_the_runs_the_first_lacks_and_refuses_another_commit(tmp_path
                          str(tmp_path / "second.json"), "--out", str(out)]) == 0
     merged = json.loads(out.read_text())
     assert merged["runs"] == whole["runs"]  # native kept from the first
-    assert merged["merged_runs"][-1] == {"from": "second.json", "runs": ["transit-advise"]}
+    assert merged["merged_runs"][-1] == {"from": "second.json", "git_commit": whole["git_commit"],
+                                         "runs": ["transit-advise"]}
     assert merged["summary"]["ordered_base_prefetch_advise"] is True
     p50 = whole["runs"]["transit-advise"]["result"]["step_time"]["p50_s"]
     assert merged["summary"]["step_time_p50_s"]["transit-advise"] == p50
     second["git_commit"] = "0" * 40
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
+                  str(tmp_path / "second.json"), "--out", str(out)])
+    assert json.loads(out.read_text())["merged_runs"][-1]["git_commit"] == "0" * 40
+    second["kind"] = "compare"
     (tmp_path / "second.json").write_text(json.dumps(second))
     with pytest.raises(SystemExit):
         collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
