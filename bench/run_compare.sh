@@ -2,7 +2,7 @@
 # Issue 8: every system under the same cap L (MEM_LIMIT) at the same tokens per optimizer step
 # (global batch GLOBAL_BATCH x 2048 tokens). One device command on the 2-GPU machine (nvidia-h200-x2):
 #   bash bench/run_compare.sh         (results: $OUT/compare.json, $OUT/compare-logs.txt)
-# SYSTEMS="fsdp2-2gpu transit-advise" runs only those (default: all, in the order below).
+# SYSTEMS="fsdp2-2gpu transit-advise" runs only those (bench/lib.sh; default: all, in the order below).
 # No offload on 2 GPUs; TRANSIT advise (then prefetch and base, if time is left) on 1 GPU; FSDP2
 # CPUOffloadPolicy on 1 GPU with one micro-batch of 8 and with 2 micro-batches of 4; DeepSpeed
 # ZeRO-Offload and ZeRO-Infinity on 1 GPU; 2 GPUs with NCCL on sockets over loopback (the
@@ -11,7 +11,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-510}
 GLOBAL_BATCH=${GLOBAL_BATCH:-8}
-SYSTEMS=${SYSTEMS:-}
 # Per-run limits (seconds) for the runs whose steps grow with the global batch: each TRANSIT run
 # (its 4 warm-up steps are the longest part, see TRANSIT_COMMON) and each FSDP2 CPU-offload run.
 TRANSIT_RUN_LIMIT_S=${TRANSIT_RUN_LIMIT_S:-200}
@@ -19,16 +18,10 @@ OFFLOAD_LIMIT_S=${OFFLOAD_LIMIT_S:-110}
 source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
-# run NAME LIMIT_S CMD...: bench_run, for the systems SYSTEMS names (all when it is empty).
-run() {
-    [[ -z "$SYSTEMS" || " $SYSTEMS " == *" $1 "* ]] && bench_run "$@"
-    return 0
-}
-
 # DeepSpeedCPUAdam is a JIT-built C++ op: build it now, in the background and niced, so that it is
 # ready for the DeepSpeed runs; if it is not, they use PyTorch's fused AdamW on the CPU instead.
 DS_BUILD_PID=
-if [[ -z "$SYSTEMS" || "$SYSTEMS" == *zero-* ]]; then
+if [[ -z "${SYSTEMS:-}" || "$SYSTEMS" == *zero-* ]]; then
     nice -n 19 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
         >"$WORK/ds-cpu-adam-build.log" 2>&1 &
     DS_BUILD_PID=$!
@@ -49,19 +42,19 @@ ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalon
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
 
-run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
+bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
-run transit-advise "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
+bench_run transit-advise "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise --out "$WORK/transit-advise.json"
-run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
+bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
     --out "$WORK/fsdp2-2gpu-socket.json"
 # FSDP2 offload reaches its step time after 1 warm-up step (its steps are the slowest, ~40 s at a
 # global batch of 64).
 OFFLOAD_STEPS=(--steps 4 --warmup 1)
-run fsdp-cpu-mb "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" --local-batch 8 --offload fsdp-cpu \
+bench_run fsdp-cpu-mb "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" --local-batch 8 --offload fsdp-cpu \
     --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp-cpu-mb --out "$WORK/fsdp-cpu-mb.json"
 
 if [ -z "$DS_BUILD_PID" ] || kill -0 "$DS_BUILD_PID" 2>/dev/null || ! wait "$DS_BUILD_PID"; then
@@ -71,23 +64,23 @@ else
 fi
 echo "DeepSpeed CPU optimizer: $CPU_ADAM" | tee -a "$WORK/driver.log"
 for system in zero-offload zero-infinity; do
-    run "$system" 150 "${ONE_GPU[@]}" bench/deepspeed_train.py --system "$system" "${COMMON[@]}" \
+    bench_run "$system" 150 "${ONE_GPU[@]}" bench/deepspeed_train.py --system "$system" "${COMMON[@]}" \
         --local-batch 8 --cpu-adam "$CPU_ADAM" --mem-cap "$MEM_LIMIT" --time-budget 35 \
         --out "$WORK/$system.json"
 done
 # FSDP2 offload with (more) gradient accumulation: many times slower per token (DESIGN.md).
-run fsdp-cpu-accum "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" \
+bench_run fsdp-cpu-accum "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" \
     --local-batch 4 --offload fsdp-cpu --mem-cap "$MEM_LIMIT" --time-budget 30 \
     --label fsdp-cpu-accum --out "$WORK/fsdp-cpu-accum.json"
 
 # With what time is left: the other policies, and TRANSIT's own rho (1 GPU: no NCCL traffic).
 for policy in prefetch base; do
-    run "transit-$policy" "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
+    bench_run "transit-$policy" "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
         $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-$policy.transit" -- \
         python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
         --local-batch 4 --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label "transit-$policy" --out "$WORK/transit-$policy.json"
 done
-run transit-advise-socket "$TRANSIT_RUN_LIMIT_S" "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
+bench_run transit-advise-socket "$TRANSIT_RUN_LIMIT_S" "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
     $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
     --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise-socket --out "$WORK/transit-advise-socket.json"

@@ -4,7 +4,7 @@
 # GPU tests (pytest -m gpu tests/gpu) and the HF Trainer transparency pair. Every TRANSIT run on
 # the device sets a limit (the guard against oversubscription); here it is far above the ~10 GiB
 # footprint, so nothing is evicted and the runs behave as in physical mode.
-# One device command (nvidia-h200):
+# One device command (nvidia-h200; SYSTEMS="native transit-base transit-base-norec" for the timings only):
 #   bash bench/run_overhead.sh        (results: $OUT/overhead.json, $OUT/overhead-logs.txt)
 set -uo pipefail
 cd "$(dirname "$0")/.."
