@@ -499,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                              "again too), and summary_commit names the collect.py used")
     p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="RESULT_JSON",
                    help="with --resummarize: add the runs of these results (of the same kind, from other device "
-                        "commands) that the first one lacks; merged_runs names each one's file and commit")
+                        "commands) that the first one lacks or did not complete; merged_runs names each one's "
+                        "file, commit, runs and the status of those replaced")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     if args.merge and not args.resummarize:
@@ -510,11 +511,14 @@ def main(argv: list[str] | None = None) -> int:
             other = json.loads(other_path.read_text())
             if other.get("kind") != doc.get("kind"):
                 p.error(f"--merge {other_path}: kind {other.get('kind')!r} differs from {doc.get('kind')!r}")
-            added = [name for name in other["runs"] if name not in doc["runs"]]
+            # Runs the first lacks, or has only as skipped or cut short while the other completed them.
+            added = [name for name, run in other["runs"].items()
+                     if name not in doc["runs"] or (doc["runs"][name].get("status") != "ok" and run.get("status") == "ok")]
+            replaced = {name: doc["runs"][name].get("status") for name in added if name in doc["runs"]}
             doc["runs"] |= {name: other["runs"][name] for name in added}
             # Each run's result names its own commit too; this says which runs came from which command.
             doc.setdefault("merged_runs", []).append({"from": other_path.name, "git_commit": other.get("git_commit"),
-                                                     "runs": added})
+                                                     "runs": added, "replaced_status": replaced})
         for run in doc["runs"].values():
             if "transit_stats" in run:
                 run["transit"] = transit_summary(run["transit_stats"])

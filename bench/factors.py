@@ -1,6 +1,6 @@
 """Scaling factors for `transit simulate --factors`, from the network-sensitivity runs of a comparison.
 
-    python3 bench/factors.py bench/results/compare-h200.json --out bench/results/scaling-factors.json
+    python3 bench/factors.py bench/results/compare-gb64-h200x2.json --out bench/results/scaling-factors.json
 
 The paper (section 4.3) derives three placement-transition factors from its section 4.2 runs at
 400 and 100 Gbps. Here the fast link is NCCL's default transport between the 2 GPUs of one

@@ -1,7 +1,7 @@
 """Issue 5 item 6: `transit plan`'s predicted peak device memory against the NVML peak measured
 by the benchmark harness on the device, for every native (no offload) run in the given results.
 
-    python bench/plan_accuracy.py bench/results/compare-h200x2.json bench/results/overhead-h200.json \
+    python bench/plan_accuracy.py bench/results/compare-gb8-h200x2.json bench/results/overhead-h200.json \
         bench/results/policies-h200.json --out bench/results/plan-accuracy.json
 """
 

@@ -1,9 +1,10 @@
 """PNG figures from the committed benchmark results (bench/collect.py files).
 
-    python3 bench/plots.py --compare bench/results/compare-h200.json --policies bench/results/policies-h200.json
+    python3 bench/plots.py --compare bench/results/compare-gb64-h200x2.json --policies bench/results/policies-h200.json
 
-compare  -> compare-tflops.png      per-GPU TFLOPS per system, no-offload baseline dashed (paper Fig. 7)
-            compare-offloaded.png   host-resident training state per GPU (paper Fig. 8)
+compare  -> STEM-tflops.png         per-GPU TFLOPS per system, no-offload baseline dashed (paper Fig. 7)
+            STEM-offloaded.png      host-resident training state per GPU (paper Fig. 8)
+            (STEM: the comparison file's name without .json, e.g. compare-gb64-h200x2)
 policies -> policies-histogram.png  migration-size histogram per policy (paper Fig. 5)
             policies-faults-pcie.png GPU page faults and PCIe bytes per policy (paper Fig. 6)
             policies-memory.png     device memory over time per policy: NVML device used and the
@@ -80,7 +81,7 @@ def plot_compare(doc: dict, source: Path, out_dir: Path) -> list[Path]:
                  f"{model.get('tokens_per_step', '?')} tokens per step")
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    paths = [out_dir / "compare-tflops.png"]
+    paths = [out_dir / f"{source.stem}-tflops.png"]
     fig.savefig(paths[0], dpi=150)
     plt.close(fig)
 
@@ -91,7 +92,7 @@ def plot_compare(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     ax.set_title("Training state resident in host memory per GPU")
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    paths.append(out_dir / "compare-offloaded.png")
+    paths.append(out_dir / f"{source.stem}-offloaded.png")
     fig.savefig(paths[1], dpi=150)
     plt.close(fig)
     return paths

@@ -197,6 +197,13 @@ def test_memory_plot_written_from_timelines(tmp_path):
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_compare_plots_are_named_after_their_result_file(tmp_path):
+    source = REPO / "bench/results/compare-gb64-h200x2.json"
+    paths = plots.plot_compare(json.loads(source.read_text()), source, tmp_path)
+    assert [p.name for p in paths] == ["compare-gb64-h200x2-tflops.png", "compare-gb64-h200x2-offloaded.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
 def test_memory_plot_skipped_without_timelines(tmp_path):
     assert plots.plot_policies_memory(POLICIES, tmp_path / "policies.json", tmp_path) == []
     assert not (tmp_path / "policies-memory.png").exists()
@@ -286,10 +293,20 @@ def test_merge_adds_the_runs_the_first_lacks_names_their_commit_and_refuses_anot
     merged = json.loads(out.read_text())
     assert merged["runs"] == whole["runs"]  # native kept from the first
     assert merged["merged_runs"][-1] == {"from": "second.json", "git_commit": whole["git_commit"],
-                                         "runs": ["transit-advise"]}
+                                         "runs": ["transit-advise"], "replaced_status": {}}
     assert merged["summary"]["ordered_base_prefetch_advise"] is True
     p50 = whole["runs"]["transit-advise"]["result"]["step_time"]["p50_s"]
     assert merged["summary"]["step_time_p50_s"]["transit-advise"] == p50
+    # A run the first has only as skipped is replaced by the other's completed one; an ok one stays.
+    first["runs"]["transit-advise"] = {"name": "transit-advise", "status": "skipped", "reason": "deadline"}
+    second["runs"]["native"] = {"name": "native", "status": "skipped"}
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
+                  str(tmp_path / "second.json"), "--out", str(out)])
+    merged = json.loads(out.read_text())
+    assert merged["runs"] == whole["runs"]
+    assert merged["merged_runs"][-1]["replaced_status"] == {"transit-advise": "skipped"}
     second["git_commit"] = "0" * 40
     (tmp_path / "second.json").write_text(json.dumps(second))
     collect.main(["policies", "--resummarize", str(tmp_path / "first.json"), "--merge",
