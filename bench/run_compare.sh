@@ -15,6 +15,8 @@ GLOBAL_BATCH=${GLOBAL_BATCH:-8}
 # (its 4 warm-up steps are the longest part, see TRANSIT_COMMON) and each FSDP2 CPU-offload run.
 TRANSIT_RUN_LIMIT_S=${TRANSIT_RUN_LIMIT_S:-200}
 OFFLOAD_LIMIT_S=${OFFLOAD_LIMIT_S:-110}
+# The frameworks' micro-batch (FSDP2 offload and DeepSpeed): 8 is the largest that was measured to fit the cap.
+FRAMEWORK_LOCAL_BATCH=${FRAMEWORK_LOCAL_BATCH:-8}
 source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
@@ -54,7 +56,7 @@ bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py 
 # FSDP2 offload reaches its step time after 1 warm-up step (its steps are the slowest, ~40 s at a
 # global batch of 64).
 OFFLOAD_STEPS=(--steps 4 --warmup 1)
-bench_run fsdp-cpu-mb "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" --local-batch 8 --offload fsdp-cpu \
+bench_run fsdp-cpu-mb "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MODEL_BATCH[@]}" "${OFFLOAD_STEPS[@]}" --local-batch "$FRAMEWORK_LOCAL_BATCH" --offload fsdp-cpu \
     --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp-cpu-mb --out "$WORK/fsdp-cpu-mb.json"
 
 if [ -z "$DS_BUILD_PID" ] || kill -0 "$DS_BUILD_PID" 2>/dev/null || ! wait "$DS_BUILD_PID"; then
@@ -65,7 +67,7 @@ fi
 echo "DeepSpeed CPU optimizer: $CPU_ADAM" | tee -a "$WORK/driver.log"
 for system in zero-offload zero-infinity; do
     bench_run "$system" 150 "${ONE_GPU[@]}" bench/deepspeed_train.py --system "$system" "${COMMON[@]}" \
-        --local-batch 8 --cpu-adam "$CPU_ADAM" --mem-cap "$MEM_LIMIT" --time-budget 35 \
+        --local-batch "$FRAMEWORK_LOCAL_BATCH" --cpu-adam "$CPU_ADAM" --mem-cap "$MEM_LIMIT" --time-budget 35 \
         --out "$WORK/$system.json"
 done
 # FSDP2 offload with (more) gradient accumulation: many times slower per token (DESIGN.md).
