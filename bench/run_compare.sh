@@ -15,7 +15,8 @@ GLOBAL_BATCH=${GLOBAL_BATCH:-8}
 # (its 4 warm-up steps are the longest part, see TRANSIT_COMMON) and each FSDP2 CPU-offload run.
 TRANSIT_RUN_LIMIT_S=${TRANSIT_RUN_LIMIT_S:-200}
 OFFLOAD_LIMIT_S=${OFFLOAD_LIMIT_S:-110}
-# The frameworks' micro-batch (FSDP2 offload and DeepSpeed): 8 is the largest that was measured to fit the cap.
+# The frameworks' micro-batch (FSDP2 offload and DeepSpeed). 8 is global batch 8 in one micro-batch;
+# at global batch 64, ZeRO-Offload also fits the cap with 16, and is faster (bench/README.md).
 FRAMEWORK_LOCAL_BATCH=${FRAMEWORK_LOCAL_BATCH:-8}
 source bench/device_setup.sh || exit 1
 source bench/lib.sh
