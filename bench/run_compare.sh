@@ -4,7 +4,7 @@
 #   bash bench/run_compare.sh         (results: $OUT/compare.json, $OUT/compare-logs.txt)
 # SYSTEMS="fsdp2-2gpu transit-advise" runs only those (bench/lib.sh; default: all, in the order below).
 # No offload on 2 GPUs; TRANSIT advise (then prefetch and base, if time is left) on 1 GPU; FSDP2
-# CPUOffloadPolicy on 1 GPU with one micro-batch of 8 and with 2 micro-batches of 4; DeepSpeed
+# CPUOffloadPolicy on 1 GPU with micro-batches of FRAMEWORK_LOCAL_BATCH and of 4; DeepSpeed
 # ZeRO-Offload and ZeRO-Infinity on 1 GPU; 2 GPUs with NCCL on sockets over loopback (the
 # emulated inter-node link) for the network sensitivity rho.
 set -uo pipefail
@@ -43,15 +43,22 @@ COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4 --residency-sweep)
 ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalone --nproc-per-node 1)
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
-SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
+SOCKETS=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
+
+# transit_bench NAME POLICY [VAR=VALUE...]: TRANSIT on GPU 0 at L, every policy with the same arguments.
+transit_bench() {
+    local name=$1 policy=$2
+    shift 2
+    bench_run "$name" "$TRANSIT_RUN_LIMIT_S" env "$@" CUDA_VISIBLE_DEVICES=0 \
+        $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/$name.transit" -- \
+        python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
+        --local-batch 4 --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label "$name" --out "$WORK/$name.json"
+}
 
 bench_run fsdp2-2gpu 100 "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" --local-batch 4 \
     --mem-cap "$MEM_LIMIT" --time-budget 25 --label fsdp2-2gpu --out "$WORK/fsdp2-2gpu.json"
-bench_run transit-advise "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
-    $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise.transit" -- \
-    python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise --out "$WORK/transit-advise.json"
-bench_run fsdp2-2gpu-socket 120 "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
+transit_bench transit-advise advise
+bench_run fsdp2-2gpu-socket 120 env "${SOCKETS[@]}" "${TWO_GPUS[@]}" bench/train.py "${COMMON[@]}" \
     --local-batch 4 --mem-cap "$MEM_LIMIT" --time-budget 30 --label fsdp2-2gpu-socket \
     --out "$WORK/fsdp2-2gpu-socket.json"
 # FSDP2 offload reaches its step time after 1 warm-up step (its steps are the slowest, ~40 s at a
@@ -78,13 +85,7 @@ bench_run fsdp-cpu-accum "$OFFLOAD_LIMIT_S" "${ONE_GPU[@]}" bench/train.py "${MO
 
 # With what time is left: the other policies, and TRANSIT's own rho (1 GPU: no NCCL traffic).
 for policy in prefetch base; do
-    bench_run "transit-$policy" "$TRANSIT_RUN_LIMIT_S" env CUDA_VISIBLE_DEVICES=0 \
-        $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-$policy.transit" -- \
-        python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
-        --local-batch 4 --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label "transit-$policy" --out "$WORK/transit-$policy.json"
+    transit_bench "transit-$policy" "$policy"
 done
-bench_run transit-advise-socket "$TRANSIT_RUN_LIMIT_S" "${SOCKETS[@]}" CUDA_VISIBLE_DEVICES=0 \
-    $TRANSIT run --policy advise --mem-limit "$TRANSIT_LIMIT" --out "$WORK/transit-advise-socket.transit" -- \
-    python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" --local-batch 4 \
-    --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label transit-advise-socket --out "$WORK/transit-advise-socket.json"
+transit_bench transit-advise-socket advise "${SOCKETS[@]}"
 finish compare
