@@ -16,13 +16,18 @@ seconds_left() {
     echo $((DEADLINE_S - SECONDS))
 }
 
+# selected NAME: whether SYSTEMS="name1 name2" names the run (no SYSTEMS: every run of the driver).
+selected() {
+    [[ -z "${SYSTEMS:-}" || " $SYSTEMS " == *" $1 "* ]]
+}
+
 # bench_run NAME LIMIT_S CMD ARGS...: run CMD with a hard limit (SIGTERM, then SIGKILL after 15 s:
 # libtransit writes its stats file on SIGTERM). The limit is cut to what the deadline leaves.
-# SYSTEMS="name1 name2" runs only those (default: every run of the driver).
+# Runs only if selected.
 bench_run() {
     local name=$1 limit=$2
     shift 2
-    [[ -z "${SYSTEMS:-}" || " $SYSTEMS " == *" $name "* ]] || return 0
+    selected "$name" || return 0
     local left
     left=$(seconds_left)
     if ((left < 30)); then

@@ -24,7 +24,7 @@ source bench/lib.sh
 # DeepSpeedCPUAdam is a JIT-built C++ op: build it now, in the background and niced, so that it is
 # ready for the DeepSpeed runs; if it is not, they use PyTorch's fused AdamW on the CPU instead.
 DS_BUILD_PID=
-if [[ -z "${SYSTEMS:-}" || "$SYSTEMS" == *zero-* ]]; then
+if selected zero-offload || selected zero-infinity; then
     nice -n 19 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
         >"$WORK/ds-cpu-adam-build.log" 2>&1 &
     DS_BUILD_PID=$!
