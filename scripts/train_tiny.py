@@ -64,16 +64,10 @@ def build_model(seed: int) -> nn.Module:
                          nn.Linear(4 * WIDTH, VOCAB))
 
 
-def main() -> int:
-    args = parse_args()
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
+def train(args: argparse.Namespace, device: torch.device, rank: int, world_size: int) -> list[float]:
+    """The mean loss of every optimizer step. The model, and with it DDP's hold on the process group,
+    is freed on return, so the process group is torn down by destroy_process_group, not later."""
     global_batch, local_batch, accumulation = batch_settings(world_size)
-
     model = build_model(args.seed).to(device)
     if args.parallel == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
@@ -107,7 +101,19 @@ def main() -> int:
         losses.append(step_loss.item() / world_size)
         if rank == 0:
             print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    return losses
 
+
+def main() -> int:
+    args = parse_args()
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    global_batch, local_batch, accumulation = batch_settings(world_size)
+    losses = train(args, device, rank, world_size)
     if rank == 0:
         result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
                   "world_size": world_size, "parallel": args.parallel, "seed": args.seed,
