@@ -64,10 +64,11 @@ def build_model(seed: int) -> nn.Module:
                          nn.Linear(4 * WIDTH, VOCAB))
 
 
-def train(args: argparse.Namespace, device: torch.device, rank: int, world_size: int) -> list[float]:
+def train(args: argparse.Namespace, device: torch.device, rank: int, world_size: int,
+          batch: tuple[int, int, int]) -> list[float]:
     """The mean loss of every optimizer step. The model, and with it DDP's hold on the process group,
     is freed on return, so the process group is torn down by destroy_process_group, not later."""
-    global_batch, local_batch, accumulation = batch_settings(world_size)
+    global_batch, local_batch, accumulation = batch
     model = build_model(args.seed).to(device)
     if args.parallel == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
@@ -112,8 +113,8 @@ def main() -> int:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    global_batch, local_batch, accumulation = batch_settings(world_size)
-    losses = train(args, device, rank, world_size)
+    global_batch, local_batch, accumulation = batch = batch_settings(world_size)
+    losses = train(args, device, rank, world_size, batch)
     if rank == 0:
         result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
                   "world_size": world_size, "parallel": args.parallel, "seed": args.seed,
