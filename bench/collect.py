@@ -348,6 +348,7 @@ def summarize_policies(runs: dict) -> dict:
     whole_run = fault_reduction(tr.get("transit-base", {}).get("gpu_page_faults"),
                                 tr.get("transit-prefetch", {}).get("gpu_page_faults"))
     steady = {n: faults_after_warmup(runs[n]) for n in names}
+    settled = {n: faults_steady(runs[n]) for n in names}
     order = [step.get(n) for n in ("transit-base", "transit-prefetch", "transit-advise")]
     return {
         "step_time_mean_s": step,
@@ -365,9 +366,8 @@ def summarize_policies(runs: dict) -> dict:
                                           TARGETS["prefetch_fault_reduction_min"]),
         "prefetch_fault_reduction_whole_run": whole_run,
         "gpu_faults_per_iteration": {n: faults_per_iteration(runs[n]) for n in names},
-        f"gpu_faults_median_last_{STEADY_ITERATIONS}_iterations": {n: faults_steady(runs[n]) for n in names},
-        "prefetch_fault_reduction_steady": check(fault_reduction(faults_steady(runs.get("transit-base", {})),
-                                                                 faults_steady(runs.get("transit-prefetch", {}))),
+        f"gpu_faults_median_last_{STEADY_ITERATIONS}_iterations": settled,
+        "prefetch_fault_reduction_steady": check(fault_reduction(settled.get("transit-base"), settled.get("transit-prefetch")),
                                                  TARGETS["prefetch_fault_reduction_min"]),
         "small_migration_share": {n: tr[n].get("small_migration_share") for n in names},
         "large_migration_share": {n: tr[n].get("large_migration_share") for n in names},

@@ -51,10 +51,11 @@ TRANSIT_INTERNAL size_t transit_chunks_count(const transit_chunks *c);
 TRANSIT_INTERNAL size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out,
                                                     size_t out_cap);
 /* A launch is about to use need[0..n) (disjoint ranges): its resident chunks become the most
- * recently migrated (chunks not resident stay so: nothing moved yet), and victims are picked as in transit_chunks_pick_victims, never among the
- * launch's own chunks, until resident bytes plus what the launch adds (its chunks not resident)
- * are at most target. Returns the number of ranges written; call again while that is out_cap.
- * The caller evicts the victims, then marks need migrated. */
+ * recently migrated (chunks not resident stay so: nothing moved yet), and victims are picked as in
+ * transit_chunks_pick_victims, never among the launch's own chunks, until resident bytes plus what
+ * the launch adds (its chunks not resident) are at most target. Returns the number of ranges
+ * written; call again while that is out_cap. The caller evicts the victims, then marks need
+ * migrated. */
 TRANSIT_INTERNAL size_t transit_chunks_make_room(transit_chunks *c, const transit_range *need, size_t n,
                                                  uint64_t target, transit_range *out, size_t out_cap);
 /* The parts of [addr, addr+bytes) in chunks without any resident page (what the estimate places

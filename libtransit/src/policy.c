@@ -443,8 +443,8 @@ static uint64_t record_bound(uint64_t host)
 /* While planning the device still holds more than the estimate: data that kernels the profile
  * did not name for it faulted back in (on an H200, 4.5-6.7 GiB of 36 after training). So each
  * iteration's measured bound peak moves the launches' target: down by what it was over
- * BOUND_TARGET, up by what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark after planning
- * began is skipped: that iteration still flushed what the estimate did not know. */
+ * BOUND_TARGET, up by what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark
+ * after planning began is skipped: that iteration still flushed what the estimate did not know. */
 static void correct_plan(uint64_t peak)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
