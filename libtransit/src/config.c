@@ -140,6 +140,9 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
         return -1;
     if ((v = getenv("TRANSIT_VERBOSE")) && transit_parse_bool("TRANSIT_VERBOSE", v, &cfg->verbose, err, errlen))
         return -1;
+    if ((v = getenv("TRANSIT_EXTERNAL_CORRELATION")) &&
+        transit_parse_bool("TRANSIT_EXTERNAL_CORRELATION", v, &cfg->external_correlation, err, errlen))
+        return -1;
     if ((v = getenv("TRANSIT_OUT"))) {
         if (!*v || strlen(v) >= sizeof cfg->out_dir) {
             snprintf(err, errlen, "TRANSIT_OUT='" SHOWN "' is not usable; use a directory path of 1 to %zu bytes",

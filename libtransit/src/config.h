@@ -16,6 +16,8 @@ typedef struct transit_config {
     uint64_t prefetch_gap;      /* TRANSIT_PREFETCH_GAP: size (default 128K) */
     bool recorder;              /* TRANSIT_RECORDER: bool (default on) */
     bool verbose;               /* TRANSIT_VERBOSE: bool (default off) */
+    bool external_correlation;  /* TRANSIT_EXTERNAL_CORRELATION: bool (default off: on only once launch
+                                 * callbacks miss kernel records) */
 } transit_config;
 
 #define TRANSIT_DEFAULT_WARMUP_ITERS 2u

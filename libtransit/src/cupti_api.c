@@ -84,10 +84,6 @@ static void load(void)
     RESOLVE(ActivityPopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
     RESOLVE(ActivityConfigureUnifiedMemoryCounter, "cuptiActivityConfigureUnifiedMemoryCounter");
     RESOLVE(GetResultString, "cuptiGetResultString");
-    cupti.ActivityEnableDriverApi = (__typeof__(cupti.ActivityEnableDriverApi))transit_real_dlsym(
-        h, "cuptiActivityEnableDriverApi");
-    cupti.ActivityEnableRuntimeApi = (__typeof__(cupti.ActivityEnableRuntimeApi))transit_real_dlsym(
-        h, "cuptiActivityEnableRuntimeApi");
     if (dladdr((void *)cupti.Subscribe, &info) && info.dli_fname)
         snprintf(cupti_path, sizeof cupti_path, "%s", info.dli_fname);
     if (missing) { /* kept open: unloading a library another component may share is not worth it */

@@ -24,9 +24,6 @@ typedef struct transit_cupti_api {
     CUptiResult (*ActivityPopExternalCorrelationId)(CUpti_ExternalCorrelationKind, uint64_t *);
     CUptiResult (*ActivityConfigureUnifiedMemoryCounter)(CUpti_ActivityUnifiedMemoryCounterConfig *, uint32_t);
     CUptiResult (*GetResultString)(CUptiResult, const char **);
-    /* Optional (NULL when this libcupti lacks them): API records for chosen functions only. */
-    CUptiResult (*ActivityEnableDriverApi)(CUpti_CallbackId, uint8_t);
-    CUptiResult (*ActivityEnableRuntimeApi)(CUpti_CallbackId, uint8_t);
 } transit_cupti_api;
 
 /* Loads libcupti once (a copy already loaded, then beside the loaded libcudart, then by

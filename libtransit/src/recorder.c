@@ -39,6 +39,8 @@
 #define MAX_REPROFILES 8                /* a sequence that keeps changing would keep profiling on */
 #define REPROFILE_LAUNCH_FACTOR 2       /* an iteration this many times longer than profiled: changed */
 #define MAX_REFINEMENTS 16              /* limit mode: one-iteration windows that add to the profile */
+#define CORR_MISS_TOLERANCE 64          /* kernel records no launch callback placed before external ids go on
+                                         * (a few race the enabling of kernel activity) */
 /* TRANSIT's external correlation ids are (iteration << 32) | ordinal. CUSTOM2, because
  * PyTorch's profiler (Kineto) pushes its own ids as CUSTOM0 and CUSTOM1. */
 #define EXTERNAL_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
@@ -50,7 +52,7 @@ static struct {
     uint64_t launches, kernel_records, api_records, dropped, buffers_refused, overhead_ns;
     uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
     uint64_t gpu_faults, thrashing, remote_map_bytes;
-    uint64_t corr_callback, corr_external, corr_disagree, corr_none;
+    uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
     uint64_t runtime_callbacks, runtime_without_driver;
     uint64_t profiled_iterations, reprofiles, refine_windows;
 } rc;
@@ -77,7 +79,9 @@ static uint64_t win_begin, win_end, drain_until;
 static uint32_t win_max_launches;
 static int finalize_due;
 static int want_profiling, want_um; /* what the window asks for */
-static int have_profiling, have_um; /* what is enabled (written by apply_activity only) */
+static int want_external;           /* external correlation ids while profiling (see correlate) */
+static int external_fallback;       /* want_external came on because callback ids missed */
+static int have_profiling, have_um, have_external; /* what is enabled (written by apply_activity only) */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -268,23 +272,14 @@ static void set_kind(const transit_cupti_api *api, int enable, CUpti_ActivityKin
     profiling_failed(enable, "activity kind", (int)kind, r);
 }
 
-/* Kernel records, external correlation records, and the API records these precede: of the
- * launch functions only where this libcupti can choose, else of every API call. */
-static void set_profiling(const transit_cupti_api *api, int enable)
+/* External correlation records come before API records only: with external ids on, every
+ * driver and runtime call gets a record (Kineto enables the same kinds), so they cost far more
+ * than the kernel records and are on only when asked for or needed. */
+static void set_external(const transit_cupti_api *api, int enable)
 {
-    set_kind(api, enable, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     set_kind(api, enable, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-    if (!api->ActivityEnableDriverApi || !api->ActivityEnableRuntimeApi) {
-        set_kind(api, enable, CUPTI_ACTIVITY_KIND_DRIVER);
-        set_kind(api, enable, CUPTI_ACTIVITY_KIND_RUNTIME);
-        return;
-    }
-    for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++)
-        profiling_failed(enable, "driver API records", (int)launch_cbids[i],
-                         api->ActivityEnableDriverApi(launch_cbids[i], (uint8_t)enable));
-    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
-        profiling_failed(enable, "runtime API records", (int)runtime_launch_cbids[i],
-                         api->ActivityEnableRuntimeApi(runtime_launch_cbids[i], (uint8_t)enable));
+    set_kind(api, enable, CUPTI_ACTIVITY_KIND_DRIVER);
+    set_kind(api, enable, CUPTI_ACTIVITY_KIND_RUNTIME);
 }
 
 static void apply_activity(void)
@@ -295,9 +290,14 @@ static void apply_activity(void)
     pthread_mutex_lock(&control_lock);
     int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
     int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
+    int we = wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED);
     if (wp != have_profiling) {
-        set_profiling(api, wp);
+        set_kind(api, wp, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         __atomic_store_n(&have_profiling, wp, __ATOMIC_RELEASE);
+    }
+    if (we != have_external) {
+        set_external(api, we);
+        __atomic_store_n(&have_external, we, __ATOMIC_RELEASE);
     }
     if (wu != have_um) {
         CUptiResult r = wu ? api->ActivityEnable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
@@ -350,10 +350,24 @@ static void finish_window(void)
 
 /* ---- the recorder thread ---- */
 
+/* Kernel records whose correlation id no launch callback saw (a launch path the driver callbacks
+ * miss) need the external ids to get an ordinal: they stay on from then on. */
+static void check_callback_misses(void)
+{
+    uint64_t misses = transit_get(&rc.corr_none);
+    if (misses <= CORR_MISS_TOLERANCE || __atomic_load_n(&want_external, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&external_fallback, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&want_external, 1, __ATOMIC_RELAXED);
+    transit_warn("recorder: %" PRIu64 " kernel records carry a correlation id no launch callback saw; external "
+                 "correlation ids on from now (an API record per CUDA call while profiling)", misses);
+}
+
 static void thread_step(uint64_t *last_flush)
 {
     iteration_check();
     if (get_state() == TRANSIT_RECORDER_CUPTI) {
+        check_callback_misses();
         apply_activity();
         int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
         uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
@@ -520,8 +534,8 @@ static void kernel_record(uint32_t corr, uint64_t start, uint64_t end)
     else if (ext)
         ordinal = from_ext;
     transit_add(cb ? &rc.corr_callback : ext ? &rc.corr_external : &rc.corr_none, 1);
-    if (cb && ext && from_cb != from_ext)
-        transit_add(&rc.corr_disagree, 1);
+    if (cb && ext)
+        transit_add(from_cb == from_ext ? &rc.corr_cross_checked : &rc.corr_disagree, 1);
     transit_policy_profile_kernel(start, end, ordinal);
 }
 
@@ -670,11 +684,12 @@ static void feed_period(const char *symbol, CUfunction f)
         transit_recorder_reprofile("the kernel sequence changed");
 }
 
-/* Labels the launch for the activity records: the callback's correlation id directly, and an
- * external id on CUPTI's per-thread stack. The external id is replaced at the next launch
- * instead of popped at API exit, so that it is still on the stack when CUPTI writes the API
- * record of an enclosing runtime call (cudaLaunchKernel), whose correlation id the kernel
- * record may carry instead of the driver call's. */
+/* Labels the launch for the activity records: the callback's correlation id (and the enclosing
+ * runtime call's, which the kernel record may carry instead), and, when external ids are on, an
+ * external id on CUPTI's per-thread stack. That id is replaced at the next launch instead of
+ * popped at API exit, so that it is still on the stack when CUPTI writes the API record of the
+ * enclosing runtime call. Callback ids alone placed every kernel record in the H200 runs; the
+ * external ids, with the API records they need, are the fallback (check_callback_misses). */
 static void correlate(const transit_launch *l, uint32_t corr)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
@@ -688,8 +703,9 @@ static void correlate(const transit_launch *l, uint32_t corr)
     corr_store(corr_from_callback, corr, ordinal);
     if (runtime_corr)
         corr_store(corr_from_callback, runtime_corr, ordinal);
-    corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, l->iteration << 32 | l->ordinal) ==
-                  CUPTI_SUCCESS;
+    if (__atomic_load_n(&have_external, __ATOMIC_ACQUIRE))
+        corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, l->iteration << 32 | l->ordinal) ==
+                      CUPTI_SUCCESS;
 }
 
 /* Runtime launches are not launches here (their driver call is): only their correlation id is
@@ -824,6 +840,7 @@ static void start_cupti(void)
                      transit_cupti_error(r));
     if (!(period = transit_period_create(0)))
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
+    __atomic_store_n(&want_external, transit_g.cfg.external_correlation, __ATOMIC_RELAXED);
     pthread_mutex_lock(&win_lock);
     open_window(1, false); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
     pthread_mutex_unlock(&win_lock);
@@ -876,7 +893,8 @@ void transit_recorder_after_fork(void)
     win_refine = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
-    finalize_due = want_profiling = want_um = have_profiling = have_um = 0;
+    finalize_due = want_profiling = want_um = have_profiling = have_um = have_external = 0;
+    want_external = external_fallback = 0;
     corr_pushed = 0;
     runtime_corr = 0;
     transit_period_destroy(period);
@@ -962,10 +980,15 @@ void transit_recorder_state_json(jbuf *b)
                   : "false",
               have_um ? "true" : "false");
     jb_printf(b,
-              ", \"correlation\": {\"callback\": %" PRIu64 ", \"external\": %" PRIu64 ", \"disagree\": %" PRIu64
-              ", \"none\": %" PRIu64 ", \"runtime_callbacks\": %" PRIu64 ", \"runtime_without_driver\": %" PRIu64 "}",
-              transit_get(&rc.corr_callback), transit_get(&rc.corr_external), transit_get(&rc.corr_disagree),
-              transit_get(&rc.corr_none), transit_get(&rc.runtime_callbacks), transit_get(&rc.runtime_without_driver));
+              ", \"correlation\": {\"external_ids\": \"%s\", \"callback\": %" PRIu64 ", \"external\": %" PRIu64
+              ", \"cross_checked\": %" PRIu64 ", \"disagree\": %" PRIu64 ", \"none\": %" PRIu64
+              ", \"runtime_callbacks\": %" PRIu64 ", \"runtime_without_driver\": %" PRIu64 "}",
+              !__atomic_load_n(&want_external, __ATOMIC_RELAXED)       ? "off"
+              : __atomic_load_n(&external_fallback, __ATOMIC_RELAXED) ? "on: callback ids missed"
+                                                                       : "on: TRANSIT_EXTERNAL_CORRELATION",
+              transit_get(&rc.corr_callback), transit_get(&rc.corr_external), transit_get(&rc.corr_cross_checked),
+              transit_get(&rc.corr_disagree), transit_get(&rc.corr_none), transit_get(&rc.runtime_callbacks),
+              transit_get(&rc.runtime_without_driver));
     jb_printf(b, ", \"period\": {\"length\": %u, \"iterations\": %" PRIu64 ", \"changes\": %" PRIu64 "}}, ",
               p ? transit_period_length(p) : 0, p ? transit_period_iterations(p) : 0,
               p ? transit_period_changes(p) : 0);

@@ -44,6 +44,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_MEM_LIMIT", "", "e.g. 40G"),
      ("TRANSIT_WARMUP_ITERS", "0", "from 1 to 1000"),
      ("TRANSIT_RECORDER", "maybe", "true/false"),
+     ("TRANSIT_EXTERNAL_CORRELATION", "2", "true/false"),
      ("TRANSIT_PREFETCH_GAP", "lots", "e.g. 40G")],
 )
 def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str, allowed: str) -> None:
