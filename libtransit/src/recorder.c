@@ -684,37 +684,50 @@ static void feed_period(const char *symbol, CUfunction f)
         transit_recorder_reprofile("the kernel sequence changed");
 }
 
-/* Labels the launch for the activity records: the callback's correlation id (and the enclosing
- * runtime call's, which the kernel record may carry instead), and, when external ids are on, an
- * external id on CUPTI's per-thread stack. That id is replaced at the next launch instead of
- * popped at API exit, so that it is still on the stack when CUPTI writes the API record of the
- * enclosing runtime call. Callback ids alone placed every kernel record in the H200 runs; the
- * external ids, with the API records they need, are the fallback (check_callback_misses). */
-static void correlate(const transit_launch *l, uint32_t corr)
+/* Puts (iteration << 32 | ordinal) on CUPTI's per-thread external-id stack, replacing the
+ * previous launch's, when external ids are on. CUPTI labels an API record with the id on the stack
+ * when the call begins (the H200 runs showed runtime launches labelled with the previous launch's
+ * id when the push came only in the driver callback inside them), so a runtime launch pushes the
+ * label its driver launch is about to get, and the driver callback pushes it again. */
+static void push_external(uint64_t iteration, uint32_t ordinal)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
     if (corr_pushed) {
         api->ActivityPopExternalCorrelationId(EXTERNAL_KIND, NULL);
         corr_pushed = 0;
     }
+    if (__atomic_load_n(&have_external, __ATOMIC_ACQUIRE))
+        corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, iteration << 32 | ordinal) ==
+                      CUPTI_SUCCESS;
+}
+
+/* Labels the launch for the activity records: the callback's correlation id, and the enclosing
+ * runtime call's, which the kernel record may carry instead. Callback ids alone placed every
+ * kernel record in the H200 runs; external ids, with the API records they need, are the
+ * fallback (check_callback_misses). */
+static void correlate(const transit_launch *l, uint32_t corr)
+{
+    push_external(l->iteration, l->ordinal);
     if (!__atomic_load_n(&have_profiling, __ATOMIC_ACQUIRE))
         return;
     uint32_t ordinal = window_ordinal(l->iteration, l->ordinal);
     corr_store(corr_from_callback, corr, ordinal);
     if (runtime_corr)
         corr_store(corr_from_callback, runtime_corr, ordinal);
-    if (__atomic_load_n(&have_external, __ATOMIC_ACQUIRE))
-        corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, l->iteration << 32 | l->ordinal) ==
-                      CUPTI_SUCCESS;
 }
 
 /* Runtime launches are not launches here (their driver call is): only their correlation id is
- * kept for the driver callback nested inside. */
+ * kept for the driver callback nested inside, and its label pushed ahead of it. */
 static void runtime_launch(const CUpti_CallbackData *cb)
 {
     if (cb->callbackSite == CUPTI_API_ENTER) {
         runtime_corr = cb->correlationId;
         runtime_saw_driver = 0;
+        if (__atomic_load_n(&have_external, __ATOMIC_ACQUIRE)) {
+            iteration_check();
+            push_external(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE),
+                          __atomic_load_n(&iter_launches, __ATOMIC_ACQUIRE));
+        }
         return;
     }
     if (!runtime_saw_driver) /* the driver callback did not fire inside: launches are missed */
