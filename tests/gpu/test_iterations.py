@@ -60,4 +60,5 @@ def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:
     corr = forced["correlation"]
     assert corr["external_ids"] == "on: TRANSIT_EXTERNAL_CORRELATION" and forced["api_records"] > 0
     # most kernel records carry an id both ways found, and the two ordinals never differ
-    assert corr["cross_checked"] > forced["kernel_records"] // 2 and corr["disagree"] == 0, (corr, forced["kernel_records"])
+    records = forced["kernel_records"]
+    assert corr["cross_checked"] > records // 2 and corr["disagree"] == 0, (corr, records)
