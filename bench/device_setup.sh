@@ -22,17 +22,22 @@ fi
 # TRANSIT_BUILD_OK tells the drivers whether TRANSIT runs are possible; the comparison still
 # measures the other systems without it.
 TRANSIT_BUILD_OK=1
-{ CUDA_HOME=/usr/local/cuda cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release \
-    && cmake --build build/device -j "$(nproc)" && cmake --install build/device --prefix . \
-    && python3 -m transit lib-path; } >/tmp/transit-build.log 2>&1 \
-    || { echo "device_setup: libtransit build failed:"; tail -30 /tmp/transit-build.log
-         # TRANSIT_CARRIED_LIB=1: the device command carried transit/lib (built on the development
-         # machine from the same tree; it links no CUDA library) for a machine whose build fails.
-         if [ "${TRANSIT_CARRIED_LIB:-0}" = 1 ] && python3 -m transit lib-path; then
-             echo "device_setup: using the carried transit/lib/libtransit.so"
-         else
-             TRANSIT_BUILD_OK=0
-         fi; }
+# TRANSIT_PREBUILT=1: an earlier driver in the same command built (or swapped in) transit/lib; keep it.
+if [ "${TRANSIT_PREBUILT:-0}" = 1 ]; then
+    python3 -m transit lib-path >/dev/null || TRANSIT_BUILD_OK=0
+else
+    { CUDA_HOME=/usr/local/cuda cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release \
+        && cmake --build build/device -j "$(nproc)" && cmake --install build/device --prefix . \
+        && python3 -m transit lib-path; } >/tmp/transit-build.log 2>&1 \
+        || { echo "device_setup: libtransit build failed:"; tail -30 /tmp/transit-build.log
+             # TRANSIT_CARRIED_LIB=1: the device command carried transit/lib (built on the development
+             # machine from the same tree; it links no CUDA library) for a machine whose build fails.
+             if [ "${TRANSIT_CARRIED_LIB:-0}" = 1 ] && python3 -m transit lib-path; then
+                 echo "device_setup: using the carried transit/lib/libtransit.so"
+             else
+                 TRANSIT_BUILD_OK=0
+             fi; }
+fi
 echo "device_setup: done in $((SECONDS - _setup_t0))s;" \
-    "libtransit $([ $TRANSIT_BUILD_OK = 1 ] && echo built || echo MISSING);" \
+    "libtransit $([ $TRANSIT_BUILD_OK = 1 ] && echo ready || echo MISSING);" \
     "$(python3 -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count())')"
