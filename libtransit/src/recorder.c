@@ -79,8 +79,8 @@ static uint64_t win_begin, win_end, drain_until;
 static uint32_t win_max_launches;
 static int finalize_due;
 static int want_profiling, want_um; /* what the window asks for */
-static int want_external;           /* external correlation ids while profiling (see correlate) */
-static int external_fallback;       /* want_external came on because callback ids missed */
+static int want_external;           /* external correlation ids while profiling (see correlate); set
+                                     * without TRANSIT_EXTERNAL_CORRELATION: callback ids missed */
 static int have_profiling, have_um, have_external; /* what is enabled (written by apply_activity only) */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
@@ -357,7 +357,6 @@ static void check_callback_misses(void)
     uint64_t misses = transit_get(&rc.corr_none);
     if (misses <= CORR_MISS_TOLERANCE || __atomic_load_n(&want_external, __ATOMIC_RELAXED))
         return;
-    __atomic_store_n(&external_fallback, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&want_external, 1, __ATOMIC_RELAXED);
     transit_warn("recorder: %" PRIu64 " kernel records carry a correlation id no launch callback saw; external "
                  "correlation ids on from now (an API record per CUDA call while profiling)", misses);
@@ -691,12 +690,15 @@ static void feed_period(const char *symbol, CUfunction f)
  * label its driver launch is about to get, and the driver callback pushes it again. */
 static void push_external(uint64_t iteration, uint32_t ordinal)
 {
+    int on = __atomic_load_n(&have_external, __ATOMIC_ACQUIRE);
+    if (!corr_pushed && !on) /* the usual launch: nothing to pop, nothing to push */
+        return;
     const transit_cupti_api *api = transit_cupti(NULL);
     if (corr_pushed) {
         api->ActivityPopExternalCorrelationId(EXTERNAL_KIND, NULL);
         corr_pushed = 0;
     }
-    if (__atomic_load_n(&have_external, __ATOMIC_ACQUIRE))
+    if (on)
         corr_pushed = api->ActivityPushExternalCorrelationId(EXTERNAL_KIND, iteration << 32 | ordinal) ==
                       CUPTI_SUCCESS;
 }
@@ -907,7 +909,7 @@ void transit_recorder_after_fork(void)
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     finalize_due = want_profiling = want_um = have_profiling = have_um = have_external = 0;
-    want_external = external_fallback = 0;
+    want_external = 0;
     corr_pushed = 0;
     runtime_corr = 0;
     transit_period_destroy(period);
@@ -997,8 +999,8 @@ void transit_recorder_state_json(jbuf *b)
               ", \"cross_checked\": %" PRIu64 ", \"disagree\": %" PRIu64 ", \"none\": %" PRIu64
               ", \"runtime_callbacks\": %" PRIu64 ", \"runtime_without_driver\": %" PRIu64 "}",
               !__atomic_load_n(&want_external, __ATOMIC_RELAXED)       ? "off"
-              : __atomic_load_n(&external_fallback, __ATOMIC_RELAXED) ? "on: callback ids missed"
-                                                                       : "on: TRANSIT_EXTERNAL_CORRELATION",
+              : transit_g.cfg.external_correlation                    ? "on: TRANSIT_EXTERNAL_CORRELATION"
+                                                                       : "on: callback ids missed",
               transit_get(&rc.corr_callback), transit_get(&rc.corr_external), transit_get(&rc.corr_cross_checked),
               transit_get(&rc.corr_disagree), transit_get(&rc.corr_none), transit_get(&rc.runtime_callbacks),
               transit_get(&rc.runtime_without_driver));
