@@ -120,6 +120,7 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(CtxSetCurrent, "cuCtxSetCurrent");
             RESOLVE_DRV(StreamCreate, "cuStreamCreate");
             RESOLVE_DRV(StreamQuery, "cuStreamQuery");
+            RESOLVE_DRV(StreamSynchronize, "cuStreamSynchronize");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

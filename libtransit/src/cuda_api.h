@@ -47,6 +47,7 @@ typedef struct transit_driver_api {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*StreamCreate)(CUstream *, unsigned int);
     CUresult (*StreamQuery)(CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

@@ -38,9 +38,15 @@
  * every chunk the estimate places on the host goes there again (a no-op for pages already
  * there), in address order, SWEEP_PASS_S per tick (a whole sweep at once held the thread for
  * seconds, the device went over L meanwhile, and then far under it).
+ * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
+ * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
+ * filled to FILL_TARGET with chunks the estimate places on the host, instead of staying at
+ * BOUND_TARGET, a margin for faults that no longer come (on an H200 at L = 25.5 GiB it left 1.4
+ * GiB of L unused). Only the smaps readings decide while filling; the first eviction (the reading
+ * over L) ends the fill for good and the margins above apply again.
  *
- * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing
- * here synchronizes. */
+ * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing at a
+ * launch synchronizes (only the fill, on the recorder thread, waits for its own stream). */
 #include "policy.h"
 #include "alloc_table.h"
 #include "attrib.h"
@@ -54,6 +60,7 @@
 #include "state.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +81,8 @@
 #define HOST_CHECK_SLACK (1ull << 30)       /* measured bound over the estimate before a sweep (untouched pages) */
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 #define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the recorder thread's time */
+#define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
+#define FILL_STEP_MIN (16 * TRANSIT_CHUNK_BYTES)      /* under FILL_TARGET by less: no fill */
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -88,6 +97,7 @@ static struct {
     uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
+    uint64_t fill_ranges, fill_bytes;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -104,6 +114,13 @@ static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
 static transit_chunks *chunks;
 
 static int advise_applied;
+/* Advise's fill (see the top of this file): waiting until advise applied and an iteration passed
+ * without an eviction or sweep, on, or ended by an eviction. */
+enum { FILL_WAITING, FILL_ON, FILL_ENDED };
+static const char *const fill_state_names[] = {"waiting", "on", "ended"};
+static int fill_state;
+static uint64_t moves_at_mark = UINT64_MAX; /* evictions and sweep ranges at the last mark since advise applied */
+static uint64_t fill_cursor;                /* where the next fill goes on (recorder thread only) */
 static CUstream evict_stream; /* recorder thread only; created in the application's context */
 static int context_entered;   /* by the recorder thread */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
@@ -116,7 +133,12 @@ static int64_t rss_not_managed;
 static int rss_calibrated;
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
-typedef enum { PREFETCH_REPLAY, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
+typedef enum { PREFETCH_REPLAY, PREFETCH_FILL, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
+/* What each purpose counts: ranges (calls), bytes. */
+static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, &pc.prefetch_bytes},
+                                       [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes},
+                                       [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes},
+                                       [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes}};
 
 static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
 {
@@ -165,6 +187,11 @@ uint64_t transit_policy_resident(void)
     if (estimating())
         return transit_get(&pc.resident);
     return TRANSIT_MIN(live, transit_g.cfg.mem_limit);
+}
+
+static bool filling(void)
+{
+    return __atomic_load_n(&fill_state, __ATOMIC_ACQUIRE) == FILL_ON;
 }
 
 /* ---- limit mode: the chunk estimate (chunks_lock held) ---- */
@@ -244,13 +271,13 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
 }
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
- * replay) or to the host (a limit-mode eviction or sweep), and counts the outcome. False when
- * the driver refused a part. */
+ * replay, advise's fill) or to the host (a limit-mode eviction or sweep), and counts the outcome.
+ * False when the driver refused a part. */
 static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
                            CUstream stream)
 {
     static int warned_device, warned_host;
-    bool to_host = why != PREFETCH_REPLAY;
+    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -272,13 +299,10 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
                     mark_resident(piece[k].addr, piece[k].bytes, false);
                 continue;
             }
-            if (why == PREFETCH_REPLAY) {
-                transit_add(&pc.prefetch_calls, 1);
-                transit_add(&pc.prefetch_bytes, piece[k].bytes);
-            } else {
-                transit_add(why == PREFETCH_EVICT ? &pc.evict_count : &pc.sweep_ranges, 1);
-                transit_add(why == PREFETCH_EVICT ? &pc.evict_bytes : &pc.sweep_bytes, piece[k].bytes);
-            }
+            transit_add(counted[why][0], 1);
+            transit_add(counted[why][1], piece[k].bytes);
+            if (why == PREFETCH_FILL) /* the most recent: the last to go if the fill ends */
+                mark_resident(piece[k].addr, piece[k].bytes, false);
         }
     }
     return all_went;
@@ -351,18 +375,19 @@ static void replay_ordinal(const transit_driver_api *drv, const transit_launch *
     }
 }
 
-/* One paced part of a sweep: from sweep_cursor on, in address order, every part of a managed
- * allocation that the estimate places on the host goes there again, until the clock passes
- * `until` (the estimate's chunks are read in batches under the lock; no lock across a driver
- * call). True once the sweep reached the last allocation. */
-static bool sweep_some(const transit_driver_api *drv, CUstream stream, double until)
+/* From *cursor on, in address order, the parts of managed allocations that the estimate places
+ * on the host are prefetched for `why`: to the host again (a sweep's paced part) or to the device
+ * (a fill, at most `budget` bytes), until the clock passes `until` (the estimate's chunks are read
+ * in batches under the lock; no lock across a driver call). True once the walk passed the last
+ * allocation; the cursor then starts over. */
+static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetch_purpose why, CUdevice dev,
+                         uint64_t *cursor, double until, uint64_t budget)
 {
     transit_range piece[CLIP_PIECES], runs[EVICT_BATCH];
     for (;;) {
-        size_t pieces = transit_alloc_clip(sweep_cursor, UINT64_MAX - sweep_cursor, piece, CLIP_PIECES);
+        size_t pieces = transit_alloc_clip(*cursor, UINT64_MAX - *cursor, piece, CLIP_PIECES);
         if (!pieces) {
-            sweep_cursor = 0;
-            transit_add(&pc.sweeps, 1);
+            *cursor = 0;
             return true;
         }
         for (size_t i = 0; i < pieces; i++) {
@@ -374,9 +399,15 @@ static bool sweep_some(const transit_driver_api *drv, CUstream stream, double un
                 else
                     at = end;
                 pthread_mutex_unlock(&chunks_lock);
-                for (size_t j = 0; j < k; j++)
-                    prefetch_range(drv, runs[j], 0, PREFETCH_SWEEP, stream);
-                sweep_cursor = at;
+                for (size_t j = 0; j < k; j++) {
+                    transit_range r = {runs[j].addr, TRANSIT_MIN(runs[j].bytes, budget)};
+                    prefetch_range(drv, r, dev, why, stream);
+                    if (!(budget -= r.bytes)) {
+                        *cursor = r.addr + r.bytes;
+                        return false;
+                    }
+                }
+                *cursor = at;
                 if (transit_now() >= until)
                     return false;
             }
@@ -391,7 +422,8 @@ static bool sweep_some(const transit_driver_api *drv, CUstream stream, double un
  * tick fell behind the faults and left the device 10 GiB over L for whole iterations. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
-    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit);
+    /* While filling only the reading counts: the estimate, whole chunks, may be over L. */
+    uint64_t target = filling() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
     for (;;) {
         size_t n = 0;
@@ -406,6 +438,8 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             break;
+        if (filling()) /* the device did not hold still */
+            __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
         transit_add(&pc.bound_evict_bytes,
@@ -421,8 +455,11 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         if (refused)
             return;
     }
-    if (sweep_due && sweep_some(drv, stream, transit_now() + SWEEP_PASS_S))
+    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S,
+                                  UINT64_MAX)) {
         sweep_due = 0;
+        transit_add(&pc.sweeps, 1);
+    }
 }
 
 /* The bound on device-resident managed bytes, given the host-resident ones: recorded and returned. */
@@ -455,29 +492,42 @@ static void correct_plan(uint64_t peak)
                      __ATOMIC_RELAXED);
 }
 
+/* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */
+static void start_fill_when_still(void)
+{
+    if (__atomic_load_n(&fill_state, __ATOMIC_ACQUIRE) != FILL_WAITING || !estimating() ||
+        !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE))
+        return;
+    uint64_t moves = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
+    if (__atomic_exchange_n(&moves_at_mark, moves, __ATOMIC_RELAXED) == moves)
+        __atomic_store_n(&fill_state, FILL_ON, __ATOMIC_RELEASE);
+}
+
 uint64_t transit_policy_iteration_ended(void)
 {
     uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
     if (peak != UINT64_MAX && transit_policy_planning())
         correct_plan(peak);
+    start_fill_when_still();
     return peak;
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
  * the page tables of every host-resident page (35 ms for 4 GiB of 4 KiB pages on the development
  * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
- * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records. */
-static void check_host_residency(void)
+ * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records.
+ * Returns the bound this reading gives; UINT64_MAX when there was none. */
+static uint64_t check_host_residency(void)
 {
     double now = transit_now();
     if (!estimating() || now < host_check_next)
-        return;
+        return UINT64_MAX;
     int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();
     int64_t rss_after = transit_process_rss();
     host_check_next = now + TRANSIT_MAX(HOST_CHECK_PERIOD_S, (transit_now() - now) * HOST_CHECK_DUTY_DIV);
     if (host < 0)
-        return;
+        return UINT64_MAX;
     if (rss_before >= 0 && rss_after >= 0) {
         /* Migrations go on during the smaps walk: the RSS is taken as halfway between. */
         int64_t not_managed = (rss_before + rss_after) / 2 - host;
@@ -490,10 +540,12 @@ static void check_host_residency(void)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
-     * estimate knows, while the ones it lost stayed on the device for good. */
-    if (!transit_policy_planning() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+     * estimate knows, while the ones it lost stayed on the device for good. (A fill needs no
+     * sweep: it follows the readings, whatever the estimate lost.) */
+    if (!transit_policy_planning() && !filling() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
+    return bound;
 }
 
 static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
@@ -708,7 +760,7 @@ static bool evict_due(void)
         return false;
     if (transit_policy_planning())
         return resident > limit + PLAN_SLACK(limit);
-    return resident > limit || sweep_due;
+    return (resident > limit && !filling()) || sweep_due;
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -724,7 +776,34 @@ static uint64_t bound_over(void)
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return !transit_policy_planning() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return !transit_policy_planning() && !filling() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+}
+
+/* Advise's fill (see the top of this file), at a smaps reading (`measured`, UINT64_MAX if none):
+ * how far the reading is over L, to come down to FILL_TARGET... */
+static uint64_t fill_over(uint64_t measured)
+{
+    uint64_t limit = transit_g.cfg.mem_limit;
+    return measured != UINT64_MAX && measured > limit ? measured - FILL_TARGET(limit) : 0;
+}
+
+/* ...or how much to bring to the device (0 when under FILL_TARGET by less than FILL_STEP_MIN). */
+static uint64_t fill_room(uint64_t measured)
+{
+    uint64_t target = FILL_TARGET(transit_g.cfg.mem_limit);
+    return measured != UINT64_MAX && measured + FILL_STEP_MIN <= target ? target - measured : 0;
+}
+
+/* Waits for its prefetches (the recorder thread, never a launch): the next reading shows them. */
+static void fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t room)
+{
+    static int warned;
+    walk_spilled(drv, stream, PREFETCH_FILL, dev, &fill_cursor, INFINITY, room);
+    CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(stream) : CUDA_ERROR_NOT_SUPPORTED;
+    if (e != CUDA_SUCCESS) {
+        warn_once(&warned, "advise: cuStreamSynchronize after a fill; no more fills", drv, e);
+        __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
+    }
 }
 
 static bool advise_due(void)
@@ -741,9 +820,11 @@ void transit_policy_tick(void)
     static int no_stream;
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
-    check_host_residency();
-    uint64_t over = bound_over();
-    if (!(evict_due() || over || advise_due()) || dev < 0 || !(drv = policy_driver()) || !enter_context(drv, dev))
+    uint64_t measured = check_host_residency();
+    uint64_t over = filling() ? fill_over(measured) : bound_over();
+    uint64_t room = filling() && !over ? fill_room(measured) : 0;
+    if (!(evict_due() || over || room || advise_due()) || dev < 0 || !(drv = policy_driver()) ||
+        !enter_context(drv, dev))
         return;
     CUstreamCaptureMode saved;
     bool relaxed = relax_capture_mode(drv, &saved);
@@ -752,7 +833,7 @@ void transit_policy_tick(void)
     if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
         over = 0;
     bool evicting = evict_due() || over, advising = advise_due();
-    if (evicting && !evict_stream && !no_stream) {
+    if ((evicting || room) && !evict_stream && !no_stream) {
         CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS) {
             evict_stream = NULL;
@@ -761,6 +842,8 @@ void transit_policy_tick(void)
     }
     if (evicting && evict_stream)
         evict(drv, evict_stream, over);
+    if (room && evict_stream)
+        fill(drv, dev, evict_stream, room);
     if (advising)
         advise_all(drv, dev);
     restore_capture_mode(drv, relaxed, &saved);
@@ -806,6 +889,9 @@ void transit_policy_after_fork(void)
     attrib = NULL;
     chunks = NULL;
     collecting = replay = refining = advise_applied = sweep_due = 0;
+    fill_state = FILL_WAITING;
+    moves_at_mark = UINT64_MAX;
+    fill_cursor = 0;
     evict_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
@@ -852,9 +938,12 @@ void transit_policy_stats_json(jbuf *b)
               __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-              ", \"applied\": %s}, ",
+              ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
+              ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
-              __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false");
+              __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
+              fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
+              c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes));
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64

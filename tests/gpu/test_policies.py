@@ -6,6 +6,7 @@ stay tiny next to the device.
   base     - fault-driven migrations, many of them small; TRANSIT evicts to keep L;
   prefetch - profiled ranges are prefetched: fewer GPU page faults than base;
   advise   - SetAccessedBy on every allocation: zero-copy (remote maps) or fewer migrations;
+             once nothing moves, the device is filled to near L;
   all      - losses bitwise identical to the run without TRANSIT.
 """
 
@@ -130,6 +131,17 @@ def test_advise_maps_instead_of_migrating(runs) -> None:
     assert (doc["faults"]["remote_map_bytes"] > 0
             or doc["migrations"]["htod"]["count"] < base["migrations"]["htod"]["count"]), (doc["faults"],
                                                                                          doc["migrations"]["htod"])
+
+
+def test_advise_fills_the_device_once_it_holds_still(runs) -> None:
+    """Advise's device set, held at the evictions' margin under L until an iteration passed
+    without an eviction, is then filled to within L/128 of L; the last iterations still hold L."""
+    doc = runs["advise"][1]
+    fill, limit = doc["advise"]["fill"], doc["config"]["limit_bytes"]
+    assert fill["state"] == "on" and fill["bytes"] > 0, (fill, doc["evictions"])
+    assert fill["target_bytes"] == limit - limit // 128
+    last = [e["device_bound_peak_bytes"] for e in doc["timeline"][-LAST_ITERATIONS:]]
+    assert any(peak is not None and peak > doc["evictions"]["bound_target_bytes"] for peak in last), (last, fill)
 
 
 @pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
