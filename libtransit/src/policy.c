@@ -40,10 +40,12 @@
  * seconds, the device went over L meanwhile, and then far under it).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
- * filled to FILL_TARGET with chunks the estimate places on the host, instead of staying at
- * BOUND_TARGET, a margin for faults that no longer come (on an H200 at L = 25.5 GiB it left 1.4
- * GiB of L unused). Only the smaps readings decide while filling; the first eviction (the reading
- * over L) ends the fill for good and the margins above apply again.
+ * filled towards FILL_TARGET with chunks the estimate places on the host (some are on the device
+ * already: the next reading shows what moved), instead of staying at BOUND_TARGET, a margin for
+ * faults that no longer come (on an H200 at L = 25.5 GiB it left 1.4 GiB of L unused). Once a
+ * reading is near FILL_TARGET the device is full and fills stop. Meanwhile only the smaps
+ * readings decide; the first eviction (a reading over L) ends the fill for good and the margins
+ * above apply again.
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing at a
  * launch synchronizes (only the fill, on the recorder thread, waits for its own stream). */
@@ -97,7 +99,7 @@ static struct {
     uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
-    uint64_t fill_ranges, fill_bytes;
+    uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -115,9 +117,11 @@ static transit_chunks *chunks;
 
 static int advise_applied;
 /* Advise's fill (see the top of this file): waiting until advise applied and an iteration passed
- * without an eviction or sweep, on, or ended by an eviction. */
-enum { FILL_WAITING, FILL_ON, FILL_ENDED };
-static const char *const fill_state_names[] = {"waiting", "on", "ended"};
+ * without an eviction or sweep; filling until a reading is within FILL_STEP_MIN of FILL_TARGET;
+ * full (no more fills: data the application itself moves to the host stays there); ended by an
+ * eviction. */
+enum { FILL_WAITING, FILL_FILLING, FILL_FULL, FILL_ENDED };
+static const char *const fill_state_names[] = {"waiting", "filling", "full", "ended"};
 static int fill_state;
 static uint64_t moves_at_mark = UINT64_MAX; /* evictions and sweep ranges at the last mark since advise applied */
 static uint64_t fill_cursor;                /* where the next fill goes on (recorder thread only) */
@@ -189,9 +193,15 @@ uint64_t transit_policy_resident(void)
     return TRANSIT_MIN(live, transit_g.cfg.mem_limit);
 }
 
-static bool filling(void)
+static int fill_now(void)
 {
-    return __atomic_load_n(&fill_state, __ATOMIC_ACQUIRE) == FILL_ON;
+    return __atomic_load_n(&fill_state, __ATOMIC_ACQUIRE);
+}
+
+/* While filling or full, only the smaps readings decide evictions (see the top of this file). */
+static bool fill_holds(void)
+{
+    return fill_now() == FILL_FILLING || fill_now() == FILL_FULL;
 }
 
 /* ---- limit mode: the chunk estimate (chunks_lock held) ---- */
@@ -423,7 +433,7 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
 {
     /* While filling only the reading counts: the estimate, whole chunks, may be over L. */
-    uint64_t target = filling() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
+    uint64_t target = fill_holds() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
     for (;;) {
         size_t n = 0;
@@ -438,7 +448,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             break;
-        if (filling()) /* the device did not hold still */
+        if (fill_holds()) /* the device did not hold still */
             __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
@@ -500,7 +510,7 @@ static void start_fill_when_still(void)
         return;
     uint64_t moves = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
     if (__atomic_exchange_n(&moves_at_mark, moves, __ATOMIC_RELAXED) == moves)
-        __atomic_store_n(&fill_state, FILL_ON, __ATOMIC_RELEASE);
+        __atomic_store_n(&fill_state, FILL_FILLING, __ATOMIC_RELEASE);
 }
 
 uint64_t transit_policy_iteration_ended(void)
@@ -542,7 +552,7 @@ static uint64_t check_host_residency(void)
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. (A fill needs no
      * sweep: it follows the readings, whatever the estimate lost.) */
-    if (!transit_policy_planning() && !filling() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+    if (!transit_policy_planning() && !fill_holds() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
     return bound;
@@ -760,7 +770,7 @@ static bool evict_due(void)
         return false;
     if (transit_policy_planning())
         return resident > limit + PLAN_SLACK(limit);
-    return (resident > limit && !filling()) || sweep_due;
+    return (resident > limit && !fill_holds()) || sweep_due;
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -776,7 +786,7 @@ static uint64_t bound_over(void)
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return !transit_policy_planning() && !filling() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return !transit_policy_planning() && !fill_holds() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 /* Advise's fill (see the top of this file), at a smaps reading (`measured`, UINT64_MAX if none):
@@ -798,6 +808,8 @@ static uint64_t fill_room(uint64_t measured)
 static void fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t room)
 {
     static int warned;
+    if (!transit_get(&pc.fill_ranges)) /* the first fill: where the device set was */
+        __atomic_store_n(&pc.fill_from, FILL_TARGET(transit_g.cfg.mem_limit) - room, __ATOMIC_RELAXED);
     walk_spilled(drv, stream, PREFETCH_FILL, dev, &fill_cursor, INFINITY, room);
     CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(stream) : CUDA_ERROR_NOT_SUPPORTED;
     if (e != CUDA_SUCCESS) {
@@ -821,8 +833,12 @@ void transit_policy_tick(void)
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
     uint64_t measured = check_host_residency();
-    uint64_t over = filling() ? fill_over(measured) : bound_over();
-    uint64_t room = filling() && !over ? fill_room(measured) : 0;
+    uint64_t over = fill_holds() ? fill_over(measured) : bound_over();
+    uint64_t room = fill_now() == FILL_FILLING && !over ? fill_room(measured) : 0;
+    if (fill_now() == FILL_FILLING && measured != UINT64_MAX && !over && !room) {
+        __atomic_store_n(&pc.fill_reached, measured, __ATOMIC_RELAXED);
+        __atomic_store_n(&fill_state, FILL_FULL, __ATOMIC_RELEASE);
+    }
     if (!(evict_due() || over || room || advise_due()) || dev < 0 || !(drv = policy_driver()) ||
         !enter_context(drv, dev))
         return;
@@ -939,11 +955,13 @@ void transit_policy_stats_json(jbuf *b)
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
-              ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 "}}, ",
+              ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64
+              ", \"reached_bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
               fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
-              c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes));
+              c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes),
+              transit_get(&pc.fill_from), transit_get(&pc.fill_reached));
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64

@@ -42,8 +42,8 @@ def check_sections(doc: dict) -> None:
         assert is_uint(doc["prefetch"][key]), key
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
     fill = doc["advise"]["fill"]
-    assert fill["state"] in ("waiting", "on", "ended") and all(is_uint(fill[k]) for k in ("target_bytes", "ranges",
-                                                                                           "bytes"))
+    assert fill["state"] in ("waiting", "filling", "full", "ended")
+    assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
                 "cold_bytes", "sweeps",
