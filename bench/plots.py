@@ -57,8 +57,11 @@ def color(name: str) -> str:
 
 def provenance_note(fig: plt.Figure, doc: dict, source: Path) -> None:
     device = (doc.get("device") or {}).get("name", "unknown device")
-    commit = (doc.get("git_commit") or "unknown")[:10]
-    fig.text(0.01, 0.01, f"{source.name} - commit {commit} - {device}", fontsize=7, color="gray")
+    # A merged result (collect.py --merge) names the commits of the runs it took from other commands too.
+    commits = [doc.get("git_commit") or "unknown"] + [m.get("git_commit") or "unknown" for m in doc.get("merged_runs", [])]
+    label = "commit" if len(set(commits)) == 1 else "commits"
+    fig.text(0.01, 0.01, f"{source.name} - {label} {', '.join(dict.fromkeys(c[:10] for c in commits))} - {device}",
+             fontsize=7, color="gray")
 
 
 def bar_chart(ax: plt.Axes, names: list[str], values: list[float], ylabel: str, fmt: str) -> None:
