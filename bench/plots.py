@@ -58,7 +58,7 @@ def color(name: str) -> str:
 def provenance_note(fig: plt.Figure, doc: dict, source: Path) -> None:
     device = (doc.get("device") or {}).get("name", "unknown device")
     # A merged result (collect.py --merge) names the commits of the runs it took from other commands too.
-    commits = [doc.get("git_commit") or "unknown"] + [m.get("git_commit") or "unknown" for m in doc.get("merged_runs", [])]
+    commits = [doc.get("git_commit") or "unknown"] + [m.get("git_commit") or "unknown" for m in doc.get("merged_runs") or []]
     label = "commit" if len(set(commits)) == 1 else "commits"
     fig.text(0.01, 0.01, f"{source.name} - {label} {', '.join(dict.fromkeys(c[:10] for c in commits))} - {device}",
              fontsize=7, color="gray")

@@ -143,6 +143,7 @@ static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, 
                                        [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes},
                                        [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes},
                                        [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes}};
+_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_SWEEP + 1, "a purpose without counters");
 
 static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
 {
@@ -303,7 +304,8 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
                 all_went = false;
                 transit_add(to_host ? &pc.evict_errors : &pc.prefetch_errors, 1);
                 warn_once(to_host ? &warned_host : &warned_device,
-                          to_host ? "limit mode: cuMemPrefetchAsync to the host" : "prefetch: cuMemPrefetchAsync to the device",
+                          to_host ? "limit mode: cuMemPrefetchAsync to the host"
+                                  : "prefetch or advise's fill: cuMemPrefetchAsync to the device",
                           drv, e);
                 if (why == PREFETCH_EVICT) /* still on the device: keep counting it */
                     mark_resident(piece[k].addr, piece[k].bytes, false);
@@ -427,13 +429,14 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
 
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
- * over EVICT_TARGET, not measured, or earlier evictions still run); then, while a sweep is due, the
- * next SWEEP_PASS_S of it. The evictions are not paced: on an H200, evictions limited to 20 ms a
+ * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds, only
+ * by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill. Then,
+ * while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an H200, evictions limited to 20 ms a
  * tick fell behind the faults and left the device 10 GiB over L for whole iterations. */
-static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over)
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
 {
-    /* While filling only the reading counts: the estimate, whole chunks, may be over L. */
-    uint64_t target = fill_holds() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
+    /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
+    uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
     for (;;) {
         size_t n = 0;
@@ -448,7 +451,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         pthread_mutex_unlock(&chunks_lock);
         if (!n)
             break;
-        if (fill_holds()) /* the device did not hold still */
+        if (fill_held) /* the device did not hold still (only this thread ends a fill) */
             __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
@@ -550,8 +553,9 @@ static uint64_t check_host_residency(void)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
-     * estimate knows, while the ones it lost stayed on the device for good. (A fill needs no
-     * sweep: it follows the readings, whatever the estimate lost.) */
+     * estimate knows, while the ones it lost stayed on the device for good. (Not while the fill
+     * holds: the device is near L on purpose, and what the estimate lost counts in the readings
+     * the fill follows.) */
     if (!transit_policy_planning() && !fill_holds() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
@@ -763,14 +767,14 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 /* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
  * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
  * last re-profile, an evaluation phase). */
-static bool evict_due(void)
+static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
     if (!estimating())
         return false;
     if (transit_policy_planning())
         return resident > limit + PLAN_SLACK(limit);
-    return (resident > limit && !fill_holds()) || sweep_due;
+    return (resident > limit && !fill_held) || sweep_due;
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -779,14 +783,14 @@ static bool evict_due(void)
  * the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
  * device kept what the estimate did not know; the launches' evictions flush that out within an
  * iteration (every chunk the profile names is counted, then evicted in its turn). */
-static uint64_t bound_over(void)
+static uint64_t bound_over(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     int64_t rss = estimating() && rss_calibrated ? transit_process_rss() : -1;
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
-    return !transit_policy_planning() && !fill_holds() && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 /* Advise's fill (see the top of this file), at a smaps reading (`measured`, UINT64_MAX if none):
@@ -797,20 +801,36 @@ static uint64_t fill_over(uint64_t measured)
     return measured != UINT64_MAX && measured > limit ? measured - FILL_TARGET(limit) : 0;
 }
 
-/* ...or how much to bring to the device (0 when under FILL_TARGET by less than FILL_STEP_MIN). */
+/* ...or how much to bring to the device, in whole chunks (0 when under FILL_TARGET by less than
+ * FILL_STEP_MIN; for L of 256 MiB or more a chunk past it is still under L). */
 static uint64_t fill_room(uint64_t measured)
 {
     uint64_t target = FILL_TARGET(transit_g.cfg.mem_limit);
-    return measured != UINT64_MAX && measured + FILL_STEP_MIN <= target ? target - measured : 0;
+    if (measured == UINT64_MAX || measured + FILL_STEP_MIN > target)
+        return 0;
+    return (target - measured + TRANSIT_CHUNK_BYTES - 1) & ~(TRANSIT_CHUNK_BYTES - 1);
 }
 
-/* Waits for its prefetches (the recorder thread, never a launch): the next reading shows them. */
-static void fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t room)
+static void fill_is_full(uint64_t measured)
+{
+    __atomic_store_n(&pc.fill_reached, measured, __ATOMIC_RELAXED);
+    __atomic_store_n(&fill_state, FILL_FULL, __ATOMIC_RELEASE);
+}
+
+/* Waits for its prefetches (the recorder thread, never a launch): the next reading shows them.
+ * A whole walk that found nothing the estimate places on the host ends the filling too. */
+static void fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t measured, uint64_t room)
 {
     static int warned;
-    if (!transit_get(&pc.fill_ranges)) /* the first fill: where the device set was */
-        __atomic_store_n(&pc.fill_from, FILL_TARGET(transit_g.cfg.mem_limit) - room, __ATOMIC_RELAXED);
-    walk_spilled(drv, stream, PREFETCH_FILL, dev, &fill_cursor, INFINITY, room);
+    uint64_t ranges_before = transit_get(&pc.fill_ranges);
+    bool whole_walk = fill_cursor == 0;
+    if (!ranges_before) /* the first fill: where the device set was */
+        __atomic_store_n(&pc.fill_from, measured, __ATOMIC_RELAXED);
+    if (walk_spilled(drv, stream, PREFETCH_FILL, dev, &fill_cursor, INFINITY, room) && whole_walk &&
+        transit_get(&pc.fill_ranges) == ranges_before) {
+        fill_is_full(measured);
+        return;
+    }
     CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(stream) : CUDA_ERROR_NOT_SUPPORTED;
     if (e != CUDA_SUCCESS) {
         warn_once(&warned, "advise: cuStreamSynchronize after a fill; no more fills", drv, e);
@@ -832,14 +852,19 @@ void transit_policy_tick(void)
     static int no_stream;
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
+    /* Read once: an iteration mark on another thread may start the fill during this tick. */
+    int fill_at_start = fill_now();
+    bool fill_held = fill_at_start == FILL_FILLING || fill_at_start == FILL_FULL;
     uint64_t measured = check_host_residency();
-    uint64_t over = fill_holds() ? fill_over(measured) : bound_over();
-    uint64_t room = fill_now() == FILL_FILLING && !over ? fill_room(measured) : 0;
-    if (fill_now() == FILL_FILLING && measured != UINT64_MAX && !over && !room) {
-        __atomic_store_n(&pc.fill_reached, measured, __ATOMIC_RELAXED);
-        __atomic_store_n(&fill_state, FILL_FULL, __ATOMIC_RELEASE);
-    }
-    if (!(evict_due() || over || room || advise_due()) || dev < 0 || !(drv = policy_driver()) ||
+    /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
+     * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
+    uint64_t over = bound_over(fill_held);
+    if (fill_held)
+        over = fill_over(measured);
+    uint64_t room = fill_at_start == FILL_FILLING && !over ? fill_room(measured) : 0;
+    if (fill_at_start == FILL_FILLING && measured != UINT64_MAX && !over && !room)
+        fill_is_full(measured);
+    if (!(evict_due(fill_held) || over || room || advise_due()) || dev < 0 || !(drv = policy_driver()) ||
         !enter_context(drv, dev))
         return;
     CUstreamCaptureMode saved;
@@ -848,7 +873,7 @@ void transit_policy_tick(void)
      * them again. (Queried in relaxed mode: a query can break another thread's global capture.) */
     if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
         over = 0;
-    bool evicting = evict_due() || over, advising = advise_due();
+    bool evicting = evict_due(fill_held) || over, advising = advise_due();
     if ((evicting || room) && !evict_stream && !no_stream) {
         CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS) {
@@ -857,9 +882,9 @@ void transit_policy_tick(void)
         }
     }
     if (evicting && evict_stream)
-        evict(drv, evict_stream, over);
+        evict(drv, evict_stream, over, fill_held);
     if (room && evict_stream)
-        fill(drv, dev, evict_stream, room);
+        fill(drv, dev, evict_stream, measured, room);
     if (advising)
         advise_all(drv, dev);
     restore_capture_mode(drv, relaxed, &saved);

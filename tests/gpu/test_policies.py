@@ -27,6 +27,7 @@ STEPS = 24
 WARMUP = 2
 LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements (3 iterations each: collect, drain, finish)
 SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
+FILL_STEP_MIN = 32 << 20  # libtransit/src/policy.c: advise's fill stops this near its target
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
 TRAIN = r"""
@@ -134,16 +135,17 @@ def test_advise_maps_instead_of_migrating(runs) -> None:
 
 
 def test_advise_fills_the_device_once_it_holds_still(runs) -> None:
-    """Advise's device set, held at the evictions' margin under L until an iteration passed
-    without an eviction, is then filled to within L/128 of L; the last iterations still hold L."""
+    """Advise's device set, held by the evictions at L - L/16 or below until an iteration passed
+    without an eviction, is then filled from the smaps readings to within FILL_STEP_MIN of
+    L - L/128, and the last iterations' bound is there, not at the evictions' margin."""
     doc = runs["advise"][1]
     fill, limit = doc["advise"]["fill"], doc["config"]["limit_bytes"]
-    assert fill["state"] in ("filling", "full") and fill["bytes"] > 0, (fill, doc["evictions"])
-    assert fill["target_bytes"] == limit - limit // 128
+    target = limit - limit // 128
+    assert fill["target_bytes"] == target
+    assert fill["state"] == "full" and fill["bytes"] > 0, (fill, doc["evictions"])
+    assert fill["from_bytes"] < target - FILL_STEP_MIN <= fill["reached_bytes"] <= limit, fill
     last = [e["device_bound_peak_bytes"] for e in doc["timeline"][-LAST_ITERATIONS:]]
-    assert any(peak is not None and peak > doc["evictions"]["bound_target_bytes"] for peak in last), (last, fill)
-    if fill["state"] == "full":
-        assert fill["from_bytes"] < fill["reached_bytes"] <= limit, fill  # pages round it past the target
+    assert any(peak is not None and peak >= target - FILL_STEP_MIN for peak in last), (last, fill)
 
 
 @pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])

@@ -94,6 +94,9 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
     assert doc["iterations"]["count"] == 3 and doc["iterations"]["method"] == "api"
     assert doc["prefetch"]["calls"] == 0 and doc["advise"]["calls"] == 0 and doc["evictions"]["count"] == 0
     assert doc["memory"]["resident_bytes"] == 0 and doc["memory"]["overshoot_peak_bytes"] == 0
+    limit_bytes = doc["config"]["limit_bytes"] or 0  # advise's fill aims at L - L/128 in limit mode
+    assert doc["advise"]["fill"] == {"state": "waiting", "target_bytes": limit_bytes - limit_bytes // 128, "ranges": 0,
+                                     "bytes": 0, "from_bytes": 0, "reached_bytes": 0}
 
 
 STARTED = (
