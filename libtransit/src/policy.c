@@ -200,9 +200,9 @@ static int fill_now(void)
 }
 
 /* While filling or full, only the smaps readings decide evictions (see the top of this file). */
-static bool fill_holds(void)
+static bool fill_holds(int state)
 {
-    return fill_now() == FILL_FILLING || fill_now() == FILL_FULL;
+    return state == FILL_FILLING || state == FILL_FULL;
 }
 
 /* ---- limit mode: the chunk estimate (chunks_lock held) ---- */
@@ -556,7 +556,7 @@ static uint64_t check_host_residency(void)
      * estimate knows, while the ones it lost stayed on the device for good. (Not while the fill
      * holds: the device is near L on purpose, and what the estimate lost counts in the readings
      * the fill follows.) */
-    if (!transit_policy_planning() && !fill_holds() && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+    if (!transit_policy_planning() && !fill_holds(fill_now()) && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
     return bound;
@@ -854,7 +854,7 @@ void transit_policy_tick(void)
     int dev = transit_g.id.device;
     /* Read once: an iteration mark on another thread may start the fill during this tick. */
     int fill_at_start = fill_now();
-    bool fill_held = fill_at_start == FILL_FILLING || fill_at_start == FILL_FULL;
+    bool fill_held = fill_holds(fill_at_start);
     uint64_t measured = check_host_residency();
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
