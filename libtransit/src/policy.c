@@ -429,10 +429,11 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
 
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
- * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds, only
- * by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill. Then,
- * while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an H200, evictions limited to 20 ms a
- * tick fell behind the faults and left the device 10 GiB over L for whole iterations. */
+ * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds,
+ * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
+ * Then, while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an
+ * H200, evictions limited to 20 ms a tick fell behind the faults and left the device 10 GiB over
+ * L for whole iterations. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
@@ -508,7 +509,7 @@ static void correct_plan(uint64_t peak)
 /* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */
 static void start_fill_when_still(void)
 {
-    if (__atomic_load_n(&fill_state, __ATOMIC_ACQUIRE) != FILL_WAITING || !estimating() ||
+    if (fill_now() != FILL_WAITING || !estimating() ||
         !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE))
         return;
     uint64_t moves = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
