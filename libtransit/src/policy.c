@@ -531,7 +531,7 @@ uint64_t transit_policy_iteration_ended(void)
  * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
  * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records.
  * Returns the bound this reading gives; UINT64_MAX when there was none. */
-static uint64_t check_host_residency(void)
+static uint64_t check_host_residency(bool fill_held)
 {
     double now = transit_now();
     if (!estimating() || now < host_check_next)
@@ -557,7 +557,7 @@ static uint64_t check_host_residency(void)
      * estimate knows, while the ones it lost stayed on the device for good. (Not while the fill
      * holds: the device is near L on purpose, and what the estimate lost counts in the readings
      * the fill follows.) */
-    if (!transit_policy_planning() && !fill_holds(fill_now()) && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
+    if (!transit_policy_planning() && !fill_held && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
         sweep_due = 1;
     return bound;
@@ -856,7 +856,7 @@ void transit_policy_tick(void)
     /* Read once: an iteration mark on another thread may start the fill during this tick. */
     int fill_at_start = fill_now();
     bool fill_held = fill_holds(fill_at_start);
-    uint64_t measured = check_host_residency();
+    uint64_t measured = check_host_residency(fill_held);
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
     uint64_t over = bound_over(fill_held);
