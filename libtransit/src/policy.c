@@ -37,7 +37,14 @@
  * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
  * every chunk the estimate places on the host goes there again (a no-op for pages already
  * there), in address order, SWEEP_PASS_S per tick (a whole sweep at once held the thread for
- * seconds, the device went over L meanwhile, and then far under it).
+ * seconds, the device went over L meanwhile, and then far under it). While planning the launches'
+ * correction makes up for what the estimate misses; once it is at its cap and the bound is still
+ * over, the sweep runs while planning too (on the single-GPU H200 machine the estimate sat at its
+ * floor, 0.5 GB, while the device held 1.7 GB).
+ * A tick that queues evictions while the bound is over L makes the launches after it wait for
+ * them, on the GPU (cuStreamWaitEvent on the launch's stream: the launching thread does not
+ * block), until a tick finds the bound within L: otherwise the kernels fault data in faster than
+ * the evictions take it out (warm-up on an H200 at L = 25.5 GiB: up to 11 GiB over L).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
  * filled towards FILL_TARGET with chunks the estimate places on the host (some are on the device
@@ -80,7 +87,7 @@
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 #define CLIP_PIECES 16                      /* allocation-bounded pieces fetched per transit_alloc_clip call */
-#define HOST_CHECK_SLACK (1ull << 30)       /* measured bound over the estimate before a sweep (untouched pages) */
+#define HOST_CHECK_SLACK(limit) TRANSIT_MIN(1ull << 30, (limit) / 8) /* bound over the estimate before a sweep (untouched pages) */
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 #define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the recorder thread's time */
 #define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
@@ -100,6 +107,7 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
+    uint64_t throttle_records, throttle_waits;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -131,6 +139,13 @@ static int sweep_due;                   /* the host check found the estimate sho
                                          * (recorder thread only, like the rest below) */
 static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
 static double host_check_next;         /* recorder thread only */
+/* The throttle (see the top of this file): `evicted` is recorded on evict_stream after a tick's
+ * evictions (recorder thread); throttle_gen counts those records while the bound is over L, 0
+ * once it is within; each thread's launches wait once per record and stream. */
+static CUevent evicted;
+static uint64_t throttle_gen;
+static __thread uint64_t waited_gen;
+static __thread CUstream waited_stream;
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
  * non-managed resident bytes (recorder thread only; valid once rss_calibrated). */
 static int64_t rss_not_managed;
@@ -433,9 +448,10 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * Then, while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an
  * H200, evictions limited to 20 ms a tick fell behind the faults and left the device 10 GiB over
- * L for whole iterations. */
-static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
+ * L for whole iterations. True when it queued any. */
+static bool evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
 {
+    uint64_t moves_before = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
@@ -467,13 +483,53 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
-            return;
+            return true;
     }
     if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S,
                                   UINT64_MAX)) {
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
     }
+    return transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges) != moves_before;
+}
+
+static bool bound_over_limit(void)
+{
+    return transit_get(&pc.device_bound) > transit_g.cfg.mem_limit;
+}
+
+/* After a tick queued evictions while the measured bound is over L: a new record for the launches
+ * to wait for (the tick ends the waits once the bound is within L). */
+static void throttle(const transit_driver_api *drv, CUstream stream)
+{
+    static int warned;
+    if (!drv->EventCreate || !drv->EventRecord || !drv->StreamWaitEvent || warned)
+        return;
+    CUresult e = evicted ? CUDA_SUCCESS : drv->EventCreate(&evicted, CU_EVENT_DISABLE_TIMING);
+    if (e == CUDA_SUCCESS)
+        e = drv->EventRecord(evicted, stream);
+    if (e != CUDA_SUCCESS) {
+        warn_once(&warned, "limit mode: recording the evictions for the launches to wait for; no waits", drv, e);
+        __atomic_store_n(&throttle_gen, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    transit_add(&pc.throttle_records, 1);
+    __atomic_store_n(&throttle_gen, transit_get(&pc.throttle_records), __ATOMIC_RELEASE);
+}
+
+/* At a launch, while throttled: the kernel waits, on the GPU, for the evictions last recorded. */
+static bool throttle_due(CUstream stream)
+{
+    uint64_t gen = __atomic_load_n(&throttle_gen, __ATOMIC_ACQUIRE);
+    return gen && (gen != waited_gen || stream != waited_stream);
+}
+
+static void wait_for_evictions(const transit_driver_api *drv, CUstream stream)
+{
+    waited_gen = __atomic_load_n(&throttle_gen, __ATOMIC_ACQUIRE);
+    waited_stream = stream;
+    if (waited_gen && drv->StreamWaitEvent(stream, evicted, 0) == CUDA_SUCCESS)
+        transit_add(&pc.throttle_waits, 1);
 }
 
 /* The bound on device-resident managed bytes, given the host-resident ones: recorded and returned. */
@@ -489,6 +545,12 @@ static uint64_t record_bound(uint64_t host)
            !__atomic_compare_exchange_n(&pc.bound_peak_since, &seen, bound, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
     return bound;
+}
+
+/* The launches' correction (below) is at its cap. */
+static bool plan_at_floor(void)
+{
+    return transit_get(&pc.plan_correction) >= EVICT_TARGET(transit_g.cfg.mem_limit) / 2;
 }
 
 /* While planning the device still holds more than the estimate: data that kernels the profile
@@ -554,11 +616,13 @@ static uint64_t check_host_residency(bool fill_held)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
-     * estimate knows, while the ones it lost stayed on the device for good. (Not while the fill
-     * holds: the device is near L on purpose, and what the estimate lost counts in the readings
-     * the fill follows.) */
-    if (!transit_policy_planning() && !fill_held && bound > BOUND_TARGET(transit_g.cfg.mem_limit) &&
-        bound > transit_get(&pc.resident) + HOST_CHECK_SLACK)
+     * estimate knows, while the ones it lost stayed on the device for good. (Not while planning,
+     * until the correction is at its cap: the launches' evictions flush out what the estimate
+     * lacks. Not while the fill holds: the device is near L on purpose, and what the estimate
+     * lost counts in the readings the fill follows.) */
+    uint64_t limit = transit_g.cfg.mem_limit;
+    if ((!transit_policy_planning() || plan_at_floor()) && !fill_held && bound > BOUND_TARGET(limit) &&
+        bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit))
         sweep_due = 1;
     return bound;
 }
@@ -626,15 +690,18 @@ void transit_policy_launch(const transit_launch *l)
     bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || transit_policy_planning()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
+    bool do_wait = throttle_due(l->stream);
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_replay || do_advise) || !(drv = policy_driver()))
+    if (!(do_replay || do_advise || do_wait) || !(drv = policy_driver()))
         return;
     bool relaxed = relax_capture_mode(drv, &saved);
     if (capturing(drv, l->stream)) {
         transit_add(&pc.capture_skips, 1);
     } else if (drv->CtxGetDevice(&dev) == CUDA_SUCCESS) {
+        if (do_wait) /* before the launch's own evictions: those are ordered on its stream anyway */
+            wait_for_evictions(drv, l->stream);
         if (do_replay)
             replay_ordinal(drv, l, dev);
         if (do_advise)
@@ -767,14 +834,14 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 
 /* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
  * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
- * last re-profile, an evaluation phase). */
+ * last re-profile, an evaluation phase), or to sweep. */
 static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
     if (!estimating())
         return false;
     if (transit_policy_planning())
-        return resident > limit + PLAN_SLACK(limit);
+        return resident > limit + PLAN_SLACK(limit) || sweep_due;
     return (resident > limit && !fill_held) || sweep_due;
 }
 
@@ -860,6 +927,8 @@ void transit_policy_tick(void)
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
     uint64_t over = bound_over(fill_held);
+    if (!bound_over_limit())
+        __atomic_store_n(&throttle_gen, 0, __ATOMIC_RELEASE);
     if (fill_held)
         over = fill_over(measured);
     uint64_t room = fill_at_start == FILL_FILLING && !over ? fill_room(measured) : 0;
@@ -882,8 +951,8 @@ void transit_policy_tick(void)
             warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
         }
     }
-    if (evicting && evict_stream)
-        evict(drv, evict_stream, over, fill_held);
+    if (evicting && evict_stream && evict(drv, evict_stream, over, fill_held) && bound_over_limit())
+        throttle(drv, evict_stream);
     if (room && evict_stream)
         fill(drv, dev, evict_stream, measured, room);
     if (advising)
@@ -935,6 +1004,10 @@ void transit_policy_after_fork(void)
     moves_at_mark = UINT64_MAX;
     fill_cursor = 0;
     evict_stream = NULL;
+    evicted = NULL;
+    throttle_gen = 0;
+    waited_gen = 0;
+    waited_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
     sweep_cursor = 0;
@@ -994,14 +1067,16 @@ void transit_policy_stats_json(jbuf *b)
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64
+              ", \"throttle_records\": %" PRIu64 ", \"throttle_waits\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
-              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
+              transit_get(&pc.throttle_records), transit_get(&pc.throttle_waits));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);
