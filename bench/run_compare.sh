@@ -41,15 +41,17 @@ COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # fourth: 4 warm-up steps. In limit mode those take 7, 26, 42 and 28 s on this model; the steps after
 # are 3.5 s (bench/results/policies-h200x2.json), hence advise's time budget.
 TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4 --residency-sweep)
-ONE_GPU=(env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --standalone --nproc-per-node 1)
+# The one-GPU runs take GPU BENCH_GPU (default 0), so that two drivers can share the 2-GPU machine.
+ONE_GPU_ID=${BENCH_GPU:-0}
+ONE_GPU=(env CUDA_VISIBLE_DEVICES="$ONE_GPU_ID" python3 -m torch.distributed.run --standalone --nproc-per-node 1)
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 SOCKETS=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo)
 
-# transit_bench NAME POLICY [VAR=VALUE...]: TRANSIT on GPU 0 at L, every policy with the same arguments.
+# transit_bench NAME POLICY [VAR=VALUE...]: TRANSIT on one GPU at L, every policy with the same arguments.
 transit_bench() {
     local name=$1 policy=$2
     shift 2
-    bench_run "$name" "$TRANSIT_RUN_LIMIT_S" env "$@" CUDA_VISIBLE_DEVICES=0 \
+    bench_run "$name" "$TRANSIT_RUN_LIMIT_S" env "$@" CUDA_VISIBLE_DEVICES="$ONE_GPU_ID" \
         $TRANSIT run --policy "$policy" --mem-limit "$TRANSIT_LIMIT" --out "$WORK/$name.transit" -- \
         python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py "${TRANSIT_COMMON[@]}" \
         --local-batch 4 --time-budget $((TRANSIT_RUN_LIMIT_S - 60)) --label "$name" --out "$WORK/$name.json"
