@@ -121,9 +121,6 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(StreamCreate, "cuStreamCreate");
             RESOLVE_DRV(StreamQuery, "cuStreamQuery");
             RESOLVE_DRV(StreamSynchronize, "cuStreamSynchronize");
-            RESOLVE_DRV(EventCreate, "cuEventCreate");
-            RESOLVE_DRV(EventRecord, "cuEventRecord");
-            RESOLVE_DRV(StreamWaitEvent, "cuStreamWaitEvent");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

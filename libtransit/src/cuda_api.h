@@ -48,9 +48,6 @@ typedef struct transit_driver_api {
     CUresult (*StreamCreate)(CUstream *, unsigned int);
     CUresult (*StreamQuery)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*EventCreate)(CUevent *, unsigned int);
-    CUresult (*EventRecord)(CUevent, CUstream);
-    CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

@@ -7,6 +7,10 @@
  *   advise   - at the middle of the first iteration after warm-up (by kernel count), every
  *              managed allocation, and every later one, gets SetAccessedBy(device): data
  *              resident on the host is then read over the interconnect instead of migrated.
+ *              In limit mode, until then, every range an eviction takes to the host gets it too:
+ *              the record-driven evictions run behind the GPU, and kernels faulted the evicted
+ *              data back in faster than they took it out (on an H200 at L = 25.5 GiB, the
+ *              device was 4-7 GiB over L in each warm-up iteration).
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c) is kept at or under L by prefetching the least recently migrated chunks to
  * the host. Two ways, one after the other:
@@ -41,10 +45,6 @@
  * correction makes up for what the estimate misses; once it is at its cap and the bound is still
  * over, the sweep runs while planning too (on the single-GPU H200 machine the estimate sat at its
  * floor, 0.5 GB, while the device held 1.7 GB).
- * A tick that queues evictions while the bound is over L makes the launches after it wait for
- * them, on the GPU (cuStreamWaitEvent on the launch's stream: the launching thread does not
- * block), until a tick finds the bound within L: otherwise the kernels fault data in faster than
- * the evictions take it out (warm-up on an H200 at L = 25.5 GiB: up to 11 GiB over L).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
  * filled towards FILL_TARGET with chunks the estimate places on the host (some are on the device
@@ -87,7 +87,8 @@
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */
 #define CLIP_PIECES 16                      /* allocation-bounded pieces fetched per transit_alloc_clip call */
-#define HOST_CHECK_SLACK(limit) TRANSIT_MIN(1ull << 30, (limit) / 8) /* bound over the estimate before a sweep (untouched pages) */
+/* The measured bound over the estimate before a sweep (untouched pages count in the bound). */
+#define HOST_CHECK_SLACK(limit) TRANSIT_MIN(1ull << 30, (limit) / 8)
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 #define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the recorder thread's time */
 #define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
@@ -107,7 +108,7 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
-    uint64_t throttle_records, throttle_waits;
+    uint64_t mapped_ranges, mapped_bytes;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -139,13 +140,6 @@ static int sweep_due;                   /* the host check found the estimate sho
                                          * (recorder thread only, like the rest below) */
 static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
 static double host_check_next;         /* recorder thread only */
-/* The throttle (see the top of this file): `evicted` is recorded on evict_stream after a tick's
- * evictions (recorder thread); throttle_gen counts those records while the bound is over L, 0
- * once it is within; each thread's launches wait once per record and stream. */
-static CUevent evicted;
-static uint64_t throttle_gen;
-static __thread uint64_t waited_gen;
-static __thread CUstream waited_stream;
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
  * non-managed resident bytes (recorder thread only; valid once rss_calibrated). */
 static int64_t rss_not_managed;
@@ -296,9 +290,31 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
         drv->ThreadExchangeStreamCaptureMode(saved);
 }
 
-/* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
- * replay, advise's fill) or to the host (a limit-mode eviction or sweep), and counts the outcome.
- * False when the driver refused a part. */
+/* SetAccessedBy(dev): counted in `calls` and `bytes` when it took. */
+static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev, uint64_t *calls,
+                         uint64_t *bytes)
+{
+    static int warned;
+    const CUmemLocation by = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CUresult e = drv->MemAdvise(ptr, size, CU_MEM_ADVISE_SET_ACCESSED_BY, by);
+    if (e != CUDA_SUCCESS) {
+        transit_add(&pc.advise_errors, 1);
+        warn_once(&warned, "advise: cuMemAdvise(SetAccessedBy)", drv, e);
+        return;
+    }
+    transit_add(calls, 1);
+    transit_add(bytes, size);
+}
+
+/* Advise in limit mode, until it applies (see the top of this file). */
+static bool maps_evictions(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE);
+}
+
+/* Prefetches the parts of r that lie in live allocations: to the device `dev` (a prefetch policy
+ * replay, advise's fill) or to the host (a limit-mode eviction or sweep; mapped for `dev` while
+ * advise has not applied), and counts the outcome. False when the driver refused a part. */
 static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
                            CUstream stream)
 {
@@ -328,6 +344,8 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
             }
             transit_add(counted[why][0], 1);
             transit_add(counted[why][1], piece[k].bytes);
+            if (to_host && maps_evictions())
+                advise_range(drv, piece[k].addr, piece[k].bytes, dev, &pc.mapped_ranges, &pc.mapped_bytes);
             if (why == PREFETCH_FILL) /* the most recent: the last to go if the fill ends */
                 mark_resident(piece[k].addr, piece[k].bytes, false);
         }
@@ -341,7 +359,8 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
  * then they count resident.
  * An eviction the driver refuses stops the evicting (its chunks count resident again; picking
  * more would cycle). */
-static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
+static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUdevice dev,
+                      CUstream stream)
 {
     uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction);
     transit_range victims[EVICT_BATCH];
@@ -355,7 +374,7 @@ static void make_room(const transit_driver_api *drv, const transit_range *need, 
         chunks_changed();
         pthread_mutex_unlock(&chunks_lock); /* no lock across a driver call */
         for (size_t j = 0; j < v; j++) {
-            bool went = prefetch_range(drv, victims[j], 0, PREFETCH_EVICT, stream);
+            bool went = prefetch_range(drv, victims[j], dev, PREFETCH_EVICT, stream);
             refused |= !went;
             transit_add(&pc.launch_evict_bytes, went ? victims[j].bytes : 0);
         }
@@ -396,7 +415,7 @@ static void replay_ordinal(const transit_driver_api *drv, const transit_launch *
             taken_to = TRANSIT_MAX(taken_to, hi);
         }
         if (planned)
-            make_room(drv, batch, m, l->stream);
+            make_room(drv, batch, m, dev, l->stream);
         for (size_t k = 0; prefetching && k < m; k++)
             prefetch_range(drv, batch[k], dev, PREFETCH_REPLAY, l->stream);
     }
@@ -448,10 +467,9 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * Then, while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an
  * H200, evictions limited to 20 ms a tick fell behind the faults and left the device 10 GiB over
- * L for whole iterations. True when it queued any. */
-static bool evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
+ * L for whole iterations. */
+static void evict(const transit_driver_api *drv, CUstream stream, CUdevice dev, uint64_t bound_over, bool fill_held)
 {
-    uint64_t moves_before = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
@@ -478,58 +496,18 @@ static bool evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
         for (size_t i = 0; i < n; i++)
-            refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
+            refused |= !prefetch_range(drv, victims[i], dev, PREFETCH_EVICT, stream);
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
-            return true;
+            return;
     }
-    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S,
+    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, dev, &sweep_cursor, transit_now() + SWEEP_PASS_S,
                                   UINT64_MAX)) {
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
     }
-    return transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges) != moves_before;
-}
-
-static bool bound_over_limit(void)
-{
-    return transit_get(&pc.device_bound) > transit_g.cfg.mem_limit;
-}
-
-/* After a tick queued evictions while the measured bound is over L: a new record for the launches
- * to wait for (the tick ends the waits once the bound is within L). */
-static void throttle(const transit_driver_api *drv, CUstream stream)
-{
-    static int warned;
-    if (!drv->EventCreate || !drv->EventRecord || !drv->StreamWaitEvent || warned)
-        return;
-    CUresult e = evicted ? CUDA_SUCCESS : drv->EventCreate(&evicted, CU_EVENT_DISABLE_TIMING);
-    if (e == CUDA_SUCCESS)
-        e = drv->EventRecord(evicted, stream);
-    if (e != CUDA_SUCCESS) {
-        warn_once(&warned, "limit mode: recording the evictions for the launches to wait for; no waits", drv, e);
-        __atomic_store_n(&throttle_gen, 0, __ATOMIC_RELEASE);
-        return;
-    }
-    transit_add(&pc.throttle_records, 1);
-    __atomic_store_n(&throttle_gen, transit_get(&pc.throttle_records), __ATOMIC_RELEASE);
-}
-
-/* At a launch, while throttled: the kernel waits, on the GPU, for the evictions last recorded. */
-static bool throttle_due(CUstream stream)
-{
-    uint64_t gen = __atomic_load_n(&throttle_gen, __ATOMIC_ACQUIRE);
-    return gen && (gen != waited_gen || stream != waited_stream);
-}
-
-static void wait_for_evictions(const transit_driver_api *drv, CUstream stream)
-{
-    waited_gen = __atomic_load_n(&throttle_gen, __ATOMIC_ACQUIRE);
-    waited_stream = stream;
-    if (waited_gen && drv->StreamWaitEvent(stream, evicted, 0) == CUDA_SUCCESS)
-        transit_add(&pc.throttle_waits, 1);
 }
 
 /* The bound on device-resident managed bytes, given the host-resident ones: recorded and returned. */
@@ -627,20 +605,6 @@ static uint64_t check_host_residency(bool fill_held)
     return bound;
 }
 
-static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
-{
-    static int warned;
-    const CUmemLocation by = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
-    CUresult e = drv->MemAdvise(ptr, size, CU_MEM_ADVISE_SET_ACCESSED_BY, by);
-    if (e != CUDA_SUCCESS) {
-        transit_add(&pc.advise_errors, 1);
-        warn_once(&warned, "advise: cuMemAdvise(SetAccessedBy)", drv, e);
-        return;
-    }
-    transit_add(&pc.advise_calls, 1);
-    transit_add(&pc.advise_bytes, size);
-}
-
 /* Once: every allocation in the table now, later ones in transit_policy_on_alloc. */
 static void advise_all(const transit_driver_api *drv, CUdevice dev)
 {
@@ -649,7 +613,7 @@ static void advise_all(const transit_driver_api *drv, CUdevice dev)
         return;
     transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n); /* no lock across driver calls */
     for (size_t i = 0; i < n; i++)
-        advise_range(drv, all[i].key, all[i].size, dev);
+        advise_range(drv, all[i].key, all[i].size, dev, &pc.advise_calls, &pc.advise_bytes);
     free(all);
     if (transit_g.cfg.verbose)
         transit_log("advise: SetAccessedBy(device %d) on %" PRIu64 " allocations, %" PRIu64 " bytes", (int)dev,
@@ -690,18 +654,15 @@ void transit_policy_launch(const transit_launch *l)
     bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || transit_policy_planning()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
-    bool do_wait = throttle_due(l->stream);
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_replay || do_advise || do_wait) || !(drv = policy_driver()))
+    if (!(do_replay || do_advise) || !(drv = policy_driver()))
         return;
     bool relaxed = relax_capture_mode(drv, &saved);
     if (capturing(drv, l->stream)) {
         transit_add(&pc.capture_skips, 1);
     } else if (drv->CtxGetDevice(&dev) == CUDA_SUCCESS) {
-        if (do_wait) /* before the launch's own evictions: those are ordered on its stream anyway */
-            wait_for_evictions(drv, l->stream);
         if (do_replay)
             replay_ordinal(drv, l, dev);
         if (do_advise)
@@ -927,8 +888,6 @@ void transit_policy_tick(void)
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
     uint64_t over = bound_over(fill_held);
-    if (!bound_over_limit())
-        __atomic_store_n(&throttle_gen, 0, __ATOMIC_RELEASE);
     if (fill_held)
         over = fill_over(measured);
     uint64_t room = fill_at_start == FILL_FILLING && !over ? fill_room(measured) : 0;
@@ -951,8 +910,8 @@ void transit_policy_tick(void)
             warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
         }
     }
-    if (evicting && evict_stream && evict(drv, evict_stream, over, fill_held) && bound_over_limit())
-        throttle(drv, evict_stream);
+    if (evicting && evict_stream)
+        evict(drv, evict_stream, dev, over, fill_held);
     if (room && evict_stream)
         fill(drv, dev, evict_stream, measured, room);
     if (advising)
@@ -975,7 +934,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
         (drv = policy_driver())) {
         CUstreamCaptureMode saved;
         bool relaxed = relax_capture_mode(drv, &saved);
-        advise_range(drv, ptr, size, device);
+        advise_range(drv, ptr, size, device, &pc.advise_calls, &pc.advise_bytes);
         restore_capture_mode(drv, relaxed, &saved);
     }
 }
@@ -1004,10 +963,6 @@ void transit_policy_after_fork(void)
     moves_at_mark = UINT64_MAX;
     fill_cursor = 0;
     evict_stream = NULL;
-    evicted = NULL;
-    throttle_gen = 0;
-    waited_gen = 0;
-    waited_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
     sweep_cursor = 0;
@@ -1053,11 +1008,13 @@ void transit_policy_stats_json(jbuf *b)
               __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-              ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
+              ", \"applied\": %s, \"mapped_evictions\": {\"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64
+              "}, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
               ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64
               ", \"reached_bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
+              transit_get(&pc.mapped_ranges), transit_get(&pc.mapped_bytes),
               fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
               c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes),
               transit_get(&pc.fill_from), transit_get(&pc.fill_reached));
@@ -1067,16 +1024,14 @@ void transit_policy_stats_json(jbuf *b)
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64
-              ", \"throttle_records\": %" PRIu64 ", \"throttle_waits\": %" PRIu64 "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
-              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
-              transit_get(&pc.throttle_records), transit_get(&pc.throttle_waits));
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -41,12 +41,13 @@ def check_sections(doc: dict) -> None:
     for key in ("calls", "bytes", "ranges", "profiled_iterations", "reprofiles", "errors"):
         assert is_uint(doc["prefetch"][key]), key
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
+    assert all(is_uint(doc["advise"]["mapped_evictions"][k]) for k in ("ranges", "bytes"))
     fill = doc["advise"]["fill"]
     assert fill["state"] in ("waiting", "filling", "full", "ended")
     assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
-                "cold_bytes", "sweeps", "sweep_bytes", "throttle_records", "throttle_waits"):
+                "cold_bytes", "sweeps", "sweep_bytes"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
