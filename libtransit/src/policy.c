@@ -7,10 +7,6 @@
  *   advise   - at the middle of the first iteration after warm-up (by kernel count), every
  *              managed allocation, and every later one, gets SetAccessedBy(device): data
  *              resident on the host is then read over the interconnect instead of migrated.
- *              In limit mode, until then, every range an eviction takes to the host gets it too:
- *              the record-driven evictions run behind the GPU, and kernels faulted the evicted
- *              data back in faster than they took it out (on an H200 at L = 25.5 GiB, the
- *              device was 4-7 GiB over L in each warm-up iteration).
  * In limit mode every policy also evicts: TRANSIT's estimate of device-resident bytes (2 MiB
  * chunks, chunks.c) is kept at or under L by prefetching the least recently migrated chunks to
  * the host. Two ways, one after the other:
@@ -108,7 +104,6 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
-    uint64_t mapped_ranges, mapped_bytes;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -290,31 +285,9 @@ static void restore_capture_mode(const transit_driver_api *drv, bool relaxed, CU
         drv->ThreadExchangeStreamCaptureMode(saved);
 }
 
-/* SetAccessedBy(dev): counted in `calls` and `bytes` when it took. */
-static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev, uint64_t *calls,
-                         uint64_t *bytes)
-{
-    static int warned;
-    const CUmemLocation by = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
-    CUresult e = drv->MemAdvise(ptr, size, CU_MEM_ADVISE_SET_ACCESSED_BY, by);
-    if (e != CUDA_SUCCESS) {
-        transit_add(&pc.advise_errors, 1);
-        warn_once(&warned, "advise: cuMemAdvise(SetAccessedBy)", drv, e);
-        return;
-    }
-    transit_add(calls, 1);
-    transit_add(bytes, size);
-}
-
-/* Advise in limit mode, until it applies (see the top of this file). */
-static bool maps_evictions(void)
-{
-    return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE);
-}
-
-/* Prefetches the parts of r that lie in live allocations: to the device `dev` (a prefetch policy
- * replay, advise's fill) or to the host (a limit-mode eviction or sweep; mapped for `dev` while
- * advise has not applied), and counts the outcome. False when the driver refused a part. */
+/* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
+ * replay, advise's fill) or to the host (a limit-mode eviction or sweep), and counts the outcome.
+ * False when the driver refused a part. */
 static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
                            CUstream stream)
 {
@@ -344,8 +317,6 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
             }
             transit_add(counted[why][0], 1);
             transit_add(counted[why][1], piece[k].bytes);
-            if (to_host && maps_evictions())
-                advise_range(drv, piece[k].addr, piece[k].bytes, dev, &pc.mapped_ranges, &pc.mapped_bytes);
             if (why == PREFETCH_FILL) /* the most recent: the last to go if the fill ends */
                 mark_resident(piece[k].addr, piece[k].bytes, false);
         }
@@ -359,8 +330,7 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
  * then they count resident.
  * An eviction the driver refuses stops the evicting (its chunks count resident again; picking
  * more would cycle). */
-static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUdevice dev,
-                      CUstream stream)
+static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
     uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction);
     transit_range victims[EVICT_BATCH];
@@ -374,7 +344,7 @@ static void make_room(const transit_driver_api *drv, const transit_range *need, 
         chunks_changed();
         pthread_mutex_unlock(&chunks_lock); /* no lock across a driver call */
         for (size_t j = 0; j < v; j++) {
-            bool went = prefetch_range(drv, victims[j], dev, PREFETCH_EVICT, stream);
+            bool went = prefetch_range(drv, victims[j], 0, PREFETCH_EVICT, stream);
             refused |= !went;
             transit_add(&pc.launch_evict_bytes, went ? victims[j].bytes : 0);
         }
@@ -415,7 +385,7 @@ static void replay_ordinal(const transit_driver_api *drv, const transit_launch *
             taken_to = TRANSIT_MAX(taken_to, hi);
         }
         if (planned)
-            make_room(drv, batch, m, dev, l->stream);
+            make_room(drv, batch, m, l->stream);
         for (size_t k = 0; prefetching && k < m; k++)
             prefetch_range(drv, batch[k], dev, PREFETCH_REPLAY, l->stream);
     }
@@ -468,7 +438,7 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
  * Then, while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an
  * H200, evictions limited to 20 ms a tick fell behind the faults and left the device 10 GiB over
  * L for whole iterations. */
-static void evict(const transit_driver_api *drv, CUstream stream, CUdevice dev, uint64_t bound_over, bool fill_held)
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
@@ -496,14 +466,14 @@ static void evict(const transit_driver_api *drv, CUstream stream, CUdevice dev, 
         bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
         for (size_t i = 0; i < n; i++)
-            refused |= !prefetch_range(drv, victims[i], dev, PREFETCH_EVICT, stream);
+            refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
             return;
     }
-    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, dev, &sweep_cursor, transit_now() + SWEEP_PASS_S,
+    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S,
                                   UINT64_MAX)) {
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
@@ -605,6 +575,20 @@ static uint64_t check_host_residency(bool fill_held)
     return bound;
 }
 
+static void advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev)
+{
+    static int warned;
+    const CUmemLocation by = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CUresult e = drv->MemAdvise(ptr, size, CU_MEM_ADVISE_SET_ACCESSED_BY, by);
+    if (e != CUDA_SUCCESS) {
+        transit_add(&pc.advise_errors, 1);
+        warn_once(&warned, "advise: cuMemAdvise(SetAccessedBy)", drv, e);
+        return;
+    }
+    transit_add(&pc.advise_calls, 1);
+    transit_add(&pc.advise_bytes, size);
+}
+
 /* Once: every allocation in the table now, later ones in transit_policy_on_alloc. */
 static void advise_all(const transit_driver_api *drv, CUdevice dev)
 {
@@ -613,7 +597,7 @@ static void advise_all(const transit_driver_api *drv, CUdevice dev)
         return;
     transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n); /* no lock across driver calls */
     for (size_t i = 0; i < n; i++)
-        advise_range(drv, all[i].key, all[i].size, dev, &pc.advise_calls, &pc.advise_bytes);
+        advise_range(drv, all[i].key, all[i].size, dev);
     free(all);
     if (transit_g.cfg.verbose)
         transit_log("advise: SetAccessedBy(device %d) on %" PRIu64 " allocations, %" PRIu64 " bytes", (int)dev,
@@ -911,7 +895,7 @@ void transit_policy_tick(void)
         }
     }
     if (evicting && evict_stream)
-        evict(drv, evict_stream, dev, over, fill_held);
+        evict(drv, evict_stream, over, fill_held);
     if (room && evict_stream)
         fill(drv, dev, evict_stream, measured, room);
     if (advising)
@@ -934,7 +918,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
         (drv = policy_driver())) {
         CUstreamCaptureMode saved;
         bool relaxed = relax_capture_mode(drv, &saved);
-        advise_range(drv, ptr, size, device, &pc.advise_calls, &pc.advise_bytes);
+        advise_range(drv, ptr, size, device);
         restore_capture_mode(drv, relaxed, &saved);
     }
 }
@@ -1008,13 +992,11 @@ void transit_policy_stats_json(jbuf *b)
               __atomic_load_n(&replay, __ATOMIC_RELAXED) ? "true" : "false");
     jb_printf(b,
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-              ", \"applied\": %s, \"mapped_evictions\": {\"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64
-              "}, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
+              ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
               ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64
               ", \"reached_bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
-              transit_get(&pc.mapped_ranges), transit_get(&pc.mapped_bytes),
               fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
               c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes),
               transit_get(&pc.fill_from), transit_get(&pc.fill_reached));

@@ -41,7 +41,6 @@ def check_sections(doc: dict) -> None:
     for key in ("calls", "bytes", "ranges", "profiled_iterations", "reprofiles", "errors"):
         assert is_uint(doc["prefetch"][key]), key
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
-    assert all(is_uint(doc["advise"]["mapped_evictions"][k]) for k in ("ranges", "bytes"))
     fill = doc["advise"]["fill"]
     assert fill["state"] in ("waiting", "filling", "full", "ended")
     assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
