@@ -9,6 +9,8 @@ policies -> policies-histogram.png  migration-size histogram per policy (paper F
             policies-faults-pcie.png GPU page faults and PCIe bytes per policy (paper Fig. 6)
             policies-memory.png     device memory over time per policy: NVML device used and the
                                     managed-resident bound, cap L dashed (runs with the 3-field timeline)
+warmup   -> warmup-advise.png       TRANSIT advise's memory for the cap per iteration, one line per
+                                    comparison file (libtransit variants at the same cap), cap dashed
 Every figure names the commit and device it came from.
 """
 
@@ -182,20 +184,54 @@ def plot_policies_memory(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     return [path]
 
 
+def plot_warmup(docs: dict[Path, dict], out_dir: Path) -> list[Path]:
+    """One line per comparison: advise's bound plus its memory outside managed data, per iteration
+    (a run cut before its summary, with no such figures, is left out)."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    caps, plotted = set(), []
+    for source, doc in docs.items():
+        cap = (doc["summary"].get("memory_vs_cap") or {}).get("transit-advise") or {}
+        points = cap.get("transit_bound_peak_by_iteration_bytes")
+        if not points:
+            continue
+        tflops = (doc["runs"]["transit-advise"].get("result") or {}).get("tflops_per_gpu")
+        label = f"{source.stem} ({doc.get('git_commit', '?')[:7]}): {tflops:.0f} TFLOPS" if tflops else source.stem
+        ax.plot([i for i, _ in points], [b / GIB for _, b in points], marker="o", label=label)
+        caps.add(cap["cap_bytes"])
+        plotted.append(source.name)
+    for cap in sorted(caps):
+        ax.axhline(cap / GIB, color="black", linestyle="--", linewidth=1, label=f"cap {cap / GIB:.1f} GiB")
+    ax.set_xlabel("iteration (4 warm-up iterations, then advise holds still)")
+    ax.set_ylabel("GiB: managed data on the device (bound) + the rest")
+    ax.set_title("TRANSIT advise at the same cap: per-iteration peak, libtransit variants")
+    ax.legend(fontsize=8)
+    device = (next(iter(docs.values())).get("device") or {}).get("name", "unknown device")
+    fig.text(0.01, 0.01, f"{', '.join(plotted)} - {device}", fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path = out_dir / "warmup-advise.png"
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return [path]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--compare", type=Path, help="comparison result (bench/collect.py compare)")
     p.add_argument("--policies", type=Path, help="policies result (bench/collect.py policies)")
+    p.add_argument("--warmup", type=Path, nargs="+", default=[],
+                   help="comparison results with a transit-advise run each (libtransit variants)")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    if not (args.compare or args.policies):
-        p.error("give --compare and/or --policies")
+    if not (args.compare or args.policies or args.warmup):
+        p.error("give --compare, --policies and/or --warmup")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if args.compare:
         written += plot_compare(json.loads(args.compare.read_text()), args.compare, args.out_dir)
     if args.policies:
         written += plot_policies(json.loads(args.policies.read_text()), args.policies, args.out_dir)
+    if args.warmup:
+        written += plot_warmup({path: json.loads(path.read_text()) for path in args.warmup}, args.out_dir)
     for path in written:
         print(path)
     return 0

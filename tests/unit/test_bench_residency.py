@@ -204,6 +204,19 @@ def test_compare_plots_are_named_after_their_result_file(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
+def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monkeypatch):
+    results = REPO / "bench/results/warmup-experiments-h200x2"
+    docs = {results / f"{name}.json": json.loads((results / f"{name}.json").read_text())
+            for name in ("final", "map", "follow")}
+    drawn = []
+    monkeypatch.setattr(plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(x))))
+    assert plots.plot_warmup(docs, tmp_path) == [tmp_path / "warmup-advise.png"]
+    # the follow-correction run was cut in its fourth iteration: no summary, no line
+    assert [label.split(" ")[0] for label, _ in drawn] == ["final", "map"]
+    assert all(x == list(range(1, 9)) for _, x in drawn)
+    assert (tmp_path / "warmup-advise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_memory_plot_skipped_without_timelines(tmp_path):
     assert plots.plot_policies_memory(POLICIES, tmp_path / "policies.json", tmp_path) == []
     assert not (tmp_path / "policies-memory.png").exists()
