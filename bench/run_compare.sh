@@ -18,8 +18,15 @@ OFFLOAD_LIMIT_S=${OFFLOAD_LIMIT_S:-110}
 # The frameworks' micro-batch (FSDP2 offload and DeepSpeed). 8 is global batch 8 in one micro-batch;
 # at global batch 64, ZeRO-Offload also fits the cap with 16, and is faster (bench/README.md).
 FRAMEWORK_LOCAL_BATCH=${FRAMEWORK_LOCAL_BATCH:-8}
-source bench/device_setup.sh || exit 1
 source bench/lib.sh
+# The one-GPU runs take GPU BENCH_GPU (default 0), so that two drivers can share the 2-GPU machine:
+# with one-GPU SYSTEMS only, since the 2-GPU runs take both GPUs.
+if [ -n "${BENCH_GPU:-}" ] && { selected fsdp2-2gpu || selected fsdp2-2gpu-socket; }; then
+    echo "run_compare.sh: BENCH_GPU=$BENCH_GPU with 2-GPU systems selected (fsdp2-2gpu, fsdp2-2gpu-socket):" \
+        "they take both GPUs; set SYSTEMS to one-GPU systems only, or leave BENCH_GPU unset" >&2
+    exit 2
+fi
+source bench/device_setup.sh || exit 1
 
 # DeepSpeedCPUAdam is a JIT-built C++ op: build it now, in the background and niced, so that it is
 # ready for the DeepSpeed runs; if it is not, they use PyTorch's fused AdamW on the CPU instead.
@@ -41,7 +48,6 @@ COMMON=("${MODEL_BATCH[@]}" --steps 6 --warmup 2)
 # fourth: 4 warm-up steps. In limit mode those take 7, 26, 42 and 28 s on this model; the steps after
 # are 3.5 s (bench/results/policies-h200x2.json), hence advise's time budget.
 TRANSIT_COMMON=("${MODEL_BATCH[@]}" --steps 8 --warmup 4 --residency-sweep)
-# The one-GPU runs take GPU BENCH_GPU (default 0), so that two drivers can share the 2-GPU machine.
 ONE_GPU_ID=${BENCH_GPU:-0}
 ONE_GPU=(env CUDA_VISIBLE_DEVICES="$ONE_GPU_ID" python3 -m torch.distributed.run --standalone --nproc-per-node 1)
 TWO_GPUS=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)

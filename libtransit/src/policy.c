@@ -38,9 +38,11 @@
  * every chunk the estimate places on the host goes there again (a no-op for pages already
  * there), in address order, SWEEP_PASS_S per tick (a whole sweep at once held the thread for
  * seconds, the device went over L meanwhile, and then far under it). While planning the launches'
- * correction makes up for what the estimate misses; once it is at its cap and the bound is still
- * over, the sweep runs while planning too (on the single-GPU H200 machine the estimate sat at its
- * floor, 0.5 GB, while the device held 1.7 GB).
+ * correction makes up for what the estimate misses; once it is at its cap and a reading still finds
+ * the bound over BOUND_TARGET and the estimate by HOST_CHECK_SLACK, the sweep runs while planning
+ * too (on the single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held
+ * 1.5-1.75 GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a
+ * launch queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
  * filled towards FILL_TARGET with chunks the estimate places on the host (some are on the device
@@ -779,7 +781,8 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 
 /* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
  * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
- * last re-profile, an evaluation phase), or to sweep. */
+ * last re-profile, an evaluation phase), or to sweep (evict() then also takes the estimate down to
+ * EVICT_TARGET if it is over). */
 static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
@@ -795,7 +798,8 @@ static bool evict_due(bool fill_held)
  * the RSS cannot be read. While planning it is only recorded: evictions in the GPU's time took
  * the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
  * device kept what the estimate did not know; the launches' evictions flush that out within an
- * iteration (every chunk the profile names is counted, then evicted in its turn). */
+ * iteration (every chunk the profile names is counted, then evicted in its turn), and what they
+ * do not, the sweep finds once the correction is at its cap. */
 static uint64_t bound_over(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;

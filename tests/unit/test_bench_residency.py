@@ -209,11 +209,14 @@ def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monke
     docs = {results / f"{name}.json": json.loads((results / f"{name}.json").read_text())
             for name in ("final", "map", "follow")}
     drawn = []
-    monkeypatch.setattr(plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(x))))
+    monkeypatch.setattr(plots.plt.Axes, "plot",
+                        lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
     assert plots.plot_warmup(docs, tmp_path) == [tmp_path / "warmup-advise.png"]
     # the follow-correction run was cut in its fourth iteration: no summary, no line
-    assert [label.split(" ")[0] for label, _ in drawn] == ["final", "map"]
-    assert all(x == list(range(1, 9)) for _, x in drawn)
+    assert [label for label, _, _ in drawn] == ["final (4f4faf5): 268 TFLOPS", "map (c308203): 106 TFLOPS"]
+    assert all(x == list(range(1, 9)) for _, x, _ in drawn)
+    # GiB: final's first warm-up peak, map's held iteration 2
+    assert round(drawn[0][2][0], 2) == 29.8 and round(drawn[1][2][1], 2) == 25.87
     assert (tmp_path / "warmup-advise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
