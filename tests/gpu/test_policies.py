@@ -4,7 +4,7 @@ emulated capacity L = 1G, so every policy has to spill to host memory, while the
 stay tiny next to the device.
 
   base     - fault-driven migrations, many of them small; TRANSIT evicts to keep L;
-  prefetch - profiled ranges are prefetched: fewer GPU page faults than base;
+  prefetch - profiled ranges are prefetched: once refined, half the GPU page faults of base or fewer;
   advise   - SetAccessedBy on every allocation: zero-copy (remote maps) or fewer migrations;
              once nothing moves, the device is filled to near L;
   all      - losses bitwise identical to the run without TRANSIT.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float
     return results
 
 
+def late_faults(doc: dict) -> float:
+    """Median GPU page faults per iteration over the last LAST_ITERATIONS (the timeline counts them
+    cumulatively at each iteration mark)."""
+    counts = [e["gpu_page_faults"] for e in doc["timeline"][-LAST_ITERATIONS - 1:]]
+    return statistics.median(b - a for a, b in zip(counts, counts[1:]))
+
+
 def small_migrations(doc: dict) -> int:
     return sum(doc["migrations"]["htod"]["histogram"][b] for b in SMALL_BINS)
 
@@ -122,7 +130,10 @@ def test_prefetch_replays_ranges_and_cuts_faults(runs) -> None:
     # WARMUP iterations per profiling window; a re-profile (kernel sequence changed) adds a window
     assert doc["prefetch"]["profiled_iterations"] >= WARMUP and doc["prefetch"]["ranges"] > 0, doc["prefetch"]
     assert doc["prefetch"]["calls"] > 0 and doc["prefetch"]["bytes"] > 0
-    assert doc["faults"]["gpu_page_faults"] < base["faults"]["gpu_page_faults"], (doc["faults"], base["faults"])
+    # Once the profile is refined: the whole run's count also holds warm-up's and the refinements'
+    # faults (on the single-GPU machine prefetch's total was only 5 % under base's, run 28)
+    late_prefetch, late_base = late_faults(doc), late_faults(base)
+    assert late_prefetch * 2 <= late_base, (late_prefetch, late_base, doc["faults"], base["faults"])
     assert doc["evictions"]["at_launch"] is True and doc["evictions"]["at_launch_bytes"] > 0, doc["evictions"]
 
 
