@@ -529,6 +529,11 @@ static void start_fill_when_still(void)
         __atomic_store_n(&fill_state, FILL_FILLING, __ATOMIC_RELEASE);
 }
 
+uint64_t transit_policy_evicted_bytes(void)
+{
+    return transit_get(&pc.evict_bytes) + transit_get(&pc.sweep_bytes);
+}
+
 uint64_t transit_policy_iteration_ended(void)
 {
     uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);

@@ -18,6 +18,8 @@ uint64_t transit_policy_resident(void);
  * mark (UINT64_MAX when it was not measured meanwhile), for the timeline; while planning, it
  * also corrects the launches' eviction target. */
 uint64_t transit_policy_iteration_ended(void);
+/* Bytes limit mode asked to move to the host so far (evictions and sweeps), for the timeline. */
+uint64_t transit_policy_evicted_bytes(void);
 /* The fields of the stats document's "memory" object that the policies know (no braces). */
 void transit_policy_memory_json(jbuf *b);
 /* The recorder/policy sections of the stats document, each followed by ", ". */

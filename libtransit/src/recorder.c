@@ -105,7 +105,7 @@ static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct timeline_entry {
     double t;
-    uint64_t iteration, resident, htod, dtoh, faults; /* cumulative, so a step's share is a difference */
+    uint64_t iteration, resident, htod, dtoh, faults, evicted; /* cumulative: a step's share is a difference */
     uint64_t bound_peak; /* limit mode's measured bound, highest since the previous entry; UINT64_MAX: unmeasured */
 } timeline_entry;
 static timeline_entry timeline[TIMELINE_ENTRIES];
@@ -219,6 +219,7 @@ static void timeline_add(uint64_t iteration)
     e->htod = transit_get(&rc.htod_bytes);
     e->dtoh = transit_get(&rc.dtoh_bytes);
     e->faults = transit_get(&rc.gpu_faults);
+    e->evicted = transit_policy_evicted_bytes();
     e->bound_peak = transit_policy_iteration_ended();
     __atomic_store_n(&timeline_count, i + 1, __ATOMIC_RELEASE);
 }
@@ -1014,8 +1015,9 @@ void transit_recorder_state_json(jbuf *b)
         const timeline_entry *e = &timeline[i % TIMELINE_ENTRIES];
         jb_printf(b,
                   "{\"t\": %.3f, \"iteration\": %" PRIu64 ", \"resident_bytes\": %" PRIu64 ", \"htod_bytes\": %" PRIu64
-                  ", \"dtoh_bytes\": %" PRIu64 ", \"gpu_page_faults\": %" PRIu64 ", \"device_bound_peak_bytes\": ",
-                  e->t, e->iteration, e->resident, e->htod, e->dtoh, e->faults);
+                  ", \"dtoh_bytes\": %" PRIu64 ", \"gpu_page_faults\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
+                  ", \"device_bound_peak_bytes\": ",
+                  e->t, e->iteration, e->resident, e->htod, e->dtoh, e->faults, e->evicted);
         if (e->bound_peak == UINT64_MAX)
             jb_printf(b, "null}, ");
         else

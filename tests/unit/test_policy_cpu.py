@@ -60,7 +60,7 @@ def check_sections(doc: dict) -> None:
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
         assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults",
-                              "device_bound_peak_bytes"}
+                              "evicted_bytes", "device_bound_peak_bytes"}
         assert entry["device_bound_peak_bytes"] is None  # measured only in limit mode, with migration records
 
 
@@ -122,7 +122,7 @@ def test_started_without_gpu_reports_why_and_keeps_a_timeline(cudart, clean_env,
     assert any(rec["reason"] in w for w in doc["warnings"])
     assert any("limit mode without migration records" in w for w in doc["warnings"])
     assert [e["iteration"] for e in doc["timeline"]] == [1, 2, 3]
-    assert all(e["resident_bytes"] == 0 and e["htod_bytes"] == 0 for e in doc["timeline"])
+    assert all(e["resident_bytes"] == 0 and e["htod_bytes"] == 0 and e["evicted_bytes"] == 0 for e in doc["timeline"])
     assert doc["advise"]["applied"] is False  # past warm-up, but no device to advise for
 
 
