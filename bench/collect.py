@@ -13,6 +13,7 @@ migrations HtoD + DtoH over iterations.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import statistics
@@ -327,7 +328,7 @@ def faults_after_warmup(run: dict) -> int | None:
 def faults_per_iteration(run: dict) -> list[int]:
     """GPU page faults in each iteration: differences of the cumulative counts at the marks."""
     counts = [faults for _, faults in fault_marks(run)]
-    return [b - a for a, b in zip(counts, counts[1:])]
+    return [b - a for a, b in itertools.pairwise(counts)]
 
 
 def faults_steady(run: dict) -> float | None:

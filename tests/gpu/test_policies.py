@@ -12,6 +12,7 @@ stay tiny next to the device.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -84,7 +85,7 @@ def late_faults(doc: dict) -> float:
     """Median GPU page faults per iteration over the last LAST_ITERATIONS (the timeline counts them
     cumulatively at each iteration mark)."""
     counts = [e["gpu_page_faults"] for e in doc["timeline"][-LAST_ITERATIONS - 1:]]
-    return statistics.median(b - a for a, b in zip(counts, counts[1:]))
+    return statistics.median(b - a for a, b in itertools.pairwise(counts))
 
 
 def small_migrations(doc: dict) -> int:
