@@ -498,7 +498,7 @@ static uint64_t record_bound(uint64_t host)
 }
 
 /* The launches' correction (below) is at its cap. */
-static bool plan_at_floor(void)
+static bool plan_correction_capped(void)
 {
     return transit_get(&pc.plan_correction) >= EVICT_TARGET(transit_g.cfg.mem_limit) / 2;
 }
@@ -576,7 +576,7 @@ static uint64_t check_host_residency(bool fill_held)
      * lacks. Not while the fill holds: the device is near L on purpose, and what the estimate
      * lost counts in the readings the fill follows.) */
     uint64_t limit = transit_g.cfg.mem_limit;
-    if ((!transit_policy_planning() || plan_at_floor()) && !fill_held && bound > BOUND_TARGET(limit) &&
+    if ((!transit_policy_planning() || plan_correction_capped()) && !fill_held && bound > BOUND_TARGET(limit) &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit))
         sweep_due = 1;
     return bound;
