@@ -909,8 +909,7 @@ void transit_recorder_after_fork(void)
     win_refine = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
-    finalize_due = want_profiling = want_um = have_profiling = have_um = have_external = 0;
-    want_external = 0;
+    finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
     runtime_corr = 0;
     transit_period_destroy(period);

@@ -12,7 +12,6 @@ stay tiny next to the device.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import statistics
@@ -24,6 +23,9 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+from collect import faults_per_iteration  # bench/ is not a package
+
 LIMIT = "1G"
 STEPS = 24
 WARMUP = 2
@@ -82,10 +84,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float
 
 
 def late_faults(doc: dict) -> float:
-    """Median GPU page faults per iteration over the last LAST_ITERATIONS (the timeline counts them
-    cumulatively at each iteration mark)."""
-    counts = [e["gpu_page_faults"] for e in doc["timeline"][-LAST_ITERATIONS - 1:]]
-    return statistics.median(b - a for a, b in itertools.pairwise(counts))
+    """Median GPU page faults per iteration over the last LAST_ITERATIONS."""
+    return statistics.median(faults_per_iteration({"transit_stats": [doc]})[-LAST_ITERATIONS:])
 
 
 def small_migrations(doc: dict) -> int:
