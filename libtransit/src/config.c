@@ -143,6 +143,8 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
     if ((v = getenv("TRANSIT_EXTERNAL_CORRELATION")) &&
         transit_parse_bool("TRANSIT_EXTERNAL_CORRELATION", v, &cfg->external_correlation, err, errlen))
         return -1;
+    if ((v = getenv("TRANSIT_TICK_LOG")) && transit_parse_bool("TRANSIT_TICK_LOG", v, &cfg->tick_log, err, errlen))
+        return -1;
     if ((v = getenv("TRANSIT_OUT"))) {
         if (!*v || strlen(v) >= sizeof cfg->out_dir) {
             snprintf(err, errlen, "TRANSIT_OUT='" SHOWN "' is not usable; use a directory path of 1 to %zu bytes",
@@ -150,6 +152,11 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
             return -1;
         }
         strcpy(cfg->out_dir, v);
+    }
+    if (cfg->tick_log && !cfg->out_dir[0]) {
+        snprintf(err, errlen, "TRANSIT_TICK_LOG is on but TRANSIT_OUT is not set; set TRANSIT_OUT to the "
+                              "directory for the tick log, or TRANSIT_TICK_LOG=0");
+        return -1;
     }
     return 0;
 }

@@ -18,6 +18,8 @@ typedef struct transit_config {
     bool verbose;               /* TRANSIT_VERBOSE: bool (default off) */
     bool external_correlation;  /* TRANSIT_EXTERNAL_CORRELATION: bool (default off: on only once launch
                                  * callbacks miss kernel records) */
+    bool tick_log;              /* TRANSIT_TICK_LOG: bool (default off): limit mode's per-tick CSV beside
+                                 * the stats file (needs TRANSIT_OUT) */
 } transit_config;
 
 #define TRANSIT_DEFAULT_WARMUP_ITERS 2u

@@ -65,6 +65,7 @@
 #include "ranges.h"
 #include "recorder.h"
 #include "state.h"
+#include "ticklog.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -805,13 +806,15 @@ static bool evict_due(bool fill_held)
  * device kept what the estimate did not know; the launches' evictions flush that out within an
  * iteration (every chunk the profile names is counted, then evicted in its turn), and what they
  * do not, the sweep finds once the correction is at its cap. */
-static uint64_t bound_over(bool fill_held)
+static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     int64_t rss = estimating() && rss_calibrated ? transit_process_rss() : -1;
+    *bound_read = UINT64_MAX;
     if (rss < 0)
         return 0;
     uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
+    *bound_read = bound;
     return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
@@ -874,42 +877,60 @@ void transit_policy_tick(void)
     static int no_stream;
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
+    transit_tick tick = {.t_s = transit_now()};
     /* Read once: an iteration mark on another thread may start the fill during this tick. */
     int fill_at_start = fill_now();
     bool fill_held = fill_holds(fill_at_start);
     uint64_t measured = check_host_residency(fill_held);
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
-    uint64_t over = bound_over(fill_held);
+    uint64_t over = bound_over(fill_held, &tick.bound);
     if (fill_held)
         over = fill_over(measured);
+    tick.over_asked = over;
     uint64_t room = fill_at_start == FILL_FILLING && !over ? fill_room(measured) : 0;
     if (fill_at_start == FILL_FILLING && measured != UINT64_MAX && !over && !room)
         fill_is_full(measured);
-    if (!(evict_due(fill_held) || over || room || advise_due()) || dev < 0 || !(drv = policy_driver()) ||
-        !enter_context(drv, dev))
-        return;
-    CUstreamCaptureMode saved;
-    bool relaxed = relax_capture_mode(drv, &saved);
-    /* The bound shows evictions only once they ran: while earlier ones still do, it would ask for
-     * them again. (Queried in relaxed mode: a query can break another thread's global capture.) */
-    if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
-        over = 0;
-    bool evicting = evict_due(fill_held) || over, advising = advise_due();
-    if ((evicting || room) && !evict_stream && !no_stream) {
-        CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
-        if (e != CUDA_SUCCESS) {
-            evict_stream = NULL;
-            warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
+    if ((evict_due(fill_held) || over || room || advise_due()) && dev >= 0 && (drv = policy_driver()) &&
+        enter_context(drv, dev)) {
+        CUstreamCaptureMode saved;
+        bool relaxed = relax_capture_mode(drv, &saved);
+        /* The bound shows evictions only once they ran: while earlier ones still do, it would ask
+         * for them again. (Queried in relaxed mode: a query can break another thread's global
+         * capture.) */
+        if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
+            over = 0;
+        bool evicting = evict_due(fill_held) || over, advising = advise_due();
+        if ((evicting || room) && !evict_stream && !no_stream) {
+            CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING)
+                                           : CUDA_ERROR_NOT_SUPPORTED;
+            if (e != CUDA_SUCCESS) {
+                evict_stream = NULL;
+                warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
+            }
         }
+        if (evicting && evict_stream)
+            evict(drv, evict_stream, over, fill_held);
+        if (room && evict_stream)
+            fill(drv, dev, evict_stream, measured, room);
+        if (advising)
+            advise_all(drv, dev);
+        restore_capture_mode(drv, relaxed, &saved);
+        tick.over = over;
     }
-    if (evicting && evict_stream)
-        evict(drv, evict_stream, over, fill_held);
-    if (room && evict_stream)
-        fill(drv, dev, evict_stream, measured, room);
-    if (advising)
-        advise_all(drv, dev);
-    restore_capture_mode(drv, relaxed, &saved);
+    if (estimating()) {
+        tick.planning = transit_policy_planning();
+        tick.sweep_due = sweep_due;
+        tick.fill_state = fill_now();
+        tick.estimate = transit_get(&pc.resident);
+        tick.smaps_bound = measured;
+        tick.evicted = transit_get(&pc.evict_bytes);
+        tick.swept = transit_get(&pc.sweep_bytes);
+        tick.htod = transit_recorder_htod_bytes();
+        tick.work_ms = (transit_now() - tick.t_s) * 1e3;
+        tick.t_s -= transit_g.start_unix;
+        transit_ticklog_write(&tick);
+    }
 }
 
 /* ---- the rest of libtransit ---- */
@@ -942,6 +963,7 @@ void transit_policy_after_fork(void)
 {
     transit_iteration_reset();
     transit_recorder_after_fork();
+    transit_ticklog_after_fork();
     pthread_mutex_init(&prof_lock, NULL);
     pthread_mutex_init(&chunks_lock, NULL);
     transit_ranges_destroy(ranges);

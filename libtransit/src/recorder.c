@@ -920,6 +920,11 @@ void transit_recorder_after_fork(void)
 
 /* ---- queries and statistics ---- */
 
+uint64_t transit_recorder_htod_bytes(void)
+{
+    return transit_get(&rc.htod_bytes);
+}
+
 transit_recorder_state transit_recorder_get_state(void)
 {
     return (transit_recorder_state)get_state();

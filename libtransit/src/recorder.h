@@ -51,6 +51,8 @@ uint32_t transit_recorder_prev_iteration_launches(void);
 /* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
  * Ignored while a window is open or after TRANSIT_MAX_REPROFILES. */
 void transit_recorder_reprofile(const char *why);
+/* HtoD bytes in migration records so far. */
+uint64_t transit_recorder_htod_bytes(void);
 /* Iterations profiled so far (all windows) and re-profiling windows opened. */
 uint64_t transit_recorder_profiled_iterations(void);
 uint64_t transit_recorder_reprofiles(void);

@@ -111,30 +111,38 @@ static int make_dirs(const char *path)
     return mkdir(tmp, 0775) && errno != EEXIST ? -1 : 0;
 }
 
-void transit_stats_write(const char *exit_reason)
+int transit_out_path(char *path, size_t n, const char *suffix)
 {
-    static int writing;
-    char path[sizeof transit_g.cfg.out_dir + 320], tmp[sizeof path + 8], rank[16];
-    jbuf b = {render_buffer, 0, sizeof render_buffer, 0};
     const transit_identity *id = &transit_g.id;
-
-    if (!transit_g.active || !transit_g.cfg.out_dir[0] || id->pid != getpid())
-        return; /* inactive, no output asked for, or a fork child that never used CUDA */
-    if (__atomic_exchange_n(&writing, 1, __ATOMIC_ACQUIRE))
-        return; /* a signal arrived while the exit path was writing */
+    char rank[16];
     if (id->rank >= 0)
         snprintf(rank, sizeof rank, "%d", id->rank);
     else
         snprintf(rank, sizeof rank, "x");
-    snprintf(path, sizeof path, "%s/rank%s.%s.%d.json", transit_g.cfg.out_dir, rank, id->hostname, (int)id->pid);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    transit_stats_render(&b, exit_reason);
-    if (b.overflow) {
-        transit_log("statistics larger than %u bytes; %s not written", STATS_BUFFER_BYTES, path);
-        goto out;
-    }
+    snprintf(path, n, "%s/rank%s.%s.%d%s", transit_g.cfg.out_dir, rank, id->hostname, (int)id->pid, suffix);
     if (make_dirs(transit_g.cfg.out_dir)) {
         transit_log("cannot create %s: %s", transit_g.cfg.out_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void transit_stats_write(const char *exit_reason)
+{
+    static int writing;
+    char path[sizeof transit_g.cfg.out_dir + 320], tmp[sizeof path + 8];
+    jbuf b = {render_buffer, 0, sizeof render_buffer, 0};
+
+    if (!transit_g.active || !transit_g.cfg.out_dir[0] || transit_g.id.pid != getpid())
+        return; /* inactive, no output asked for, or a fork child that never used CUDA */
+    if (__atomic_exchange_n(&writing, 1, __ATOMIC_ACQUIRE))
+        return; /* a signal arrived while the exit path was writing */
+    transit_stats_render(&b, exit_reason);
+    if (transit_out_path(path, sizeof path, ".json"))
+        goto out;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (b.overflow) {
+        transit_log("statistics larger than %u bytes; %s not written", STATS_BUFFER_BYTES, path);
         goto out;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

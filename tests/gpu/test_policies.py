@@ -7,11 +7,13 @@ stay tiny next to the device.
   prefetch - profiled ranges are prefetched: once refined, half the GPU page faults of base or fewer;
   advise   - SetAccessedBy on every allocation: zero-copy (remote maps) or fewer migrations;
              once nothing moves, the device is filled to near L;
-  all      - losses bitwise identical to the run without TRANSIT.
+  all      - losses bitwise identical to the run without TRANSIT; TRANSIT_TICK_LOG's CSV agrees
+             with the stats file.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import statistics
@@ -57,7 +59,7 @@ print(json.dumps(losses))
 
 def run(out: Path | None, policy: str | None) -> list[float]:
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=pythonpath, CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    env = dict(os.environ, PYTHONPATH=pythonpath, CUBLAS_WORKSPACE_CONFIG=":4096:8", TRANSIT_TICK_LOG="1")
     cmd = [sys.executable, "-c", TRAIN, str(STEPS)]
     if policy:
         cmd = [sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", LIMIT, "--out", str(out),
@@ -72,14 +74,20 @@ def stats(out: Path) -> dict:
     return json.loads(stats_file.read_text())
 
 
+def ticks(out: Path) -> list[dict[str, str]]:
+    (log,) = out.glob("*.ticks.csv")
+    with log.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float], dict]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float], dict, list[dict[str, str]]]]:
     """One run without TRANSIT and one per policy, shared by the tests below."""
     pytest.importorskip("torch")
-    results: dict[str, tuple[list[float], dict]] = {"native": (run(None, None), {})}
+    results: dict[str, tuple[list[float], dict, list[dict[str, str]]]] = {"native": (run(None, None), {}, [])}
     for policy in ("base", "prefetch", "advise"):
         out = tmp_path_factory.mktemp(policy)
-        results[policy] = (run(out, policy), stats(out))
+        results[policy] = (run(out, policy), stats(out), ticks(out))
     return results
 
 
@@ -94,7 +102,7 @@ def small_migrations(doc: dict) -> int:
 
 @pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
 def test_losses_identical_and_sections_present(runs, policy) -> None:
-    losses, doc = runs[policy]
+    losses, doc, _ = runs[policy]
     assert losses == runs["native"][0]
     assert doc["config"]["policy"] == policy and doc["config"]["mode"] == "limit"
     for section in ("memory", "migrations", "faults", "prefetch", "advise", "evictions", "iterations", "recorder",
@@ -176,3 +184,19 @@ def test_measured_bound_holds_L_once_planned(runs, policy) -> None:
     last = [peak for _, peak in per_iteration[-LAST_ITERATIONS:] if peak is not None]
     assert last and all(peak <= limit + (256 << 20) for peak in last), (
         doc["memory"]["device_bound_peak_bytes"], per_iteration[-LAST_ITERATIONS:], doc["evictions"])
+
+
+@pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
+def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
+    """TRANSIT_TICK_LOG=1: a line per recorder tick (20 ms) beside the stats file. Every bound the
+    policy measured is in it, so its highest is the stats' peak; its cumulative columns never fall
+    and end at or under the stats' totals (launch evictions after the last tick add to those)."""
+    _, doc, rows = runs[policy]
+    assert len(rows) >= 50, len(rows)  # the run lasts seconds: hundreds of ticks
+    bounds = [int(r[k]) for r in rows for k in ("bound_bytes", "smaps_bound_bytes") if r[k]]
+    assert max(bounds) == doc["memory"]["device_bound_peak_bytes"]
+    for column, total in (("evicted_bytes", doc["evictions"]["bytes"]), ("swept_bytes", doc["evictions"]["sweep_bytes"]),
+                          ("htod_bytes", doc["migrations"]["htod"]["bytes"])):
+        values = [int(r[column]) for r in rows]
+        assert values == sorted(values) and values[-1] <= total, column
+    assert {r["planning"] for r in rows} <= {"0", "1"} and all(float(r["work_ms"]) >= 0 for r in rows)

@@ -45,6 +45,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_WARMUP_ITERS", "0", "from 1 to 1000"),
      ("TRANSIT_RECORDER", "maybe", "true/false"),
      ("TRANSIT_EXTERNAL_CORRELATION", "2", "true/false"),
+     ("TRANSIT_TICK_LOG", "often", "true/false"),
      ("TRANSIT_PREFETCH_GAP", "lots", "e.g. 40G")],
 )
 def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str, allowed: str) -> None:
@@ -54,6 +55,13 @@ def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, val
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith(f"transit: {var}='{value}'") and allowed in lines[0]
+
+
+def test_tick_log_without_out_dir_stops_before_cuda_work(cudart, clean_env) -> None:
+    r = run_with_env(cudart, dict(clean_env, TRANSIT_TICK_LOG="1"))
+    assert r.returncode == 1 and "after" not in r.stdout
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("transit: TRANSIT_TICK_LOG is on") and "TRANSIT_OUT" in line
 
 
 def test_good_environment_runs(cudart, clean_env, tmp_path) -> None:

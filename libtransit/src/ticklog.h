@@ -1,0 +1,28 @@
+/* ticklog.h - limit mode's per-tick CSV (TRANSIT_TICK_LOG=1): what the recorder thread's eviction
+ * control saw and did at each tick, beside the stats file as rank<R>.<host>.<pid>.ticks.csv. The
+ * stats timeline has one entry per iteration; this shows how the device follows L between marks
+ * (a warm-up ramp lasts seconds). Recorder thread only. */
+#ifndef TRANSIT_TICKLOG_H
+#define TRANSIT_TICKLOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct transit_tick {
+    double t_s;                 /* since activation */
+    bool planning, sweep_due;   /* sweep_due: at the tick's end */
+    int fill_state;
+    uint64_t estimate;          /* the chunk estimate of device-resident bytes, at the tick's end */
+    uint64_t bound;             /* the RSS bound this tick; UINT64_MAX when not read */
+    uint64_t smaps_bound;       /* the smaps reading's bound; UINT64_MAX when none this tick */
+    uint64_t over_asked, over;  /* what the bound asked to evict; what went (0 while earlier evictions ran) */
+    uint64_t evicted, swept;    /* cumulative bytes asked to the host: evictions, sweeps */
+    uint64_t htod;              /* cumulative HtoD bytes in migration records */
+    double work_ms;             /* the tick's policy work */
+} transit_tick;
+
+/* Appends one line (the header first); with TRANSIT_TICK_LOG off, nothing. */
+void transit_ticklog_write(const transit_tick *t);
+void transit_ticklog_after_fork(void);
+
+#endif
