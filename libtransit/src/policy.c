@@ -36,13 +36,14 @@
  * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
  * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
  * every chunk the estimate places on the host goes there again (a no-op for pages already
- * there), in address order, SWEEP_PASS_S per tick (a whole sweep at once held the thread for
- * seconds, the device went over L meanwhile, and then far under it). While planning the launches'
- * correction makes up for what the estimate misses; once it is at its cap and a reading still finds
- * the bound over BOUND_TARGET and the estimate by HOST_CHECK_SLACK, the sweep runs while planning
- * too (on the single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held
- * 1.5-1.75 GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a
- * launch queued can go before the kernels ahead of that launch ran, and fault back (not measured).
+ * there), in address order, SWEEP_PASS_S per tick, on a stream of its own, the next pass once the
+ * stream ran the last (a whole sweep at once held the thread for seconds, the device went over L
+ * meanwhile, and then far under it). While planning the launches' correction makes up for what the
+ * estimate misses; once it is at its cap and a reading still finds the bound over BOUND_TARGET and
+ * the estimate by HOST_CHECK_SLACK, one sweep per iteration runs while planning too (on the
+ * single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held 1.5-1.75
+ * GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
+ * queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
  * filled towards FILL_TARGET with chunks the estimate places on the host (some are on the device
@@ -132,10 +133,14 @@ static const char *const fill_state_names[] = {"waiting", "filling", "full", "en
 static int fill_state;
 static uint64_t moves_at_mark = UINT64_MAX; /* evictions and sweep ranges at the last mark since advise applied */
 static uint64_t fill_cursor;                /* where the next fill goes on (recorder thread only) */
-static CUstream evict_stream; /* recorder thread only; created in the application's context */
+/* Recorder thread only; created in the application's context. The sweep has its own stream, so
+ * that the evictions the bound asks for never queue behind a sweep's thousands of ranges. */
+static CUstream evict_stream, sweep_stream;
 static int context_entered;   /* by the recorder thread */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
                                          * (recorder thread only, like the rest below) */
+static int swept_since_mark;            /* a sweep began while planning since the last iteration mark
+                                         * (cleared by the marking thread) */
 static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
 static double host_check_next;         /* recorder thread only */
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
@@ -438,9 +443,8 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
  * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
  * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds,
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
- * Then, while a sweep is due, the next SWEEP_PASS_S of it. The evictions are not paced: on an
- * H200, evictions limited to 20 ms a tick fell behind the faults and left the device 10 GiB over
- * L for whole iterations. */
+ * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
+ * faults and left the device 10 GiB over L for whole iterations. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
@@ -476,8 +480,15 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         if (refused)
             return;
     }
-    if (sweep_due && walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S,
-                                  UINT64_MAX)) {
+}
+
+/* While a sweep is due: its next SWEEP_PASS_S, once the stream ran the previous pass (queued
+ * faster than the driver ran them, the passes kept the stream busy for seconds). */
+static void sweep(const transit_driver_api *drv, CUstream stream)
+{
+    if (drv->StreamQuery && drv->StreamQuery(stream) != CUDA_SUCCESS)
+        return;
+    if (walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S, UINT64_MAX)) {
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
     }
@@ -538,6 +549,7 @@ uint64_t transit_policy_evicted_bytes(void)
 uint64_t transit_policy_iteration_ended(void)
 {
     uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
+    __atomic_store_n(&swept_since_mark, 0, __ATOMIC_RELAXED);
     if (peak != UINT64_MAX && transit_policy_planning())
         correct_plan(peak);
     start_fill_when_still();
@@ -574,12 +586,17 @@ static uint64_t check_host_residency(bool fill_held)
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
      * estimate knows, while the ones it lost stayed on the device for good. (Not while planning,
      * until the correction is at its cap: the launches' evictions flush out what the estimate
-     * lacks. Not while the fill holds: the device is near L on purpose, and what the estimate
-     * lost counts in the readings the fill follows.) */
+     * lacks; then one sweep per iteration, as the launches' evictions change the bound faster
+     * than a sweep ends. Not while the fill holds: the device is near L on purpose, and what the
+     * estimate lost counts in the readings the fill follows.) */
     uint64_t limit = transit_g.cfg.mem_limit;
-    if ((!transit_policy_planning() || plan_correction_capped()) && !fill_held && bound > BOUND_TARGET(limit) &&
-        bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit))
+    bool planning = transit_policy_planning();
+    if (!sweep_due && (!planning || (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED))) &&
+        !fill_held && bound > BOUND_TARGET(limit) && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
+        if (planning)
+            __atomic_store_n(&swept_since_mark, 1, __ATOMIC_RELAXED);
+    }
     return bound;
 }
 
@@ -787,16 +804,15 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 
 /* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
  * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
- * last re-profile, an evaluation phase), or to sweep (evict() then also takes the estimate down to
- * EVICT_TARGET if it is over). */
+ * last re-profile, an evaluation phase). */
 static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
     if (!estimating())
         return false;
     if (transit_policy_planning())
-        return resident > limit + PLAN_SLACK(limit) || sweep_due;
-    return (resident > limit && !fill_held) || sweep_due;
+        return resident > limit + PLAN_SLACK(limit);
+    return resident > limit && !fill_held;
 }
 
 /* What the bound on device-resident managed bytes (see the top of this file), read now, is over
@@ -872,9 +888,25 @@ static bool advise_due(void)
 /* From the recorder's thread, every tick: limit mode's host check and evictions; and, without
  * launch callbacks, advise right after the first iteration mark past warm-up. Both act in the
  * device's primary context (the one PyTorch uses). */
-void transit_policy_tick(void)
+/* One of TRANSIT's non-blocking streams, created at first use; false, with one warning for all of
+ * them, when the driver cannot create it. */
+static bool own_stream(const transit_driver_api *drv, CUstream *stream)
 {
     static int no_stream;
+    if (*stream)
+        return true;
+    if (__atomic_load_n(&no_stream, __ATOMIC_RELAXED))
+        return false;
+    CUresult e = drv->StreamCreate ? drv->StreamCreate(stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
+    if (e == CUDA_SUCCESS)
+        return true;
+    *stream = NULL;
+    warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
+    return false;
+}
+
+void transit_policy_tick(void)
+{
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
     transit_tick tick = {.t_s = transit_now()};
@@ -891,7 +923,7 @@ void transit_policy_tick(void)
     uint64_t room = fill_at_start == FILL_FILLING && !over ? fill_room(measured) : 0;
     if (fill_at_start == FILL_FILLING && measured != UINT64_MAX && !over && !room)
         fill_is_full(measured);
-    if ((evict_due(fill_held) || over || room || advise_due()) && dev >= 0 && (drv = policy_driver()) &&
+    if ((evict_due(fill_held) || over || room || sweep_due || advise_due()) && dev >= 0 && (drv = policy_driver()) &&
         enter_context(drv, dev)) {
         CUstreamCaptureMode saved;
         bool relaxed = relax_capture_mode(drv, &saved);
@@ -901,17 +933,11 @@ void transit_policy_tick(void)
         if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
             over = 0;
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
-        if ((evicting || room) && !evict_stream && !no_stream) {
-            CUresult e = drv->StreamCreate ? drv->StreamCreate(&evict_stream, CU_STREAM_NON_BLOCKING)
-                                           : CUDA_ERROR_NOT_SUPPORTED;
-            if (e != CUDA_SUCCESS) {
-                evict_stream = NULL;
-                warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
-            }
-        }
-        if (evicting && evict_stream)
+        if ((evicting || room) && own_stream(drv, &evict_stream))
             evict(drv, evict_stream, over, fill_held);
-        if (room && evict_stream)
+        if (sweep_due && own_stream(drv, &sweep_stream))
+            sweep(drv, sweep_stream);
+        if (room && own_stream(drv, &evict_stream))
             fill(drv, dev, evict_stream, measured, room);
         if (advising)
             advise_all(drv, dev);
@@ -973,11 +999,11 @@ void transit_policy_after_fork(void)
     ranges = fresh = NULL;
     attrib = NULL;
     chunks = NULL;
-    collecting = replay = refining = advise_applied = sweep_due = 0;
+    collecting = replay = refining = advise_applied = sweep_due = swept_since_mark = 0;
     fill_state = FILL_WAITING;
     moves_at_mark = UINT64_MAX;
     fill_cursor = 0;
-    evict_stream = NULL;
+    evict_stream = sweep_stream = NULL;
     context_entered = 0;
     host_check_next = 0;
     sweep_cursor = 0;
