@@ -16,7 +16,7 @@
  * -1 when there is no such mapping. */
 TRANSIT_INTERNAL int64_t transit_uvm_host_rss_parse(const char *smaps);
 /* The same for this process, now; -1 when /proc/self/smaps cannot be read or has no such
- * mapping. Not thread-safe: one caller (the recorder thread). */
+ * mapping. Not thread-safe: one caller (the tick thread). */
 int64_t transit_uvm_host_rss(void);
 
 /* Resident bytes of a /proc/<pid>/statm text (its second field, in pages of page_bytes); -1

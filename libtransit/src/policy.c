@@ -11,7 +11,7 @@
  * chunks, chunks.c) is kept at or under L by prefetching the least recently migrated chunks to
  * the host. Two ways, one after the other:
  *   - from the first launch on, until the profile is built (warm-up, re-profiling): HtoD records
- *     and GPU faults add, DtoH records and frees remove; the recorder thread evicts, every tick
+ *     and GPU faults add, DtoH records and frees remove; the tick thread evicts, every tick
  *     the estimate is over L, on TRANSIT's own non-blocking stream. This runs in the GPU's time,
  *     behind it: the records arrive late, and a fused optimizer step migrates gigabytes between
  *     two ticks.
@@ -54,7 +54,7 @@
  * above apply again.
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing at a
- * launch synchronizes (only the fill, on the recorder thread, waits for its own stream). */
+ * launch synchronizes (only the fill, on the tick thread, waits for its own stream). */
 #include "policy.h"
 #include "alloc_table.h"
 #include "attrib.h"
@@ -90,7 +90,7 @@
 /* The measured bound over the estimate before a sweep (untouched pages count in the bound). */
 #define HOST_CHECK_SLACK(limit) TRANSIT_MIN(1ull << 30, (limit) / 8)
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
-#define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the recorder thread's time */
+#define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the tick thread's time */
 #define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
 #define FILL_STEP_MIN (16 * TRANSIT_CHUNK_BYTES)      /* under FILL_TARGET by less: no fill */
 
@@ -132,19 +132,19 @@ enum { FILL_WAITING, FILL_FILLING, FILL_FULL, FILL_ENDED };
 static const char *const fill_state_names[] = {"waiting", "filling", "full", "ended"};
 static int fill_state;
 static uint64_t moves_at_mark = UINT64_MAX; /* evictions and sweep ranges at the last mark since advise applied */
-static uint64_t fill_cursor;                /* where the next fill goes on (recorder thread only) */
+static uint64_t fill_cursor;                /* where the next fill goes on (tick thread only) */
 /* Recorder thread only; created in the application's context. The sweep has its own stream, so
  * that the evictions the bound asks for never queue behind a sweep's thousands of ranges. */
 static CUstream evict_stream, sweep_stream;
-static int context_entered;   /* by the recorder thread */
+static int context_entered;   /* by the tick thread */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
-                                         * (recorder thread only, like the rest below) */
+                                         * (tick thread only, like the rest below) */
 static int swept_since_mark;            /* a sweep began while planning since the last iteration mark
                                          * (cleared by the marking thread) */
-static uint64_t sweep_cursor;           /* where the sweep goes on (recorder thread only) */
-static double host_check_next;         /* recorder thread only */
+static uint64_t sweep_cursor;           /* where the sweep goes on (tick thread only) */
+static double host_check_next;         /* tick thread only */
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
- * non-managed resident bytes (recorder thread only; valid once rss_calibrated). */
+ * non-managed resident bytes (tick thread only; valid once rss_calibrated). */
 static int64_t rss_not_managed;
 static int rss_calibrated;
 
@@ -556,7 +556,7 @@ uint64_t transit_policy_iteration_ended(void)
     return peak;
 }
 
-/* Every HOST_CHECK_PERIOD_S, from the recorder thread: the estimate against smaps. The read walks
+/* Every HOST_CHECK_PERIOD_S, from the tick thread: the estimate against smaps. The read walks
  * the page tables of every host-resident page (35 ms for 4 GiB of 4 KiB pages on the development
  * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
  * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records.
@@ -782,7 +782,7 @@ void transit_policy_gpu_fault(uint64_t addr)
         mark_resident(addr & ~(uint64_t)(FAULT_POPULATE_BYTES - 1), FAULT_POPULATE_BYTES, false);
 }
 
-/* The recorder thread makes the application's device context its own (the primary context the
+/* The tick thread makes the application's device context its own (the primary context the
  * runtime uses), once; false, with one warning, if it cannot. */
 static bool enter_context(const transit_driver_api *drv, int dev)
 {
@@ -795,7 +795,7 @@ static bool enter_context(const transit_driver_api *drv, int dev)
         return false;
     if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
         (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-        warn_once(&gave_up, "policy: entering the primary context from the recorder thread", drv, e);
+        warn_once(&gave_up, "policy: entering the primary context from the tick thread", drv, e);
         return false;
     }
     context_entered = 1;
@@ -858,7 +858,7 @@ static void fill_is_full(uint64_t measured)
     __atomic_store_n(&fill_state, FILL_FULL, __ATOMIC_RELEASE);
 }
 
-/* Waits for its prefetches (the recorder thread, never a launch): the next reading shows them.
+/* Waits for its prefetches (the tick thread, never a launch): the next reading shows them.
  * A whole walk that found nothing the estimate places on the host ends the filling too. */
 static void fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t measured, uint64_t room)
 {
@@ -885,7 +885,7 @@ static bool advise_due(void)
            !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) && transit_iteration_count() > transit_g.cfg.warmup_iters;
 }
 
-/* From the recorder's thread, every tick: limit mode's host check and evictions; and, without
+/* From the tick thread (recorder.c), every tick: limit mode's host check and evictions; and, without
  * launch callbacks, advise right after the first iteration mark past warm-up. Both act in the
  * device's primary context (the one PyTorch uses). */
 /* One of TRANSIT's non-blocking streams, created at first use; false, with one warning for all of

@@ -53,7 +53,7 @@ void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t 
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes);
 void transit_policy_dtoh(uint64_t addr, uint64_t bytes);
 void transit_policy_gpu_fault(uint64_t addr);
-/* Periodically from the recorder's thread: limit mode's host check and evictions, and advise
+/* Periodically from the tick thread (recorder.c): limit mode's host check and evictions, and advise
  * when there are no launch callbacks. */
 void transit_policy_tick(void);
 

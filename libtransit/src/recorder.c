@@ -29,7 +29,7 @@
 #define BUFFER_COUNT 32                 /* CUPTI activity buffers, allocated on first use (8 were too few on an H200) */
 #define BUFFER_BYTES (4u << 20)
 #define BUFFER_ALIGN 8                  /* CUPTI's record alignment */
-#define THREAD_TICK_MS 20               /* recorder thread: iteration polling, CUPTI control */
+#define THREAD_TICK_MS 20               /* both threads: iteration polling, CUPTI control; policy ticks */
 #define FLUSH_PERIOD_MS 500             /* deliver partly filled buffers this often... */
 #define FLUSH_PERIOD_LIMIT_MS 100       /* ...and more often in limit mode: the estimate lags by this much */
 #define EXIT_WAIT_MS 2000               /* at exit, how long to wait for the recorder thread */
@@ -113,7 +113,8 @@ static uint64_t timeline_count;
 
 static pthread_mutex_t thread_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t thread_cond, thread_done;
-static int thread_running, thread_stop;
+static int threads_running, thread_stop; /* the recorder's thread and the policy's tick thread */
+static uint64_t last_flush;                /* recorder thread only */
 
 static uint64_t now_ns(void)
 {
@@ -136,7 +137,7 @@ static void set_state(transit_recorder_state s, const char *why)
 
 static void wake_thread(void)
 {
-    pthread_cond_signal(&thread_cond);
+    pthread_cond_broadcast(&thread_cond); /* the tick thread waits on it too; an early tick does no harm */
 }
 
 /* ---- profiling window ---- */
@@ -363,31 +364,29 @@ static void check_callback_misses(void)
                  "correlation ids on from now (an API record per CUDA call while profiling)", misses);
 }
 
-static void thread_step(uint64_t *last_flush)
+static void recorder_step(void)
 {
     iteration_check();
-    if (get_state() == TRANSIT_RECORDER_CUPTI) {
-        check_callback_misses();
-        apply_activity();
-        int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
-        uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
-        uint64_t t = now_ns();
-        if (due || ((have_profiling || have_um) && t - *last_flush >= period_ns)) {
-            flush(0);
-            *last_flush = t;
-        }
-        if (due) {
-            finish_window();
-            apply_activity(); /* physical mode: the migration counters go off now */
-        }
+    if (get_state() != TRANSIT_RECORDER_CUPTI)
+        return;
+    check_callback_misses();
+    apply_activity();
+    int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
+    uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
+    uint64_t t = now_ns();
+    if (due || ((have_profiling || have_um) && t - last_flush >= period_ns)) {
+        flush(0);
+        last_flush = t;
     }
-    transit_policy_tick();
+    if (due) {
+        finish_window();
+        apply_activity(); /* physical mode: the migration counters go off now */
+    }
 }
 
-static void *thread_main(void *arg)
+/* Runs step every THREAD_TICK_MS (sooner when woken) until stop_threads(). */
+static void run_loop(void (*step)(void))
 {
-    (void)arg;
-    uint64_t last_flush = now_ns();
     pthread_mutex_lock(&thread_lock);
     while (!thread_stop) {
         struct timespec deadline;
@@ -401,12 +400,25 @@ static void *thread_main(void *arg)
         if (thread_stop)
             break;
         pthread_mutex_unlock(&thread_lock);
-        thread_step(&last_flush);
+        step();
         pthread_mutex_lock(&thread_lock);
     }
-    thread_running = 0;
+    threads_running--;
     pthread_cond_broadcast(&thread_done);
     pthread_mutex_unlock(&thread_lock);
+}
+
+static void *recorder_main(void *arg)
+{
+    (void)arg;
+    run_loop(recorder_step);
+    return NULL;
+}
+
+static void *tick_main(void *arg)
+{
+    (void)arg;
+    run_loop(transit_policy_tick);
     return NULL;
 }
 
@@ -420,37 +432,46 @@ static void init_thread_sync(void)
     pthread_condattr_destroy(&ca);
 }
 
-static void start_thread(void)
+static void start_thread(const char *name, void *(*main_fn)(void *))
 {
     pthread_t t;
     sigset_t all, old;
-    int err;
-    thread_stop = 0;
-    thread_running = 1;
-    sigfillset(&all); /* the application's signals (SIGINT, SIGTERM) never land on this thread */
+    pthread_mutex_lock(&thread_lock);
+    threads_running++;
+    pthread_mutex_unlock(&thread_lock);
+    sigfillset(&all); /* the application's signals (SIGINT, SIGTERM) never land on these threads */
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    err = pthread_create(&t, NULL, thread_main, NULL);
+    int err = pthread_create(&t, NULL, main_fn, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
-        thread_running = 0;
-        transit_warn("recorder: cannot start its thread (error %d): no flushes, no policy ticks", err);
+        pthread_mutex_lock(&thread_lock);
+        threads_running--;
+        pthread_mutex_unlock(&thread_lock);
+        transit_warn("recorder: cannot start its %s thread (error %d)", name, err);
         return;
     }
-    pthread_setname_np(t, "transit-rec");
+    pthread_setname_np(t, name);
     pthread_detach(t);
 }
 
-static void stop_thread(void)
+static void start_threads(void)
+{
+    thread_stop = 0;
+    start_thread("transit-rec", recorder_main);
+    start_thread("transit-tick", tick_main);
+}
+
+static void stop_threads(void)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += EXIT_WAIT_MS / 1000;
     pthread_mutex_lock(&thread_lock);
     thread_stop = 1;
-    pthread_cond_signal(&thread_cond);
-    while (thread_running)
+    pthread_cond_broadcast(&thread_cond);
+    while (threads_running)
         if (pthread_cond_timedwait(&thread_done, &thread_lock, &deadline))
-            break; /* never hang the exit: the thread is detached */
+            break; /* never hang the exit: the threads are detached */
     pthread_mutex_unlock(&thread_lock);
 }
 
@@ -459,7 +480,7 @@ static void at_exit(void)
 {
     if (owner_pid != getpid())
         return;
-    stop_thread();
+    stop_threads();
     iteration_check(); /* a last mark the thread had no time to see */
     if (get_state() == TRANSIT_RECORDER_CUPTI)
         flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -877,7 +898,7 @@ void transit_recorder_start(void)
     if (transit_limit_mode() && !transit_recorder_sees_migrations())
         transit_warn("limit mode without migration records: no residency estimate and no evictions; "
                      "resident bytes are reported as min(managed, limit)");
-    start_thread();
+    start_threads();
     if (!at_exit_registered) {
         at_exit_registered = 1;
         atexit(at_exit);
@@ -893,7 +914,8 @@ void transit_recorder_after_fork(void)
     pthread_mutex_init(&records_lock, NULL);
     pthread_mutex_init(&thread_lock, NULL);
     init_thread_sync();
-    thread_running = thread_stop = 0;
+    threads_running = thread_stop = 0;
+    last_flush = 0;
     memset(&rc, 0, sizeof rc);
     memset(&htod_hist, 0, sizeof htod_hist);
     memset(&dtoh_hist, 0, sizeof dtoh_hist);

@@ -23,8 +23,10 @@
  * transit_recorder_reprofile() opens a new window.
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
- * that none is made inside a CUPTI callback, polls iteration marks (the only source of
- * boundaries when there are no launch callbacks) and calls transit_policy_tick(). */
+ * that none is made inside a CUPTI callback and polls iteration marks (the only source of
+ * boundaries when there are no launch callbacks). A second one ("transit-tick") calls
+ * transit_policy_tick(): on an H200 the first stalled for 2 s at each optimizer step of warm-up
+ * while the device took in 8 GiB, and the evictions must not wait for it. */
 #ifndef TRANSIT_RECORDER_H
 #define TRANSIT_RECORDER_H
 

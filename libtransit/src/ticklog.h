@@ -1,7 +1,7 @@
-/* ticklog.h - limit mode's per-tick CSV (TRANSIT_TICK_LOG=1): what the recorder thread's eviction
+/* ticklog.h - limit mode's per-tick CSV (TRANSIT_TICK_LOG=1): what the tick thread's eviction
  * control saw and did at each tick, beside the stats file as rank<R>.<host>.<pid>.ticks.csv. The
  * stats timeline has one entry per iteration; this shows how the device follows L between marks
- * (a warm-up ramp lasts seconds). Recorder thread only. */
+ * (a warm-up ramp lasts seconds). Tick thread only. */
 #ifndef TRANSIT_TICKLOG_H
 #define TRANSIT_TICKLOG_H
 

@@ -188,7 +188,7 @@ def test_measured_bound_holds_L_once_planned(runs, policy) -> None:
 
 @pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
 def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
-    """TRANSIT_TICK_LOG=1: a line per recorder tick (20 ms) beside the stats file. Every bound the
+    """TRANSIT_TICK_LOG=1: a line per policy tick (20 ms) beside the stats file. Every bound the
     policy measured is in it, so its highest is the stats' peak; its cumulative columns never fall
     and end at or under the stats' totals (launch evictions after the last tick add to those)."""
     _, doc, rows = runs[policy]
