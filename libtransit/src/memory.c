@@ -45,8 +45,10 @@ int transit_mem_admit(int device, uint64_t size)
         return 0;
     uint64_t budget = transit_g.phys_budget[device];
     uint64_t in_use = transit_get(&transit_g.n.managed_live) + transit_get(&transit_g.n.vmm_live);
-    if (!budget || (size <= budget && in_use <= budget - size))
+    if (!budget || (size <= budget && in_use <= budget - size)) {
+        transit_policy_before_alloc(size);
         return 0;
+    }
     transit_add(&transit_g.n.refused_calls, 1);
     if (__atomic_exchange_n(&last_refused_size, size, __ATOMIC_RELAXED) != size) {
         transit_add(&transit_g.n.refused, 1);

@@ -33,7 +33,8 @@
  * when smaps is slow to read) is re-measured against the Rss of the /dev/nvidia-uvm mappings in
  * smaps (host_residency.c). When the bound is over EVICT_TARGET, the estimate's LRU chunks are
  * evicted until the bound would be at BOUND_TARGET, once the evictions asked for earlier are done
- * (until then the bound cannot show them). When the smaps reading finds the bound near L and over
+ * (until then the bound cannot show them). Before a managed allocation the allocating thread does
+ * the same with the allocation counted in, and waits for it (transit_policy_before_alloc). When the smaps reading finds the bound near L and over
  * the estimate by more than HOST_CHECK_SLACK, the chunks the estimate lost are found by a sweep:
  * every chunk the estimate places on the host goes there again (a no-op for pages already
  * there), in address order, SWEEP_PASS_S per tick, on a stream of its own, the next pass once the
@@ -136,6 +137,11 @@ static uint64_t fill_cursor;                /* where the next fill goes on (tick
 /* Recorder thread only; created in the application's context. The sweep has its own stream, so
  * that the evictions the bound asks for never queue behind a sweep's thousands of ranges. */
 static CUstream evict_stream, sweep_stream;
+/* Allocating threads make room before a managed allocation (transit_policy_before_alloc), one at a
+ * time, on a stream of their own; meanwhile the tick leaves the bound to them. */
+static pthread_mutex_t alloc_room_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUstream alloc_stream;
+static int alloc_evicting;
 static int context_entered;   /* by the tick thread */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
                                          * (tick thread only, like the rest below) */
@@ -144,7 +150,8 @@ static int swept_since_mark;            /* a sweep began while planning since th
 static uint64_t sweep_cursor;           /* where the sweep goes on (tick thread only) */
 static double host_check_next;         /* tick thread only */
 /* RSS minus the smaps Rss of the managed mappings at the last host check: the process's
- * non-managed resident bytes (tick thread only; valid once rss_calibrated). */
+ * non-managed resident bytes (set by the tick thread, read by allocating threads too; valid once
+ * rss_calibrated). */
 static int64_t rss_not_managed;
 static int rss_calibrated;
 
@@ -494,11 +501,16 @@ static void sweep(const transit_driver_api *drv, CUstream stream)
     }
 }
 
-/* The bound on device-resident managed bytes, given the host-resident ones: recorded and returned. */
-static uint64_t record_bound(uint64_t host)
+/* The bound on device-resident managed bytes, given the host-resident ones. */
+static uint64_t bound_from_host(uint64_t host)
 {
     uint64_t live = transit_get(&transit_g.n.managed_live);
-    uint64_t bound = live > host ? live - host : 0;
+    return live > host ? live - host : 0;
+}
+
+/* A reading of the bound, for the stats and the launches' correction. */
+static void record_bound(uint64_t bound)
+{
     __atomic_store_n(&pc.device_bound, bound, __ATOMIC_RELAXED);
     transit_raise_peak(&pc.device_bound_peak, bound);
     /* UINT64_MAX (no reading since the last take) gives way to any reading. */
@@ -506,7 +518,6 @@ static uint64_t record_bound(uint64_t host)
     while ((seen == UINT64_MAX || bound > seen) &&
            !__atomic_compare_exchange_n(&pc.bound_peak_since, &seen, bound, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
-    return bound;
 }
 
 /* The launches' correction (below) is at its cap. */
@@ -577,10 +588,11 @@ static uint64_t check_host_residency(bool fill_held)
         int64_t not_managed = (rss_before + rss_after) / 2 - host;
         if (rss_calibrated)
             transit_raise_peak(&pc.rss_drift_peak, (uint64_t)llabs(not_managed - rss_not_managed));
-        rss_not_managed = not_managed;
-        rss_calibrated = 1;
+        __atomic_store_n(&rss_not_managed, not_managed, __ATOMIC_RELAXED);
+        __atomic_store_n(&rss_calibrated, 1, __ATOMIC_RELEASE);
     }
-    uint64_t bound = record_bound((uint64_t)host);
+    uint64_t bound = bound_from_host((uint64_t)host);
+    record_bound(bound);
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
@@ -819,23 +831,38 @@ static bool evict_due(bool fill_held)
     return resident > limit && !fill_held;
 }
 
-/* What the bound on device-resident managed bytes (see the top of this file), read now, is over
- * BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, before the first smaps reading, or when
- * the RSS cannot be read. While planning it is only recorded: evictions in the GPU's time took
+/* The bound on device-resident managed bytes (see the top of this file) from the RSS, now;
+ * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
+static uint64_t read_bound(void)
+{
+    int64_t rss = estimating() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
+    int64_t not_managed = __atomic_load_n(&rss_not_managed, __ATOMIC_RELAXED);
+    if (rss < 0)
+        return UINT64_MAX;
+    return bound_from_host(rss > not_managed ? (uint64_t)(rss - not_managed) : 0);
+}
+
+/* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise. */
+static uint64_t bound_excess(uint64_t bound, bool fill_held)
+{
+    uint64_t limit = transit_g.cfg.mem_limit;
+    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+}
+
+/* What the bound, read now, is over BOUND_TARGET when it is over EVICT_TARGET (bound_excess),
+ * recorded; 0 before the first smaps reading or when the RSS cannot be read. While planning it is only recorded: evictions in the GPU's time took
  * the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
  * device kept what the estimate did not know; the launches' evictions flush that out within an
  * iteration (every chunk the profile names is counted, then evicted in its turn), and what they
  * do not, the sweep finds once the correction is at its cap. */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
 {
-    uint64_t limit = transit_g.cfg.mem_limit;
-    int64_t rss = estimating() && rss_calibrated ? transit_process_rss() : -1;
-    *bound_read = UINT64_MAX;
-    if (rss < 0)
-        return 0;
-    uint64_t bound = record_bound(rss > rss_not_managed ? (uint64_t)(rss - rss_not_managed) : 0);
+    uint64_t bound = read_bound();
     *bound_read = bound;
-    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    if (bound == UINT64_MAX)
+        return 0;
+    record_bound(bound);
+    return bound_excess(bound, fill_held);
 }
 
 /* Advise's fill (see the top of this file), at a smaps reading (`measured`, UINT64_MAX if none):
@@ -934,7 +961,8 @@ void transit_policy_tick(void)
         /* The bound shows evictions only once they ran: while earlier ones still do, it would ask
          * for them again. (Queried in relaxed mode: a query can break another thread's global
          * capture.) */
-        if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
+        if (over && ((evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS)) ||
+                     __atomic_load_n(&alloc_evicting, __ATOMIC_ACQUIRE)))
             over = 0;
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
@@ -964,6 +992,36 @@ void transit_policy_tick(void)
 }
 
 /* ---- the rest of libtransit ---- */
+
+/* Limit mode: a new allocation counts on the device at once (the bound counts untouched pages as
+ * device), and PyTorch's allocator takes gigabytes at a time: on an H200 a new segment took the
+ * bound 1.8 GiB over L between two ticks, and the tick's evictions then ran for 2.7 s. So, by the
+ * tick's rule with the allocation counted in, the allocating thread evicts first, on a stream of
+ * its own, and waits for it (an allocation is no launch): the allocation then fits. */
+void transit_policy_before_alloc(uint64_t size)
+{
+    static int warned;
+    const transit_driver_api *drv;
+    bool fill_held = fill_holds(fill_now()); /* then only smaps readings decide: no excess */
+    uint64_t bound = read_bound();
+    if (bound == UINT64_MAX || !bound_excess(bound + size, fill_held) || !(drv = policy_driver()))
+        return;
+    CUstreamCaptureMode saved;
+    bool relaxed = relax_capture_mode(drv, &saved);
+    pthread_mutex_lock(&alloc_room_lock);
+    /* Read again under the lock: another allocating thread may have made the room meanwhile. */
+    uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_held);
+    if (over && own_stream(drv, &alloc_stream)) {
+        __atomic_store_n(&alloc_evicting, 1, __ATOMIC_RELEASE);
+        evict(drv, alloc_stream, over, false);
+        CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
+        if (e != CUDA_SUCCESS)
+            warn_once(&warned, "limit mode: cuStreamSynchronize after evicting for an allocation", drv, e);
+        __atomic_store_n(&alloc_evicting, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&alloc_room_lock);
+    restore_capture_mode(drv, relaxed, &saved);
+}
 
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
@@ -996,6 +1054,7 @@ void transit_policy_after_fork(void)
     transit_ticklog_after_fork();
     pthread_mutex_init(&prof_lock, NULL);
     pthread_mutex_init(&chunks_lock, NULL);
+    pthread_mutex_init(&alloc_room_lock, NULL);
     transit_ranges_destroy(ranges);
     transit_ranges_destroy(fresh);
     transit_attrib_destroy(attrib);
@@ -1007,7 +1066,8 @@ void transit_policy_after_fork(void)
     fill_state = FILL_WAITING;
     moves_at_mark = UINT64_MAX;
     fill_cursor = 0;
-    evict_stream = sweep_stream = NULL;
+    evict_stream = sweep_stream = alloc_stream = NULL;
+    alloc_evicting = 0;
     context_entered = 0;
     host_check_next = 0;
     sweep_cursor = 0;

@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 void transit_policy_after_fork(void);
+/* Limit mode, before a managed allocation of `size` bytes is made: room for it (may evict and wait). */
+void transit_policy_before_alloc(uint64_t size);
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device);
 void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* Bytes of managed memory believed resident on the device (limit mode's estimate). */
