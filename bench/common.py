@@ -176,6 +176,7 @@ class NvmlMonitor:
         self.managed_bound: int | None = None  # the latest reserved - host resident
         self.managed_bound_peak: int | None = None
         self.uvm_host_peak: int | None = None
+        self.residency_samples_skipped = 0  # the allocator grew during the smaps walk: no reading
         self._last_residency = float("-inf")
         self._t0 = time.monotonic()
         # (seconds since start, device used over baseline, managed device-resident bound or None)
@@ -213,11 +214,17 @@ class NvmlMonitor:
             time.sleep(NVML_POLL_INTERVAL_S)
 
     def sample_residency(self) -> None:
+        # memory_reserved reads the allocator's statistics; it does not create a CUDA context.
+        reserved = torch.cuda.memory_reserved(self.device_index)
         host = uvm_host_resident_bytes(read_own_smaps())
         if host is None:
             return  # no managed mapping (yet): nothing measured, never a 0
-        # memory_reserved reads the allocator's statistics; it does not create a CUDA context.
-        self.managed_bound = max(0, torch.cuda.memory_reserved(self.device_index) - host)
+        if torch.cuda.memory_reserved(self.device_index) != reserved:
+            # New segments during the walk (it takes up to a second with gigabytes on the host):
+            # reserved after the walk against the host pages before them is no bound of any moment.
+            self.residency_samples_skipped += 1
+            return
+        self.managed_bound = max(0, reserved - host)
         self.managed_bound_peak = max(self.managed_bound_peak or 0, self.managed_bound)
         self.uvm_host_peak = max(self.uvm_host_peak or 0, host)
 
@@ -260,6 +267,7 @@ class NvmlMonitor:
             "managed_device_resident_peak_bytes": self.managed_bound_peak,
             "uvm_host_resident_peak_bytes": self.uvm_host_peak,
             "residency_source": self.residency_source(),
+            "residency_samples_skipped": self.residency_samples_skipped,
             "device_used_timeline_fields": ["t_s", "nvml_device_used_minus_baseline_bytes",
                                             "managed_device_resident_bound_bytes"],
             "device_used_timeline": self.timeline,

@@ -106,6 +106,26 @@ def test_monitor_reports_no_measure_rather_than_zero_without_a_uvm_mapping():
     assert "not under TRANSIT" in monitor.residency_source()
 
 
+def test_monitor_skips_a_walk_during_which_the_allocator_grew(monkeypatch):
+    """Reserved bytes read before and after the smaps walk: when they differ, the reading is no
+    bound of any moment and is skipped (counted); when they agree, reserved minus host counts."""
+    import common
+
+    monitor = object.__new__(NvmlMonitor)
+    monitor.track_residency, monitor.device_index = True, 0
+    monitor.managed_bound = monitor.managed_bound_peak = monitor.uvm_host_peak = None
+    monitor.residency_samples_skipped = 0
+    host = uvm_host_resident_bytes(SMAPS)
+    reserved = iter([host + 5 * GIB, host + 9 * GIB, host + 2 * GIB, host + 2 * GIB])
+    monkeypatch.setattr(common, "read_own_smaps", lambda: SMAPS)
+    monkeypatch.setattr(common.torch.cuda, "memory_reserved", lambda device=None: next(reserved))
+    monitor.sample_residency()  # 5 GiB before the walk, 9 GiB after
+    assert monitor.residency_samples_skipped == 1 and monitor.managed_bound_peak is None
+    monitor.sample_residency()
+    assert monitor.managed_bound == monitor.managed_bound_peak == 2 * GIB
+    assert monitor.uvm_host_peak == host
+
+
 def transit_run(name: str, managed_peaks: list[int | None]) -> dict:
     """A policies-h200.json TRANSIT run, with one rank per managed peak, as the new monitor writes them."""
     run = copy.deepcopy(POLICIES["runs"][name])
