@@ -609,8 +609,9 @@ static uint64_t check_host_residency(bool fill_held)
      * 2 GB of gradients and parameters there: the next step took 14.7 s, the later ones 6.7-6.9 s;
      * without it 6.3 s and 5.8-6.7 s). */
     uint64_t sweep_above = __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) ? limit : BOUND_TARGET(limit);
-    if (!sweep_due && (!planning || (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED))) &&
-        !fill_held && bound > sweep_above && bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
+    bool sweep_allowed = !planning || (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
+    if (!sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
+        bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
         if (planning)
             __atomic_store_n(&swept_since_mark, 1, __ATOMIC_RELAXED);
@@ -853,10 +854,11 @@ static uint64_t bound_excess(uint64_t bound, bool fill_held)
 
 /* What the bound, read now and recorded, is over BOUND_TARGET when it is over EVICT_TARGET
  * (bound_excess); 0 before the first smaps reading or when the RSS cannot be read. While planning
- * it is only recorded: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
- * device kept what the estimate did not know; the launches' evictions flush that out within an
- * iteration (every chunk the profile names is counted, then evicted in its turn), and what they
- * do not, the sweep finds once the correction is at its cap. */
+ * it is only recorded: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in
+ * the launches' order, and drained it, while the device kept what the estimate did not know; the
+ * launches' evictions flush that out within an iteration (every chunk the profile names is
+ * counted, then evicted in its turn), and what they do not, the sweep finds once the correction is
+ * at its cap. */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
 {
     uint64_t bound = read_bound();
