@@ -11,12 +11,15 @@ policies -> policies-histogram.png  migration-size histogram per policy (paper F
                                     managed-resident bound, cap L dashed (runs with the 3-field timeline)
 warmup   -> warmup-advise.png       TRANSIT advise's memory for the cap per iteration, one line per
                                     comparison file (libtransit variants at the same cap), cap dashed
+ticks    -> ticks.png               TRANSIT_TICK_LOG files: the measured bound every 20 ms tick, one
+                                    panel per file, L dashed (--limit)
 Every figure names the commit and device it came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -28,7 +31,7 @@ import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect import offloaded
-from common import GIB
+from common import GIB, parse_size
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Display order and names; runs absent from a file are left out.
@@ -197,10 +200,10 @@ def plot_warmup(docs: dict[Path, dict], out_dir: Path) -> list[Path]:
         tflops = (doc["runs"]["transit-advise"].get("result") or {}).get("tflops_per_gpu")
         label = f"{source.stem} ({doc.get('git_commit', '?')[:7]}): {tflops:.0f} TFLOPS" if tflops else source.stem
         ax.plot([i for i, _ in points], [b / GIB for _, b in points], marker="o", label=label)
-        caps.add(cap["cap_bytes"])
+        caps.add(round(cap["cap_bytes"] / GIB, 1))  # runs differ by MBs outside managed data
         plotted.append(source.name)
     for cap in sorted(caps):
-        ax.axhline(cap / GIB, color="black", linestyle="--", linewidth=1, label=f"cap {cap / GIB:.1f} GiB")
+        ax.axhline(cap, color="black", linestyle="--", linewidth=1, label=f"cap {cap:.1f} GiB")
     ax.set_xlabel("iteration (4 warm-up iterations, then advise holds still)")
     ax.set_ylabel("GiB: managed data on the device (bound) + the rest")
     ax.set_title("TRANSIT advise at the same cap: per-iteration peak, libtransit variants")
@@ -214,16 +217,45 @@ def plot_warmup(docs: dict[Path, dict], out_dir: Path) -> list[Path]:
     return [path]
 
 
+def read_ticks(path: Path) -> tuple[list[float], list[float]]:
+    """Seconds and GiB of the bound, from the ticks that read it (TRANSIT_TICK_LOG's CSV)."""
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["bound_bytes"]]
+    return [float(r["t_s"]) for r in rows], [int(r["bound_bytes"]) / GIB for r in rows]
+
+
+def plot_ticks(paths: list[Path], limit: int, out_dir: Path) -> list[Path]:
+    """One panel per tick log: what libtransit measured every tick, against L."""
+    fig, axes = plt.subplots(len(paths), 1, figsize=(10, 2.6 * len(paths)), sharex=True, squeeze=False)
+    for ax, path in zip(axes[:, 0], paths):
+        t, bound = read_ticks(path)
+        ax.plot(t, bound, linewidth=0.7, label="bound (managed bytes - host-resident ones)")
+        ax.axhline(limit / GIB, color="black", linestyle="--", linewidth=1, label=f"L {limit / GIB:.1f} GiB")
+        ax.set_title(path.name, fontsize=9)
+        ax.set_ylabel("GiB")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[-1, 0].set_xlabel("seconds since libtransit started")
+    fig.tight_layout()
+    path = out_dir / "ticks.png"
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return [path]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--compare", type=Path, help="comparison result (bench/collect.py compare)")
     p.add_argument("--policies", type=Path, help="policies result (bench/collect.py policies)")
     p.add_argument("--warmup", type=Path, nargs="+", default=[],
                    help="comparison results with a transit-advise run each (libtransit variants)")
+    p.add_argument("--ticks", type=Path, nargs="+", default=[], help="TRANSIT_TICK_LOG CSV files")
+    p.add_argument("--limit", type=parse_size, help="the runs' TRANSIT_MEM_LIMIT, for --ticks (e.g. 25.5G)")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    if not (args.compare or args.policies or args.warmup):
-        p.error("give --compare, --policies and/or --warmup")
+    if not (args.compare or args.policies or args.warmup or args.ticks):
+        p.error("give --compare, --policies, --warmup and/or --ticks")
+    if args.ticks and not args.limit:
+        p.error("--ticks needs --limit, the runs' TRANSIT_MEM_LIMIT (e.g. --limit 25.5G)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if args.compare:
@@ -232,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         written += plot_policies(json.loads(args.policies.read_text()), args.policies, args.out_dir)
     if args.warmup:
         written += plot_warmup({path: json.loads(path.read_text()) for path in args.warmup}, args.out_dir)
+    if args.ticks:
+        written += plot_ticks(args.ticks, args.limit, args.out_dir)
     for path in written:
         print(path)
     return 0

@@ -240,6 +240,28 @@ def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monke
     assert (tmp_path / "warmup-advise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_ticks_plot_draws_each_log_against_L(tmp_path, monkeypatch):
+    """TRANSIT_TICK_LOG files from the H200: one panel each, the bound where a tick read it."""
+    results = REPO / "bench/results/warmup-experiments-h200x2"
+    logs = [results / "sweep-stream.ticks.csv", results / "held.ticks.csv"]
+    drawn, lines = [], []
+    monkeypatch.setattr(plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((list(x), list(y))))
+    monkeypatch.setattr(plots.plt.Axes, "axhline", lambda self, y, **kw: lines.append(y))
+    monkeypatch.setattr(plots.plt.Axes, "legend", lambda self, **kw: None)  # nothing labelled was drawn
+    assert plots.plot_ticks(logs, 27380416512, tmp_path) == [tmp_path / "ticks.png"]
+    assert len(drawn) == 2 and lines == [25.5, 25.5]
+    # the tick thread's 2 s stalls at the optimizer steps let the bound reach 33 GiB; held stays near L
+    assert round(max(drawn[0][1]), 1) == 33.0 and round(max(drawn[1][1]), 1) == 26.4
+    assert all(t == sorted(t) for t, _ in drawn)
+    assert (tmp_path / "ticks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ticks_plot_needs_the_limit(capsys):
+    with pytest.raises(SystemExit) as exc:
+        plots.main(["--ticks", "x.ticks.csv"])
+    assert exc.value.code == 2 and "--ticks needs --limit" in capsys.readouterr().err
+
+
 def test_memory_plot_skipped_without_timelines(tmp_path):
     assert plots.plot_policies_memory(POLICIES, tmp_path / "policies.json", tmp_path) == []
     assert not (tmp_path / "policies-memory.png").exists()
