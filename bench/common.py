@@ -219,14 +219,14 @@ class NvmlMonitor:
         host = uvm_host_resident_bytes(read_own_smaps())
         if host is None:
             return  # no managed mapping (yet): nothing measured, never a 0
+        self.uvm_host_peak = max(self.uvm_host_peak or 0, host)
         if torch.cuda.memory_reserved(self.device_index) != reserved:
-            # New segments during the walk (it takes up to a second with gigabytes on the host):
-            # reserved after the walk against the host pages before them is no bound of any moment.
+            # Reserved changed during the walk (it takes up to a second with gigabytes on the
+            # host): reserved at either end against the host pages seen is no bound of any moment.
             self.residency_samples_skipped += 1
             return
         self.managed_bound = max(0, reserved - host)
         self.managed_bound_peak = max(self.managed_bound_peak or 0, self.managed_bound)
-        self.uvm_host_peak = max(self.uvm_host_peak or 0, host)
 
     def sample(self, force_residency: bool = False) -> None:
         used = self.process_used()

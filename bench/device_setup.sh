@@ -15,13 +15,13 @@ export TORCH_EXTENSIONS_DIR=/tmp/torch_extensions DS_SKIP_CUDA_CHECK=1
 
 _setup_t0=$SECONDS
 if compgen -G ".whl/*.whl" >/dev/null; then
-    # Once per machine: two drivers started side by side would race pip on /tmp/site.
-    _wheels_stamp=/tmp/site/.installed-$(ls .whl/*.whl | md5sum | cut -c1-12)
-    if [ ! -e "$_wheels_stamp" ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl || return 1
-        touch "$_wheels_stamp"
-    fi
+    # Once per machine and set of wheels, under a lock: two drivers started side by side would
+    # otherwise race pip on /tmp/site.
+    mkdir -p /tmp/site
+    _wheels_stamp=/tmp/site/.installed-$(md5sum .whl/*.whl | md5sum | cut -c1-12)
+    ( flock 9
+      [ -e "$_wheels_stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+          --upgrade --target /tmp/site .whl/*.whl && touch "$_wheels_stamp"; } ) 9>/tmp/site.lock || return 1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 # TRANSIT_BUILD_OK tells the drivers whether TRANSIT runs are possible; the comparison still

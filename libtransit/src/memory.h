@@ -15,9 +15,9 @@ void transit_mem_after_fork(void);
 /* Records the device's physical free and total memory, measured before TRANSIT's first
  * managed allocation on it. */
 void transit_mem_set_budget(int device, uint64_t free_bytes, uint64_t total_bytes);
-/* Limit mode guard: 0 to go ahead (the policy has made room for it under L first), -1 when the
- * allocation would take the process past the device's physical free memory (counted and logged;
- * the caller returns out-of-memory). */
+/* Limit mode guard: 0 to go ahead (after transit_policy_before_alloc, which may first make room
+ * for it under L), -1 when the allocation would take the process past the device's physical free
+ * memory (counted and logged; the caller returns out-of-memory). */
 int transit_mem_admit(int device, uint64_t size);
 void transit_mem_allocated(uint64_t ptr, uint64_t size, int device);
 /* 1 when ptr was a TRANSIT allocation (now forgotten), else 0. */

@@ -56,7 +56,8 @@
  * above apply again.
  *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing at a
- * launch synchronizes (only the fill, on the tick thread, waits for its own stream). */
+ * launch synchronizes (the fill, on the tick thread, and an allocating thread that made room wait
+ * for their own streams). */
 #include "policy.h"
 #include "alloc_table.h"
 #include "attrib.h"
@@ -142,7 +143,7 @@ static CUstream evict_stream, sweep_stream;
  * time, on a stream of their own; meanwhile the tick leaves the bound to them. */
 static pthread_mutex_t alloc_room_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUstream alloc_stream;
-static int alloc_evicting;
+static int stopping; /* the process exits: ticks and evictions stop at their next batch */
 static int context_entered;   /* by the tick thread */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
                                          * (tick thread only, like the rest below) */
@@ -440,7 +441,7 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
                     }
                 }
                 *cursor = at;
-                if (transit_now() >= until)
+                if (transit_now() >= until || __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
                     return false;
             }
         }
@@ -469,9 +470,9 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
-        if (!n)
+        if (!n || __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
             break;
-        if (fill_held) /* the device did not hold still (only this thread ends a fill) */
+        if (fill_held) /* the device did not hold still (only the tick thread ends a fill) */
             __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
@@ -494,8 +495,15 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
  * faster than the driver ran them, the passes kept the stream busy for seconds). */
 static void sweep(const transit_driver_api *drv, CUstream stream)
 {
-    if (drv->StreamQuery && drv->StreamQuery(stream) != CUDA_SUCCESS)
+    static int warned;
+    CUresult e = drv->StreamQuery ? drv->StreamQuery(stream) : CUDA_SUCCESS;
+    if (e == CUDA_ERROR_NOT_READY)
         return;
+    if (e != CUDA_SUCCESS) { /* the stream is broken: no sweep would ever end */
+        warn_once(&warned, "limit mode: cuStreamQuery on the sweep's stream; this sweep is dropped", drv, e);
+        sweep_due = 0;
+        return;
+    }
     if (walk_spilled(drv, stream, PREFETCH_SWEEP, 0, &sweep_cursor, transit_now() + SWEEP_PASS_S, UINT64_MAX)) {
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
@@ -925,14 +933,16 @@ static bool advise_due(void)
 static bool own_stream(const transit_driver_api *drv, CUstream *stream)
 {
     static int no_stream;
-    if (*stream)
+    CUstream created;
+    if (__atomic_load_n(stream, __ATOMIC_ACQUIRE))
         return true;
     if (__atomic_load_n(&no_stream, __ATOMIC_RELAXED))
         return false;
-    CUresult e = drv->StreamCreate ? drv->StreamCreate(stream, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
-    if (e == CUDA_SUCCESS)
+    CUresult e = drv->StreamCreate ? drv->StreamCreate(&created, CU_STREAM_NON_BLOCKING) : CUDA_ERROR_NOT_SUPPORTED;
+    if (e == CUDA_SUCCESS) {
+        __atomic_store_n(stream, created, __ATOMIC_RELEASE); /* allocating threads read the tick's */
         return true;
-    *stream = NULL;
+    }
     warn_once(&no_stream, "limit mode: cuStreamCreate for evictions; no evictions", drv, e);
     return false;
 }
@@ -944,7 +954,10 @@ void transit_policy_tick(void)
 {
     const transit_driver_api *drv;
     int dev = transit_g.id.device;
-    transit_tick tick = {.t_s = transit_now()};
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        return;
+    transit_tick tick = {.t_s = transit_now() - transit_g.start_unix};
+    double began = transit_monotonic();
     /* Read once: an iteration mark on another thread may start the fill during this tick. */
     int fill_at_start = fill_now();
     bool fill_held = fill_holds(fill_at_start);
@@ -965,12 +978,17 @@ void transit_policy_tick(void)
         /* The bound shows evictions only once they ran: while earlier ones still do, it would ask
          * for them again. (Queried in relaxed mode: a query can break another thread's global
          * capture.) */
-        if (over && ((evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS)) ||
-                     __atomic_load_n(&alloc_evicting, __ATOMIC_ACQUIRE)))
+        if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
+            over = 0;
+        /* An allocating thread making room has the bound to itself meanwhile. */
+        bool bound_held = over && pthread_mutex_trylock(&alloc_room_lock) == 0;
+        if (!bound_held)
             over = 0;
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
             evict(drv, evict_stream, over, fill_held);
+        if (bound_held)
+            pthread_mutex_unlock(&alloc_room_lock);
         if (sweep_due && own_stream(drv, &sweep_stream))
             sweep(drv, sweep_stream);
         if (room && own_stream(drv, &evict_stream))
@@ -983,14 +1001,13 @@ void transit_policy_tick(void)
     if (estimating()) {
         tick.planning = transit_policy_planning();
         tick.sweep_due = sweep_due;
-        tick.fill_state = fill_now();
+        tick.fill_state = fill_state_names[fill_now()];
         tick.estimate = transit_get(&pc.resident);
         tick.smaps_bound = measured;
         tick.evicted = transit_get(&pc.evict_bytes);
         tick.swept = transit_get(&pc.sweep_bytes);
         tick.htod = transit_recorder_htod_bytes();
-        tick.work_ms = (transit_now() - tick.t_s) * 1e3;
-        tick.t_s -= transit_g.start_unix;
+        tick.work_ms = (transit_monotonic() - began) * 1e3;
         transit_ticklog_write(&tick);
     }
 }
@@ -1001,30 +1018,42 @@ void transit_policy_tick(void)
  * device), and PyTorch's allocator takes gigabytes at a time: on an H200 a new segment took the
  * bound 1.8 GiB over L between two ticks, and the tick's evictions then ran for 2.7 s. So, by the
  * tick's rule with the allocation counted in, the allocating thread evicts first, on a stream of
- * its own, and waits for it (an allocation is no launch): the allocation then fits. */
+ * its own, and waits for it (an allocation is no launch): the allocation then fits. It holds
+ * alloc_room_lock meanwhile, which keeps the tick's bound evictions off, and first waits for those
+ * the tick queued already (the bound shows evictions only once they ran). Only in the device's
+ * context (a thread may allocate before any runtime call made one current), and not while
+ * planning or while advise's fill holds (bound_excess gives 0 then). */
 void transit_policy_before_alloc(uint64_t size)
 {
     static int warned;
     const transit_driver_api *drv;
-    bool fill_held = fill_holds(fill_now()); /* then only smaps readings decide: no excess */
+    CUdevice dev;
     uint64_t bound = read_bound();
-    if (bound == UINT64_MAX || !bound_excess(bound + size, fill_held) || !(drv = policy_driver()))
+    if (bound == UINT64_MAX || !bound_excess(bound + size, fill_holds(fill_now())) || !(drv = policy_driver()) ||
+        drv->CtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != transit_g.id.device)
         return;
     CUstreamCaptureMode saved;
     bool relaxed = relax_capture_mode(drv, &saved);
     pthread_mutex_lock(&alloc_room_lock);
-    /* Read again under the lock: another allocating thread may have made the room meanwhile. */
-    uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_held);
+    CUstream tick_stream = __atomic_load_n(&evict_stream, __ATOMIC_ACQUIRE);
+    if (tick_stream && drv->StreamSynchronize)
+        drv->StreamSynchronize(tick_stream);
+    /* Read again: the tick's evictions ran, another allocating thread may have made the room, an
+     * iteration mark may have started the fill. */
+    uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_holds(fill_now()));
     if (over && own_stream(drv, &alloc_stream)) {
-        __atomic_store_n(&alloc_evicting, 1, __ATOMIC_RELEASE);
         evict(drv, alloc_stream, over, false);
         CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS)
             warn_once(&warned, "limit mode: cuStreamSynchronize after evicting for an allocation", drv, e);
-        __atomic_store_n(&alloc_evicting, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&alloc_room_lock);
     restore_capture_mode(drv, relaxed, &saved);
+}
+
+void transit_policy_stop(void)
+{
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
 }
 
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
@@ -1071,7 +1100,7 @@ void transit_policy_after_fork(void)
     moves_at_mark = UINT64_MAX;
     fill_cursor = 0;
     evict_stream = sweep_stream = alloc_stream = NULL;
-    alloc_evicting = 0;
+    stopping = 0;
     context_entered = 0;
     host_check_next = 0;
     sweep_cursor = 0;

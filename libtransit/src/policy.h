@@ -12,6 +12,8 @@
 void transit_policy_after_fork(void);
 /* Limit mode, before a managed allocation of `size` bytes is made: room for it (may evict and wait). */
 void transit_policy_before_alloc(uint64_t size);
+/* At exit, before the tick thread is waited for: ticks, evictions and sweeps stop at their next batch. */
+void transit_policy_stop(void);
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device);
 void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* Bytes of managed memory believed resident on the device (limit mode's estimate). */

@@ -32,7 +32,7 @@
 #define THREAD_TICK_MS 20               /* both threads: iteration polling, CUPTI control; policy ticks */
 #define FLUSH_PERIOD_MS 500             /* deliver partly filled buffers this often... */
 #define FLUSH_PERIOD_LIMIT_MS 100       /* ...and more often in limit mode: the estimate lags by this much */
-#define EXIT_WAIT_MS 2000               /* at exit, how long to wait for the recorder thread */
+#define EXIT_WAIT_MS 2000               /* at exit, how long to wait for both threads */
 #define CORR_TABLE_BITS 18              /* correlation id -> ordinal, direct-mapped */
 #define CORR_TABLE_SIZE (1u << CORR_TABLE_BITS)
 #define TIMELINE_ENTRIES 512
@@ -432,7 +432,7 @@ static void init_thread_sync(void)
     pthread_condattr_destroy(&ca);
 }
 
-static void start_thread(const char *name, void *(*main_fn)(void *))
+static void start_thread(const char *name, void *(*main_fn)(void *), const char *lost)
 {
     pthread_t t;
     sigset_t all, old;
@@ -447,7 +447,7 @@ static void start_thread(const char *name, void *(*main_fn)(void *))
         pthread_mutex_lock(&thread_lock);
         threads_running--;
         pthread_mutex_unlock(&thread_lock);
-        transit_warn("recorder: cannot start its %s thread (error %d)", name, err);
+        transit_warn("recorder: cannot start its %s thread (error %d): %s", name, err, lost);
         return;
     }
     pthread_setname_np(t, name);
@@ -457,8 +457,8 @@ static void start_thread(const char *name, void *(*main_fn)(void *))
 static void start_threads(void)
 {
     thread_stop = 0;
-    start_thread("transit-rec", recorder_main);
-    start_thread("transit-tick", tick_main);
+    start_thread("transit-rec", recorder_main, "no CUPTI flushes, no iteration polling");
+    start_thread("transit-tick", tick_main, "no policy ticks (limit mode evicts only at launches)");
 }
 
 static void stop_threads(void)
@@ -466,6 +466,7 @@ static void stop_threads(void)
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += EXIT_WAIT_MS / 1000;
+    transit_policy_stop(); /* a tick's evictions can run for seconds: they stop at their next batch */
     pthread_mutex_lock(&thread_lock);
     thread_stop = 1;
     pthread_cond_broadcast(&thread_cond);

@@ -29,6 +29,13 @@ double transit_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double transit_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 void transit_raise_peak(uint64_t *peak, uint64_t value)
 {
     uint64_t old = __atomic_load_n(peak, __ATOMIC_RELAXED);

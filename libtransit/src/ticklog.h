@@ -11,14 +11,15 @@
 typedef struct transit_tick {
     double t_s;                 /* since activation */
     bool planning, sweep_due;   /* sweep_due: at the tick's end */
-    int fill_state;
+    const char *fill_state;     /* advise's fill: waiting, filling, full, ended */
     uint64_t estimate;          /* the chunk estimate of device-resident bytes, at the tick's end */
     uint64_t bound;             /* the RSS bound this tick; UINT64_MAX when not read */
     uint64_t smaps_bound;       /* the smaps reading's bound; UINT64_MAX when none this tick */
-    uint64_t over_asked, over;  /* what the bound asked to evict; what went (0 while earlier evictions ran) */
+    uint64_t over_asked, over;  /* what the bound asked to evict; what was asked of the eviction (0 while
+                                 * earlier evictions ran or an allocating thread made room) */
     uint64_t evicted, swept;    /* cumulative bytes asked to the host: evictions, sweeps */
     uint64_t htod;              /* cumulative HtoD bytes in migration records */
-    double work_ms;             /* the tick's policy work */
+    double work_ms;             /* the tick's policy work (monotonic clock) */
 } transit_tick;
 
 /* Appends one line (the header first); with TRANSIT_TICK_LOG off, nothing. */

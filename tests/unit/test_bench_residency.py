@@ -121,6 +121,7 @@ def test_monitor_skips_a_walk_during_which_the_allocator_grew(monkeypatch):
     monkeypatch.setattr(common.torch.cuda, "memory_reserved", lambda device=None: next(reserved))
     monitor.sample_residency()  # 5 GiB before the walk, 9 GiB after
     assert monitor.residency_samples_skipped == 1 and monitor.managed_bound_peak is None
+    assert monitor.uvm_host_peak == host  # the host reading stands on its own
     monitor.sample_residency()
     assert monitor.managed_bound == monitor.managed_bound_peak == 2 * GIB
     assert monitor.uvm_host_peak == host
