@@ -309,6 +309,36 @@ def test_plots(tmp_path: Path) -> None:
         assert path.stat().st_size > 10_000
 
 
+TICKS_DIR = Path(__file__).resolve().parents[1] / "fixtures/report/ticks-h200"
+
+
+def test_tick_log_beside_a_stats_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A real stats file and its TRANSIT_TICK_LOG CSV (the GPU policy test's base run, L = 1 GiB,
+    H200): the summary's peak is the stats file's own, the bound was over L for a few seconds of
+    warm-up and the first planned iterations, and --plot draws it."""
+    out = run_json(capsys, str(TICKS_DIR))
+    (rank,) = out["ranks"]
+    assert rank["tick_log"] == {"ticks": 719, "bound_peak_bytes": 1831350272, "seconds_over_limit": 3.08,
+                                "longest_tick_ms": 233.006}
+    assert rank["tick_log"]["bound_peak_bytes"] == rank["device_bound_peak_bytes"]
+    assert out["warnings"] == []
+    (bound_over,) = [n for n in out["notes"] if n["code"] == "limit-bound-over"]
+    assert "for up to 3.1 s by the tick log" in bound_over["message"]
+    report = load_report(str(TICKS_DIR), use_slurm=False)
+    (drawn,) = [p for p in write_plots(report, tmp_path) if p.name == "control.png"]
+    assert drawn.stat().st_size > 20_000
+
+
+def test_unreadable_tick_log_is_a_named_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for f in TICKS_DIR.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    log = next(tmp_path.glob("*.ticks.csv"))
+    log.write_text("t_s,bound_bytes,work_ms\n1.0,lots,2.0\n")
+    out = run_json(capsys, str(tmp_path))
+    assert [w["code"] for w in out["warnings"]] == ["unreadable-tick-log"]
+    assert out["ranks"][0]["tick_log"] is None and out["ranks"][0]["device_bound_peak_bytes"] == 1831350272
+
+
 def test_json_is_serialisable_without_slurm_facts(tmp_path: Path) -> None:
     report = load_report(str(job(tmp_path, 2)), use_slurm=False)
     assert json.loads(json.dumps(report_json(report, notes(report))))["job"]["source"] == "stats-files"

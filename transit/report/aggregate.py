@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from transit.report.load import DUPLICATE_RANK, MISSING_RANK, RankFile, ReportWarning
+from transit.report.load import DUPLICATE_RANK, MISSING_RANK, RankFile, ReportWarning, TickLog
 from transit.report.thresholds import SMALL_MIGRATION_BYTES
 from transit.report.units import compact_ranges
 from transit.slurm import JobFacts
@@ -96,6 +96,7 @@ class RankRow:
     dropped_records: int = _from("recorder.dropped_records", 0)
     library_warnings: list[str] = field(default_factory=list, metadata={"path": "warnings"})
     timeline: list[dict[str, Any]] = field(default_factory=list, metadata={"path": "timeline"})
+    tick_log: TickLog | None = None  # from the CSV beside the stats file, not from the stats document
 
     @property
     def label(self) -> str:
@@ -109,6 +110,24 @@ class RankRow:
     @property
     def small_htod_share(self) -> float | None:
         return small_share(self.htod_histogram)
+
+    @functools.cached_property
+    def tick_summary(self) -> dict[str, Any] | None:
+        """The tick log in three figures: ticks, seconds the bound was over the limit (each tick's
+        reading held until the next reading), and the longest tick's work."""
+        log = self.tick_log
+        if log is None:
+            return None
+        read = [(t, b) for t, b in zip(log.t_s, log.bound_bytes) if b is not None]
+        over = 0.0
+        if self.limit_bytes:
+            over = sum(t1 - t0 for (t0, b), (t1, _) in itertools.pairwise(read) if b > self.limit_bytes)
+        return {
+            "ticks": len(log.t_s),
+            "bound_peak_bytes": max((b for _, b in read), default=None),
+            "seconds_over_limit": round(over, 3),
+            "longest_tick_ms": max(log.work_ms, default=None),
+        }
 
     @functools.cached_property
     def intervals(self) -> list[Interval]:
@@ -198,7 +217,7 @@ UNKNOWN_WHEN_NEGATIVE = ("rank", "world_size", "local_rank", "device")
 
 
 def rank_row(rank_file: RankFile) -> RankRow:
-    values: dict[str, Any] = {"file": str(rank_file.path)}
+    values: dict[str, Any] = {"file": str(rank_file.path), "tick_log": rank_file.ticks}
     for name, keys, read in _STAT_FIELDS:
         value: Any = rank_file.stats
         for key in keys:

@@ -10,8 +10,8 @@ from transit.report.notes import Note, migrating_interval_share
 
 REPORT_SCHEMA = "transit.report/1"
 
-# RankRow fields left out of "ranks": the timeline is for plots, and can be long.
-OMITTED_RANK_FIELDS = ("timeline",)
+# RankRow fields left out of "ranks": the timeline and the tick log are for plots, and can be long.
+OMITTED_RANK_FIELDS = ("timeline", "tick_log")
 RANK_KEYS = [f.name for f in fields(RankRow) if f.name not in OMITTED_RANK_FIELDS]
 
 
@@ -19,6 +19,7 @@ def _rank(row: RankRow) -> dict[str, Any]:
     out = {name: getattr(row, name) for name in RANK_KEYS}
     out["small_htod_share"] = row.small_htod_share
     out["migrating_interval_share"] = migrating_interval_share(row)
+    out["tick_log"] = row.tick_summary
     return out
 
 

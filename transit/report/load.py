@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from transit.errors import UsageError
 
 RANK_SCHEMA = "transit.rank/1"
 RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
+TICK_LOG_SUFFIX = ".ticks.csv"  # TRANSIT_TICK_LOG=1: rank<R>.<host>.<pid>.ticks.csv beside the stats file
 JOB_ID_PATTERN = re.compile(r"^\d+$")  # SLURM_JOB_ID, which names the plugin's <report dir>/<jobid>/
 
 # The development cluster's report directory, under its checkout (scripts/dev-cluster writes report_dir= there).
@@ -30,6 +32,7 @@ DUPLICATE_RANK = "duplicate-rank"
 NO_SLURM_FACTS = "no-slurm-facts"
 NO_STATS_FILES = "no-stats-files"
 JOB_NOT_FINISHED = "job-not-finished"
+UNREADABLE_TICK_LOG = "unreadable-tick-log"
 
 # Slurm states in which tasks may still be running, so stats files may still be missing
 UNFINISHED_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
@@ -45,9 +48,49 @@ class ReportWarning:
 
 
 @dataclass(frozen=True)
+class TickLog:
+    """libtransit's limit-mode control, one entry per tick (TRANSIT_TICK_LOG=1): seconds since the
+    library started, the measured bound on the device's managed data (None where the tick did not
+    read it), and how long the tick's work took."""
+
+    t_s: list[float]
+    bound_bytes: list[int | None]
+    work_ms: list[float]
+
+
+@dataclass(frozen=True)
 class RankFile:
     path: Path
     stats: dict[str, Any]
+    ticks: TickLog | None = None
+
+
+class TickLogs:
+    """The tick logs beside the stats files; a rank without one has none."""
+
+    COLUMNS = ("t_s", "bound_bytes", "work_ms")
+
+    @classmethod
+    def read(cls, stats_path: Path) -> tuple[TickLog | None, ReportWarning | None]:
+        path = stats_path.with_name(stats_path.name.removesuffix(".json") + TICK_LOG_SUFFIX)
+        if not path.exists():
+            return None, None
+        try:
+            with path.open(newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+            log = TickLog(
+                t_s=[float(r["t_s"]) for r in rows],
+                bound_bytes=[int(r["bound_bytes"]) if r["bound_bytes"] else None for r in rows],
+                work_ms=[float(r["work_ms"]) for r in rows],
+            )
+        except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
+            return None, ReportWarning(
+                UNREADABLE_TICK_LOG,
+                f"cannot read {path.name} (columns {', '.join(cls.COLUMNS)} expected): {exc!r}; "
+                "the rank is reported without it",
+                str(path),
+            )
+        return log, None
 
 
 class StatsFiles:
@@ -66,7 +109,9 @@ class StatsFiles:
             if warning is not None:
                 warnings.append(warning)
             if stats is not None:
-                files.append(RankFile(path=path, stats=stats))
+                ticks, tick_warning = TickLogs.read(path)
+                warnings += [tick_warning] if tick_warning else []
+                files.append(RankFile(path=path, stats=stats, ticks=ticks))
         if not paths:
             warnings.append(
                 ReportWarning(NO_STATS_FILES, f"no {RANK_FILE_PATTERN} files in {self.directory}: no task called "

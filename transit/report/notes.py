@@ -196,12 +196,15 @@ def _bound_over_limit(report: Report) -> Note | None:
     if not hit:
         return None
     worst = max(r.device_bound_peak_bytes or 0 for r in hit)
+    logged = [r.tick_summary["seconds_over_limit"] for r in hit if r.tick_summary]
+    how_long = f" for up to {max(logged):.1f} s by the tick log" if logged else ""
     return Note(
         "limit-bound-over",
         WARNING,
         f"managed memory not on the host reached {format_bytes(worst)} on {rank_list(_numbers(hit))}, above "
-        "the limit: data reached the GPU faster than TRANSIT evicted it, so for a while the device held "
-        f"more than the limit ({sum(r.sweeps for r in hit)} sweeps for chunks the estimate had lost)",
+        "the limit: data reached the GPU faster than TRANSIT evicted it, so for a while"
+        f"{how_long} the device held more than the limit ({sum(r.sweeps for r in hit)} sweeps for chunks "
+        "the estimate had lost)",
         _numbers(hit),
     )
 

@@ -137,7 +137,44 @@ def ranks(report: Report, path: Path) -> Path:
     return path
 
 
-PLOTS = {"migration-sizes.png": migration_sizes, "timeline.png": timeline, "ranks.png": ranks}
+def control(report: Report, path: Path) -> Path:
+    """Limit mode's measured bound over time from the tick logs (TRANSIT_TICK_LOG=1), one line per
+    rank in one LineCollection, each limit dashed."""
+    plt = _pyplot()
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    logged = [row for row in report.ranks if row.tick_log is not None]
+    lines = [
+        [(t, b / GIB) for t, b in zip(row.tick_log.t_s, row.tick_log.bound_bytes) if b is not None]
+        for row in logged
+        if row.tick_log is not None
+    ]
+    colours = [f"C{index % 10}" for index in range(len(lines))]
+    ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.7))
+    ax.autoscale()
+    handles = []
+    for limit in sorted({row.limit_bytes for row in logged if row.limit_bytes}):
+        ax.axhline(limit / GIB, color="black", linestyle="--", linewidth=1)
+        handles.append(Line2D([], [], color="black", linestyle="--", label=f"limit {limit / GIB:.1f} GiB"))
+    if len(logged) <= LEGEND_MAX_RANKS:
+        handles += [Line2D([], [], color=c, label=f"rank {row.label}") for c, row in zip(colours, logged)]
+    if handles:
+        ax.legend(handles=handles, fontsize="small")
+    ax.set_title(
+        f"Managed data on the device (measured bound), job {report.header.job_id or '?'}"
+        + ("" if logged else " (no tick logs: TRANSIT_TICK_LOG=1 writes them)")
+    )
+    ax.set_ylabel("GiB")
+    ax.set_xlabel("time since libtransit started (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+PLOTS = {"migration-sizes.png": migration_sizes, "timeline.png": timeline, "ranks.png": ranks, "control.png": control}
 
 
 def write_plots(report: Report, directory: Path) -> list[Path]:
