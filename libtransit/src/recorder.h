@@ -25,8 +25,8 @@
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
  * that none is made inside a CUPTI callback and polls iteration marks (the only source of
  * boundaries when there are no launch callbacks). A second one ("transit-tick") calls
- * transit_policy_tick(): on an H200 the first stalled for 2 s at each optimizer step of warm-up
- * while the device took in 8 GiB, and the evictions must not wait for it. */
+ * transit_policy_tick(): on an H200 the first stalled for 2 s at two optimizer steps of warm-up
+ * while the bound rose by 8 GiB, and the evictions must not wait for it. */
 #ifndef TRANSIT_RECORDER_H
 #define TRANSIT_RECORDER_H
 
