@@ -18,8 +18,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     # Once per machine and set of wheels, under a lock: two drivers started side by side would
     # otherwise race pip on /tmp/site.
     mkdir -p /tmp/site
-    _wheels_stamp=/tmp/site/.installed-$(md5sum .whl/*.whl | md5sum | cut -c1-12)
-    ( flock 9
+    _wheels_stamp=/tmp/site/.installed-$(stat -c '%n %s %Y' .whl/*.whl | md5sum | cut -c1-12)
+    ( flock 9 || exit 1
       [ -e "$_wheels_stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
           --upgrade --target /tmp/site .whl/*.whl && touch "$_wheels_stamp"; } ) 9>/tmp/site.lock || return 1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

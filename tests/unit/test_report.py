@@ -23,6 +23,7 @@ from transit.report.thresholds import SMALL_MIGRATION_SHARE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 README = Path(__file__).resolve().parents[2] / "transit" / "report" / "README.md"
+TICKS_DIR = FIXTURES / "report" / "ticks-h200"  # a real stats file and its TRANSIT_TICK_LOG CSV
 
 _spec = importlib.util.spec_from_file_location("report_synthetic", FIXTURES / "report" / "synthetic.py")
 assert _spec is not None and _spec.loader is not None
@@ -79,6 +80,7 @@ def test_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixture[
         | set(out["totals"])
         | set(out["iterations"])
         | set(out["notes"][0])
+        | set(run_json(capsys, str(TICKS_DIR))["ranks"][0]["tick_log"])
     )
     assert keys - documented == set()
 
@@ -309,9 +311,6 @@ def test_plots(tmp_path: Path) -> None:
         assert path.stat().st_size > 10_000
 
 
-TICKS_DIR = Path(__file__).resolve().parents[1] / "fixtures/report/ticks-h200"
-
-
 def test_tick_log_beside_a_stats_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A real stats file and its TRANSIT_TICK_LOG CSV (the GPU policy test's base run, L = 1 GiB,
     H200): the summary's peak is the stats file's own, the bound was over L for a few seconds of
@@ -329,11 +328,43 @@ def test_tick_log_beside_a_stats_file(capsys: pytest.CaptureFixture[str], tmp_pa
     assert drawn.stat().st_size > 20_000
 
 
-def test_unreadable_tick_log_is_a_named_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def copy_ticks_dir(tmp_path: Path) -> Path:
     for f in TICKS_DIR.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
-    log = next(tmp_path.glob("*.ticks.csv"))
-    log.write_text("t_s,bound_bytes,work_ms\n1.0,lots,2.0\n")
+    return next(tmp_path.glob("*.ticks.csv"))
+
+
+@pytest.mark.parametrize(
+    ("lines", "summary"),
+    [
+        # header only: no ticks, nothing to draw, no time over the limit to speak of
+        ([], {"ticks": 0, "bound_peak_bytes": None, "seconds_over_limit": None, "longest_tick_ms": None}),
+        # no reading in any tick (smaps never showed the UVM mapping)
+        (["0.1,0,waiting,0,1,,,0,0,0,0,0,1.5"],
+         {"ticks": 1, "bound_peak_bytes": None, "seconds_over_limit": None, "longest_tick_ms": 1.5}),
+        # the smaps reading counts where it is the higher; a last line cut short is left out
+        (["0.1,0,waiting,0,1,900,2147483648,0,0,0,0,0,1.0", "0.3,0,waiting,0,1,900,,0,0,0,0,0,2.0", "0.5,0,wa"],
+         {"ticks": 2, "bound_peak_bytes": 2147483648, "seconds_over_limit": 0.2, "longest_tick_ms": 2.0}),
+    ],
+)
+def test_tick_logs_with_few_readings(capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str],
+                                     summary: dict[str, Any]) -> None:
+    log = copy_ticks_dir(tmp_path)
+    header = log.read_text().splitlines()[0]
+    log.write_text("\n".join([header, *lines]) + "\n")
+    out = run_json(capsys, str(tmp_path))
+    assert out["ranks"][0]["tick_log"] == summary and out["warnings"] == []
+    (bound_over,) = [n for n in out["notes"] if n["code"] == "limit-bound-over"]  # from the stats file
+    assert ("by the tick log" in bound_over["message"]) == (summary["seconds_over_limit"] is not None)
+    written = write_plots(load_report(str(tmp_path), use_slurm=False), tmp_path / "plots")
+    assert (tmp_path / "plots" / "control.png") in written
+
+
+@pytest.mark.parametrize("row", ["1.0,lots,,2.0", "2.0,5,,nan", "inf,5,,1.0"])
+def test_unreadable_tick_log_is_a_named_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                row: str) -> None:
+    log = copy_ticks_dir(tmp_path)
+    log.write_text(f"t_s,bound_bytes,smaps_bound_bytes,work_ms\n{row}\n")
     out = run_json(capsys, str(tmp_path))
     assert [w["code"] for w in out["warnings"]] == ["unreadable-tick-log"]
     assert out["ranks"][0]["tick_log"] is None and out["ranks"][0]["device_bound_peak_bytes"] == 1831350272

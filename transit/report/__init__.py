@@ -8,7 +8,7 @@ Modules, one concern each:
   notes.py       advice and warnings for the user, driven by those thresholds
   render.py      the text report: header, tables coloured by threshold, notes (--no-color: plain)
   as_json.py     --json (schema "transit.report/1"; every key is documented in README.md)
-  plots.py       --plot DIR: migration-sizes.png, timeline.png, ranks.png
+  plots.py       --plot DIR: migration-sizes.png, timeline.png, ranks.png, control.png
 
 The report directory, for `transit report JOBID`, is the first found of: --report-dir,
 $TRANSIT_REPORT_DIR, the report_dir= argument of spank_transit.so in the plugstack.conf that

@@ -113,19 +113,22 @@ class RankRow:
 
     @functools.cached_property
     def tick_summary(self) -> dict[str, Any] | None:
-        """The tick log in three figures: ticks, seconds the bound was over the limit (each tick's
-        reading held until the next reading), and the longest tick's work."""
+        """The tick log in figures: ticks, the highest bound read, seconds the bound was over the
+        limit (each reading held until the next; None without a limit or two readings), and the
+        longest tick's work."""
         log = self.tick_log
         if log is None:
             return None
-        read = [(t, b) for t, b in zip(log.t_s, log.bound_bytes) if b is not None]
-        over = 0.0
-        if self.limit_bytes:
-            over = sum(t1 - t0 for (t0, b), (t1, _) in itertools.pairwise(read) if b > self.limit_bytes)
+        read = [(t, b) for t, b in zip(log.t_s, log.bound_bytes, strict=True) if b is not None]
+        over = None
+        if self.limit_bytes and len(read) >= 2:
+            # max(0, ...): the tick's clock is the wall clock, which a time step can move back
+            over = round(float(sum(max(0.0, t1 - t0) for (t0, b), (t1, _) in itertools.pairwise(read)
+                                   if b > self.limit_bytes)), 3)
         return {
             "ticks": len(log.t_s),
             "bound_peak_bytes": max((b for _, b in read), default=None),
-            "seconds_over_limit": round(over, 3),
+            "seconds_over_limit": over,
             "longest_tick_ms": max(log.work_ms, default=None),
         }
 

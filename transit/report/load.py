@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -50,12 +51,24 @@ class ReportWarning:
 @dataclass(frozen=True)
 class TickLog:
     """libtransit's limit-mode control, one entry per tick (TRANSIT_TICK_LOG=1): seconds since the
-    library started, the measured bound on the device's managed data (None where the tick did not
-    read it), and how long the tick's work took."""
+    library started, the measured bound on the device's managed data (the higher of the tick's RSS
+    and smaps readings; None where it read neither), and how long the tick's work took."""
 
     t_s: list[float]
     bound_bytes: list[int | None]
     work_ms: list[float]
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
+
+
+def _reading(row: dict[str, str]) -> int | None:
+    values = [int(row[column]) for column in ("bound_bytes", "smaps_bound_bytes") if row[column]]
+    return max(values, default=None)
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ class RankFile:
 class TickLogs:
     """The tick logs beside the stats files; a rank without one has none."""
 
-    COLUMNS = ("t_s", "bound_bytes", "work_ms")
+    COLUMNS = ("t_s", "bound_bytes", "smaps_bound_bytes", "work_ms")
 
     @classmethod
     def read(cls, stats_path: Path) -> tuple[TickLog | None, ReportWarning | None]:
@@ -78,10 +91,12 @@ class TickLogs:
         try:
             with path.open(newline="", encoding="utf-8") as f:
                 rows = list(csv.DictReader(f))
+            if rows and None in rows[-1].values():
+                rows.pop()  # a last line cut short (the process was killed while writing it)
             log = TickLog(
-                t_s=[float(r["t_s"]) for r in rows],
-                bound_bytes=[int(r["bound_bytes"]) if r["bound_bytes"] else None for r in rows],
-                work_ms=[float(r["work_ms"]) for r in rows],
+                t_s=[_finite(r["t_s"]) for r in rows],
+                bound_bytes=[_reading(r) for r in rows],
+                work_ms=[_finite(r["work_ms"]) for r in rows],
             )
         except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
             return None, ReportWarning(

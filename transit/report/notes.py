@@ -196,7 +196,8 @@ def _bound_over_limit(report: Report) -> Note | None:
     if not hit:
         return None
     worst = max(r.device_bound_peak_bytes or 0 for r in hit)
-    logged = [r.tick_summary["seconds_over_limit"] for r in hit if r.tick_summary]
+    logged = [r.tick_summary["seconds_over_limit"] for r in hit
+              if r.tick_summary and r.tick_summary["seconds_over_limit"] is not None]
     how_long = f" for up to {max(logged):.1f} s by the tick log" if logged else ""
     return Note(
         "limit-bound-over",

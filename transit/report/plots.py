@@ -145,12 +145,13 @@ def control(report: Report, path: Path) -> Path:
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    logged = [row for row in report.ranks if row.tick_log is not None]
-    lines = [
-        [(t, b / GIB) for t, b in zip(row.tick_log.t_s, row.tick_log.bound_bytes) if b is not None]
-        for row in logged
-        if row.tick_log is not None
-    ]
+    logged, lines = [], []
+    for row in report.ranks:
+        log = row.tick_log
+        line = [(t, b / GIB) for t, b in zip(log.t_s, log.bound_bytes, strict=True) if b is not None] if log else []
+        if line:  # a log without readings has nothing to draw
+            logged.append(row)
+            lines.append(line)
     colours = [f"C{index % 10}" for index in range(len(lines))]
     ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.7))
     ax.autoscale()
@@ -164,7 +165,7 @@ def control(report: Report, path: Path) -> Path:
         ax.legend(handles=handles, fontsize="small")
     ax.set_title(
         f"Managed data on the device (measured bound), job {report.header.job_id or '?'}"
-        + ("" if logged else " (no tick logs: TRANSIT_TICK_LOG=1 writes them)")
+        + ("" if logged else " (no tick log with readings: TRANSIT_TICK_LOG=1 writes them)")
     )
     ax.set_ylabel("GiB")
     ax.set_xlabel("time since libtransit started (s)")
