@@ -145,6 +145,8 @@ static pthread_mutex_t alloc_room_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUstream alloc_stream;
 static int stopping; /* the process exits: ticks and evictions stop at their next batch */
 static int context_entered;   /* by the tick thread */
+static int context_gave_up;   /* entering it failed: no more tries (a fork child tries anew) */
+static int no_stream;         /* a stream could not be created: no more tries (likewise) */
 static int sweep_due;                   /* the host check found the estimate short; until a sweep ends
                                          * (tick thread only, like the rest below) */
 static int swept_since_mark;            /* a sweep began while planning since the last iteration mark
@@ -459,7 +461,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
-    for (;;) {
+    while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
         uint64_t resident = chunks ? transit_chunks_resident_bytes(chunks) : 0;
@@ -470,7 +472,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
-        if (!n || __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        if (!n)
             break;
         if (fill_held) /* the device did not hold still (only the tick thread ends a fill) */
             __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
@@ -813,16 +815,15 @@ void transit_policy_gpu_fault(uint64_t addr)
  * runtime uses), once; false, with one warning, if it cannot. */
 static bool enter_context(const transit_driver_api *drv, int dev)
 {
-    static int gave_up;
     CUcontext ctx;
     CUresult e = CUDA_ERROR_NOT_SUPPORTED;
     if (context_entered)
         return true;
-    if (gave_up)
+    if (context_gave_up)
         return false;
     if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
         (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-        warn_once(&gave_up, "policy: entering the primary context from the tick thread", drv, e);
+        warn_once(&context_gave_up, "policy: entering the primary context from the tick thread", drv, e);
         return false;
     }
     context_entered = 1;
@@ -932,7 +933,6 @@ static bool advise_due(void)
  * them, when the driver cannot create it. */
 static bool own_stream(const transit_driver_api *drv, CUstream *stream)
 {
-    static int no_stream;
     CUstream created;
     if (__atomic_load_n(stream, __ATOMIC_ACQUIRE))
         return true;
@@ -980,10 +980,16 @@ void transit_policy_tick(void)
          * capture.) */
         if (over && evict_stream && (!drv->StreamQuery || drv->StreamQuery(evict_stream) != CUDA_SUCCESS))
             over = 0;
-        /* An allocating thread making room has the bound to itself meanwhile. */
+        /* An allocating thread making room has the bound to itself meanwhile; one that just made
+         * room left a new bound, so it is read again. (While the fill holds, `over` is the smaps
+         * reading's, which stays.) */
         bool bound_held = over && pthread_mutex_trylock(&alloc_room_lock) == 0;
         if (!bound_held)
             over = 0;
+        else if (!fill_held) {
+            uint64_t now = read_bound();
+            over = now == UINT64_MAX ? 0 : bound_excess(now, false);
+        }
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
             evict(drv, evict_stream, over, fill_held);
@@ -1029,7 +1035,8 @@ void transit_policy_before_alloc(uint64_t size)
     const transit_driver_api *drv;
     CUdevice dev;
     uint64_t bound = read_bound();
-    if (bound == UINT64_MAX || !bound_excess(bound + size, fill_holds(fill_now())) || !(drv = policy_driver()) ||
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || bound == UINT64_MAX ||
+        !bound_excess(bound + size, fill_holds(fill_now())) || !(drv = policy_driver()) ||
         drv->CtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != transit_g.id.device)
         return;
     CUstreamCaptureMode saved;
@@ -1101,7 +1108,7 @@ void transit_policy_after_fork(void)
     fill_cursor = 0;
     evict_stream = sweep_stream = alloc_stream = NULL;
     stopping = 0;
-    context_entered = 0;
+    context_entered = context_gave_up = no_stream = 0;
     host_check_next = 0;
     sweep_cursor = 0;
     rss_calibrated = 0;
