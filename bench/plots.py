@@ -19,7 +19,6 @@ Every figure names the commit and device it came from.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -30,8 +29,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collect import offloaded
 from common import GIB, parse_size
+
+from transit.report.load import read_tick_log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Display order and names; runs absent from a file are left out.
@@ -217,19 +219,13 @@ def plot_warmup(docs: dict[Path, dict], out_dir: Path) -> list[Path]:
     return [path]
 
 
-def read_ticks(path: Path) -> tuple[list[float], list[float]]:
-    """Seconds and GiB of the bound, from the ticks that read it (TRANSIT_TICK_LOG's CSV)."""
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["bound_bytes"]]
-    return [float(r["t_s"]) for r in rows], [int(r["bound_bytes"]) / GIB for r in rows]
-
-
 def plot_ticks(paths: list[Path], limit: int, out_dir: Path) -> list[Path]:
     """One panel per tick log: what libtransit measured every tick, against L."""
     fig, axes = plt.subplots(len(paths), 1, figsize=(10, 2.6 * len(paths)), sharex=True, squeeze=False)
     for ax, path in zip(axes[:, 0], paths):
-        t, bound = read_ticks(path)
-        ax.plot(t, bound, linewidth=0.7, label="bound (managed bytes - host-resident ones)")
+        read = read_tick_log(path).readings()
+        ax.plot([t for t, _ in read], [b / GIB for _, b in read], linewidth=0.7,
+                label="bound (managed bytes - host-resident ones)")
         ax.axhline(limit / GIB, color="black", linestyle="--", linewidth=1, label=f"L {limit / GIB:.1f} GiB")
         ax.set_title(path.name, fontsize=9)
         ax.set_ylabel("GiB")

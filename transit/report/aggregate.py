@@ -119,7 +119,7 @@ class RankRow:
         log = self.tick_log
         if log is None:
             return None
-        read = [(t, b) for t, b in zip(log.t_s, log.bound_bytes, strict=True) if b is not None]
+        read = log.readings()
         over = None
         if self.limit_bytes and len(read) >= 2:
             # max(0, ...): the tick's clock is the wall clock, which a time step can move back

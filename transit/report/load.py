@@ -58,6 +58,10 @@ class TickLog:
     bound_bytes: list[int | None]
     work_ms: list[float]
 
+    def readings(self) -> list[tuple[float, int]]:
+        """(seconds, bound) of the ticks that read the bound."""
+        return [(t, b) for t, b in zip(self.t_s, self.bound_bytes, strict=True) if b is not None]
+
 
 def _finite(text: str) -> float:
     value = float(text)
@@ -69,6 +73,21 @@ def _finite(text: str) -> float:
 def _reading(row: dict[str, str]) -> int | None:
     values = [int(row[column]) for column in ("bound_bytes", "smaps_bound_bytes") if row[column]]
     return max(values, default=None)
+
+
+def read_tick_log(path: Path) -> TickLog:
+    """libtransit's tick CSV (TRANSIT_TICK_LOG=1); raises OSError, csv.Error, KeyError, TypeError or
+    ValueError on a file that is not one. A last line cut short (the process was killed while
+    writing it) is left out."""
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if rows and None in rows[-1].values():
+        rows.pop()
+    return TickLog(
+        t_s=[_finite(r["t_s"]) for r in rows],
+        bound_bytes=[_reading(r) for r in rows],
+        work_ms=[_finite(r["work_ms"]) for r in rows],
+    )
 
 
 @dataclass(frozen=True)
@@ -89,15 +108,7 @@ class TickLogs:
         if not path.exists():
             return None, None
         try:
-            with path.open(newline="", encoding="utf-8") as f:
-                rows = list(csv.DictReader(f))
-            if rows and None in rows[-1].values():
-                rows.pop()  # a last line cut short (the process was killed while writing it)
-            log = TickLog(
-                t_s=[_finite(r["t_s"]) for r in rows],
-                bound_bytes=[_reading(r) for r in rows],
-                work_ms=[_finite(r["work_ms"]) for r in rows],
-            )
+            log = read_tick_log(path)
         except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
             return None, ReportWarning(
                 UNREADABLE_TICK_LOG,

@@ -148,7 +148,7 @@ def control(report: Report, path: Path) -> Path:
     logged, lines = [], []
     for row in report.ranks:
         log = row.tick_log
-        line = [(t, b / GIB) for t, b in zip(log.t_s, log.bound_bytes, strict=True) if b is not None] if log else []
+        line = [(t, b / GIB) for t, b in log.readings()] if log else []
         if line:  # a log without readings has nothing to draw
             logged.append(row)
             lines.append(line)
