@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.conftest import TRAINING_JOB_TIMEOUT_S, sbatch_wait
 from transit import slurm
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
-# A training job may wait in the queue behind other tests' jobs: longer than the conftest's limit.
-TRAINING_JOB_TIMEOUT_S = 600
 NPROC_PER_NODE = 2  # CPU processes per emulated node (each node has 4 CPUs)
 
 
@@ -36,21 +35,15 @@ def run_waiting(args: list[str], env: dict[str, str]) -> subprocess.CompletedPro
                           check=False)
 
 
-def sbatch_wait(env, nodes: int, command: str, output: Path) -> str:
-    """Run `command` as a batch job on `nodes` nodes, wait for it, return its output."""
-    result = run_waiting(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
-                          "--wrap", command], env)
-    log = output.read_text() if output.exists() else ""
-    assert result.returncode == 0, f"job failed: {result.stderr}\n{log}"
-    return log
 
 
 def train_through_launch(env, tmp_path: Path, nodes: int, parallel: str) -> dict:
     out = tmp_path / f"loss-{parallel}-{nodes}.json"
-    log = sbatch_wait(env, nodes,
-                      f"transit launch --global-batch 8 --local-batch 2 --nproc-per-node {NPROC_PER_NODE} "
-                      f"-- {TRAIN_TINY} --parallel {parallel} --steps 5 --out {out}",
-                      tmp_path / f"job-{parallel}-{nodes}.out")
+    output = tmp_path / f"job-{parallel}-{nodes}.out"
+    command = (f"transit launch --global-batch 8 --local-batch 2 --nproc-per-node {NPROC_PER_NODE} "
+               f"-- {TRAIN_TINY} --parallel {parallel} --steps 5 --out {out}")
+    sbatch_wait(env, [f"--nodes={nodes}", "--wrap", command], output, result_file=out)
+    log = output.read_text()
     dp = nodes * NPROC_PER_NODE
     assert f"DP {dp}, global batch 8 = local 2 x DP {dp} x accumulation {8 // (2 * dp)}" in log
     return json.loads(out.read_text())

@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.slurm.conftest import GLOO_EXIT_ABORT, sbatch_wait
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
-# A training job may wait in the queue behind other tests' jobs: longer than the conftest's limit.
-TRAINING_JOB_TIMEOUT_S = 600
 TEMPLATES = {name: REPO / "scripts" / f"sbatch-{name}.sh" for name in ("torchrun", "torchtitan")}
 
 
@@ -29,13 +28,9 @@ def env(cluster):
     return cluster.env(PATH=f"{TRANSIT_BIN}:{os.environ['PATH']}", PYTHON=sys.executable)
 
 
-def submit_template(env, template: Path, nodes: int, output: Path, args: list[str]) -> str:
-    result = subprocess.run(["sbatch", "--wait", "--parsable", f"--nodes={nodes}", f"--output={output}",
-                             str(template), *args], env=env, capture_output=True, text=True,
-                            timeout=TRAINING_JOB_TIMEOUT_S, check=False)
-    log = output.read_text() if output.exists() else ""
-    assert result.returncode == 0, f"job failed: {result.stderr}\n{log}"
-    return result.stdout.strip()
+def submit_template(env, template: Path, nodes: int, output: Path, args: list[str],
+                    result_file: Path | None = None) -> str:
+    return sbatch_wait(env, [f"--nodes={nodes}", str(template), *args], output, result_file)
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -51,7 +46,7 @@ def test_torchrun_template_trains_the_tiny_model_with_transit(env, tmp_path):
     out = tmp_path / "loss.json"
     env = env | {"GLOBAL_BATCH": "8", "LOCAL_BATCH": "2", "NPROC_PER_NODE": "2"}
     submit_template(env, TEMPLATES["torchrun"], 2, tmp_path / "job.out",
-                    [str(TRAIN_TINY), "--steps", "3", "--out", str(out)])
+                    [str(TRAIN_TINY), "--steps", "3", "--out", str(out)], result_file=out)
     result = json.loads(out.read_text())
     assert (result["world_size"], result["global_batch"], result["grad_accum"]) == (4, 8, 1)
     assert result["transit_policy"] == "advise"  # #SBATCH --transit=advise reached the srun step
@@ -76,3 +71,17 @@ def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
         "-m", "torchtitan.train", "--module", "llama3", "--config", "llama3_debugmodel",
         "--training.global_batch_size=16", "--training.local_batch_size=2",
         "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1"]
+
+
+def test_a_job_that_failed_only_at_gloo_teardown_runs_once_more(env, tmp_path):
+    """sbatch_wait's one rerun: the job wrote its result, then failed with GLOO_EXIT_ABORT (the
+    first time only, by a marker file); without the result file the same failure is final."""
+    result, marker = tmp_path / "result.json", tmp_path / "ran-once"
+    script = (f"echo '{{}}' > {result}; if [ ! -e {marker} ]; then touch {marker}; "
+              f"echo '{GLOO_EXIT_ABORT}' >&2; exit 1; fi")
+    sbatch_wait(env, ["--nodes=1", "--wrap", script], tmp_path / "job.out", result_file=result)
+    assert marker.exists() and result.exists()
+    marker.unlink()
+    with pytest.raises(AssertionError, match="job failed"):
+        sbatch_wait(env, ["--nodes=1", "--wrap", script.replace(f"echo '{{}}' > {result}; ", "")],
+                    tmp_path / "job2.out", result_file=result)
