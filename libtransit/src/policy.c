@@ -41,10 +41,10 @@
  * there), in address order, SWEEP_PASS_S per tick, on a stream of its own, the next pass once the
  * stream ran the last (a whole sweep at once held the thread for seconds, the device went over L
  * meanwhile, and then far under it). While planning the launches' correction makes up for what the
- * estimate misses; once it is at its cap and a reading still finds the bound over BOUND_TARGET and
- * the estimate by HOST_CHECK_SLACK, one sweep per iteration runs while planning too (on the
- * single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held 1.5-1.75
- * GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
+ * estimate misses; once it is at its cap, or before when a reading finds the bound over L, and a
+ * reading still finds the bound over BOUND_TARGET and the estimate by HOST_CHECK_SLACK, one sweep
+ * per iteration runs while planning too (on the single-GPU H200 machine the estimate sat at its
+ * floor, 496 MiB, while the device held 1.5-1.75 GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
  * queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
@@ -450,13 +450,54 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
     }
 }
 
+/* The bound on device-resident managed bytes, given the host-resident ones. */
+static uint64_t bound_from_host(uint64_t host)
+{
+    uint64_t live = transit_get(&transit_g.n.managed_live);
+    return live > host ? live - host : 0;
+}
+
+/* A reading of the bound, for the stats and the launches' correction. */
+static void record_bound(uint64_t bound)
+{
+    __atomic_store_n(&pc.device_bound, bound, __ATOMIC_RELAXED);
+    transit_raise_peak(&pc.device_bound_peak, bound);
+    /* UINT64_MAX (no reading since the last take) gives way to any reading. */
+    uint64_t seen = __atomic_load_n(&pc.bound_peak_since, __ATOMIC_RELAXED);
+    while ((seen == UINT64_MAX || bound > seen) &&
+           !__atomic_compare_exchange_n(&pc.bound_peak_since, &seen, bound, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* The bound on device-resident managed bytes (see the top of this file) from the RSS, now;
+ * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
+static uint64_t read_bound(void)
+{
+    int64_t rss = estimating() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
+    int64_t not_managed = __atomic_load_n(&rss_not_managed, __ATOMIC_RELAXED);
+    if (rss < 0)
+        return UINT64_MAX;
+    return bound_from_host(rss > not_managed ? (uint64_t)(rss - not_managed) : 0);
+}
+
+/* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise. */
+static uint64_t bound_excess(uint64_t bound, bool fill_held)
+{
+    uint64_t limit = transit_g.cfg.mem_limit;
+    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+}
+
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
  * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds,
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
- * faults and left the device 10 GiB over L for whole iterations. */
-static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held)
+ * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
+ * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
+ * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
+ * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it). */
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
+                  uint64_t coming)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
@@ -490,6 +531,13 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
             return;
+        if (!fill_held && (!drv->StreamQuery || drv->StreamQuery(stream) == CUDA_SUCCESS)) {
+            uint64_t now = read_bound();
+            if (now != UINT64_MAX) {
+                record_bound(now);
+                bound_over = TRANSIT_MAX(bound_over, bound_excess(now + coming, false));
+            }
+        }
     }
 }
 
@@ -510,25 +558,6 @@ static void sweep(const transit_driver_api *drv, CUstream stream)
         sweep_due = 0;
         transit_add(&pc.sweeps, 1);
     }
-}
-
-/* The bound on device-resident managed bytes, given the host-resident ones. */
-static uint64_t bound_from_host(uint64_t host)
-{
-    uint64_t live = transit_get(&transit_g.n.managed_live);
-    return live > host ? live - host : 0;
-}
-
-/* A reading of the bound, for the stats and the launches' correction. */
-static void record_bound(uint64_t bound)
-{
-    __atomic_store_n(&pc.device_bound, bound, __ATOMIC_RELAXED);
-    transit_raise_peak(&pc.device_bound_peak, bound);
-    /* UINT64_MAX (no reading since the last take) gives way to any reading. */
-    uint64_t seen = __atomic_load_n(&pc.bound_peak_since, __ATOMIC_RELAXED);
-    while ((seen == UINT64_MAX || bound > seen) &&
-           !__atomic_compare_exchange_n(&pc.bound_peak_since, &seen, bound, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
 }
 
 /* The launches' correction (below) is at its cap. */
@@ -607,11 +636,13 @@ static uint64_t check_host_residency(bool fill_held)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
-     * estimate knows, while the ones it lost stayed on the device for good. (Not while planning,
-     * until the correction is at its cap: the launches' evictions flush out what the estimate
-     * lacks; then one sweep per iteration, as the launches' evictions change the bound faster
-     * than a sweep ends. Not while the fill holds: the device is near L on purpose, and what the
-     * estimate lost counts in the readings the fill follows.) */
+     * estimate knows, while the ones it lost stayed on the device for good. (While planning, at
+     * most one sweep per iteration, as the launches' evictions change the bound faster than a
+     * sweep ends; and until the correction is at its cap only over L, since the launches'
+     * evictions flush out what the estimate lacks: on an H200 at L = 25.5 GiB the first planned
+     * iterations of base and prefetch went to 35.3 GiB without a sweep. Not while the fill holds:
+     * the device is near L on purpose, and what the estimate lost counts in the readings the fill
+     * follows.) */
     uint64_t limit = transit_g.cfg.mem_limit;
     bool planning = transit_policy_planning();
     /* Once advise applied nothing comes back by itself: a sweep under L would only send data the
@@ -619,7 +650,8 @@ static uint64_t check_host_residency(bool fill_held)
      * 2 GB of gradients and parameters there: the next step took 14.7 s, the later ones 6.7-6.9 s;
      * without it 6.3 s and 5.8-6.7 s). */
     uint64_t sweep_above = __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) ? limit : BOUND_TARGET(limit);
-    bool sweep_allowed = !planning || (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
+    bool sweep_allowed = !planning || ((plan_correction_capped() || bound > limit) &&
+                                       !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
     if (!sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
@@ -843,31 +875,12 @@ static bool evict_due(bool fill_held)
     return resident > limit && !fill_held;
 }
 
-/* The bound on device-resident managed bytes (see the top of this file) from the RSS, now;
- * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
-static uint64_t read_bound(void)
-{
-    int64_t rss = estimating() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
-    int64_t not_managed = __atomic_load_n(&rss_not_managed, __ATOMIC_RELAXED);
-    if (rss < 0)
-        return UINT64_MAX;
-    return bound_from_host(rss > not_managed ? (uint64_t)(rss - not_managed) : 0);
-}
-
-/* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise. */
-static uint64_t bound_excess(uint64_t bound, bool fill_held)
-{
-    uint64_t limit = transit_g.cfg.mem_limit;
-    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
-}
-
 /* What the bound, read now and recorded, is over BOUND_TARGET when it is over EVICT_TARGET
  * (bound_excess); 0 before the first smaps reading or when the RSS cannot be read. While planning
  * it is only recorded: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in
  * the launches' order, and drained it, while the device kept what the estimate did not know; the
  * launches' evictions flush that out within an iteration (every chunk the profile names is
- * counted, then evicted in its turn), and what they do not, the sweep finds once the correction is
- * at its cap. */
+ * counted, then evicted in its turn), and what they do not, the sweep finds (check_host_residency). */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
 {
     uint64_t bound = read_bound();
@@ -992,7 +1005,7 @@ void transit_policy_tick(void)
         }
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
-            evict(drv, evict_stream, over, fill_held);
+            evict(drv, evict_stream, over, fill_held, 0);
         if (bound_held)
             pthread_mutex_unlock(&alloc_room_lock);
         if (sweep_due && own_stream(drv, &sweep_stream))
@@ -1049,7 +1062,7 @@ void transit_policy_before_alloc(uint64_t size)
      * iteration mark may have started the fill. */
     uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_holds(fill_now()));
     if (over && own_stream(drv, &alloc_stream)) {
-        evict(drv, alloc_stream, over, false);
+        evict(drv, alloc_stream, over, false, size);
         CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS)
             warn_once(&warned, "limit mode: cuStreamSynchronize after evicting for an allocation", drv, e);
