@@ -158,6 +158,8 @@ static double host_check_next;         /* tick thread only */
  * rss_calibrated). */
 static int64_t rss_not_managed;
 static int rss_calibrated;
+/* The highest bound evictions read since the tick log's last line (0: none); the line takes it. */
+static uint64_t bound_peak_unlogged;
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_FILL, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
@@ -535,6 +537,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             uint64_t now = read_bound();
             if (now != UINT64_MAX) {
                 record_bound(now);
+                transit_raise_peak(&bound_peak_unlogged, now);
                 bound_over = TRANSIT_MAX(bound_over, bound_excess(now + coming, false));
             }
         }
@@ -1026,6 +1029,9 @@ void transit_policy_tick(void)
         tick.evicted = transit_get(&pc.evict_bytes);
         tick.swept = transit_get(&pc.sweep_bytes);
         tick.htod = transit_recorder_htod_bytes();
+        uint64_t evictions_read = __atomic_exchange_n(&bound_peak_unlogged, 0, __ATOMIC_RELAXED);
+        if (evictions_read && (tick.bound == UINT64_MAX || evictions_read > tick.bound))
+            tick.bound = evictions_read;
         tick.work_ms = (transit_monotonic() - began) * 1e3;
         transit_ticklog_write(&tick);
     }

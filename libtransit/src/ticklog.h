@@ -13,7 +13,8 @@ typedef struct transit_tick {
     bool planning, sweep_due;   /* sweep_due: at the tick's end */
     const char *fill_state;     /* advise's fill: waiting, filling, full, ended */
     uint64_t estimate;          /* the chunk estimate of device-resident bytes, at the tick's end */
-    uint64_t bound;             /* the RSS bound this tick; UINT64_MAX when not read */
+    uint64_t bound;             /* the highest RSS bound read since the last line: this tick's, and
+                                 * those evictions read meanwhile; UINT64_MAX when none */
     uint64_t smaps_bound;       /* the smaps reading's bound; UINT64_MAX when none this tick */
     uint64_t over_asked, over;  /* what the bound asked to evict; what was asked of the eviction (0 while
                                  * earlier evictions ran or an allocating thread made room) */

@@ -155,15 +155,20 @@ def test_advise_maps_instead_of_migrating(runs) -> None:
 
 
 def test_advise_fills_the_device_once_it_holds_still(runs) -> None:
-    """Advise's device set, held by the evictions at L - L/16 or below until an iteration passed
-    without an eviction, is then filled from the smaps readings to within FILL_STEP_MIN of
-    L - L/128, and the last iterations' bound is there, not at the evictions' margin."""
+    """Advise's device set, held by the evictions under L - L/32 until an iteration passed without
+    an eviction, is then filled from the smaps readings to within FILL_STEP_MIN of L - L/128, and
+    the last iterations' bound is there, not at the evictions' margin. A device that held still
+    within FILL_STEP_MIN of it already needs no fill (run 33: 1,033 MB at L = 1 GiB)."""
     doc = runs["advise"][1]
     fill, limit = doc["advise"]["fill"], doc["config"]["limit_bytes"]
     target = limit - limit // 128
     assert fill["target_bytes"] == target
-    assert fill["state"] == "full" and fill["bytes"] > 0, (fill, doc["evictions"])
-    assert fill["from_bytes"] < target - FILL_STEP_MIN <= fill["reached_bytes"] <= limit, fill
+    assert fill["state"] == "full", (fill, doc["evictions"])
+    assert target - FILL_STEP_MIN <= fill["reached_bytes"] <= limit, fill
+    if fill["bytes"]:  # it filled: from under the step
+        assert fill["from_bytes"] < target - FILL_STEP_MIN, fill
+    else:
+        assert fill["ranges"] == 0, fill
     last = [e["device_bound_peak_bytes"] for e in doc["timeline"][-LAST_ITERATIONS:]]
     assert any(peak is not None and peak >= target - FILL_STEP_MIN for peak in last), (last, fill)
 
