@@ -2,8 +2,9 @@
 # Issue 3 item 6, A/B: the recorder's cost with this tree's libtransit against another build of it
 # (OTHER_LIB, e.g. an older commit's, built on the development machine and carried), alternating on
 # one GPU so that drifts of the machine hit both: this tree (native, base with and without the
-# recorder), the other (base with and without), this tree again. Each round is run_overhead.sh's
-# timings. One device command (nvidia-h200):
+# recorder), the other (base with and without), this tree again. Without OTHER_LIB: ROUNDS
+# (default 4) rounds of this tree alone, the first with native, for the spread between rounds.
+# Each round is run_overhead.sh's timings. One device command (nvidia-h200):
 #   OTHER_LIB=build/ab/libtransit.so bash bench/run_overhead_ab.sh   (results: $OUT/ab-<round>/overhead.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,12 @@ round() {
     TRANSIT_PREBUILT=1 WORK=/tmp/ab-$1 OUT=$OUT/ab-$1 SYSTEMS=$3 DEADLINE_S=150 bash bench/run_overhead.sh
 }
 round this1 "$THIS_LIB" "native transit-base transit-base-norec"
-round other1 "${OTHER_LIB:?OTHER_LIB must name the other libtransit.so}" "transit-base transit-base-norec"
-round this2 "$THIS_LIB" "transit-base transit-base-norec"
+if [ -n "${OTHER_LIB:-}" ]; then
+    round other1 "$OTHER_LIB" "transit-base transit-base-norec"
+    round this2 "$THIS_LIB" "transit-base transit-base-norec"
+else
+    for ((r = 2; r <= ${ROUNDS:-4}; r++)); do
+        round this$r "$THIS_LIB" "transit-base transit-base-norec"
+    done
+fi
 cp -p "$THIS_LIB" transit/lib/libtransit.so

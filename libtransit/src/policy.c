@@ -41,10 +41,10 @@
  * there), in address order, SWEEP_PASS_S per tick, on a stream of its own, the next pass once the
  * stream ran the last (a whole sweep at once held the thread for seconds, the device went over L
  * meanwhile, and then far under it). While planning the launches' correction makes up for what the
- * estimate misses; once it is at its cap, or before when a reading finds the bound over L, and a
- * reading still finds the bound over BOUND_TARGET and the estimate by HOST_CHECK_SLACK, one sweep
- * per iteration runs while planning too (on the single-GPU H200 machine the estimate sat at its
- * floor, 496 MiB, while the device held 1.5-1.75 GiB). It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
+ * estimate misses; once it is at its cap and a reading still finds the bound over BOUND_TARGET and
+ * the estimate by HOST_CHECK_SLACK, one sweep per iteration runs while planning too (on the
+ * single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held 1.5-1.75
+ * GiB), and over L as many as it takes. It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
  * queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
@@ -639,13 +639,14 @@ static uint64_t check_host_residency(bool fill_held)
     __atomic_store_n(&pc.host_measured, (uint64_t)host, __ATOMIC_RELAXED);
     transit_add(&pc.host_checks, 1);
     /* Near L, with the estimate short: the bound-driven evictions could only take chunks the
-     * estimate knows, while the ones it lost stayed on the device for good. (While planning, at
-     * most one sweep per iteration, as the launches' evictions change the bound faster than a
-     * sweep ends; and until the correction is at its cap only over L, since the launches'
-     * evictions flush out what the estimate lacks: on an H200 at L = 25.5 GiB the first planned
-     * iterations of base and prefetch went to 35.3 GiB without a sweep. Not while the fill holds:
-     * the device is near L on purpose, and what the estimate lost counts in the readings the fill
-     * follows.) */
+     * estimate knows, while the ones it lost stayed on the device for good. (While planning and
+     * under L, at most one sweep per iteration, as the launches' evictions change the bound faster
+     * than a sweep ends, and none until the correction is at its cap, since the launches'
+     * evictions flush out what the estimate lacks. Over L, always: on an H200 at L = 25.5 GiB the
+     * first planned iterations of base and prefetch went to 35.3 GiB without a sweep, and to
+     * 30.7-32.2 GiB with one sweep per iteration, which left the bound 1.6-2.2 GiB over L for 12 s
+     * after it. Not while the fill holds: the device is near L on purpose, and what the estimate
+     * lost counts in the readings the fill follows.) */
     uint64_t limit = transit_g.cfg.mem_limit;
     bool planning = transit_policy_planning();
     /* Once advise applied nothing comes back by itself: a sweep under L would only send data the
@@ -653,8 +654,8 @@ static uint64_t check_host_residency(bool fill_held)
      * 2 GB of gradients and parameters there: the next step took 14.7 s, the later ones 6.7-6.9 s;
      * without it 6.3 s and 5.8-6.7 s). */
     uint64_t sweep_above = __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) ? limit : BOUND_TARGET(limit);
-    bool sweep_allowed = !planning || ((plan_correction_capped() || bound > limit) &&
-                                       !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
+    bool sweep_allowed = !planning || bound > limit ||
+                         (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
     if (!sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
