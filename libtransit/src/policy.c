@@ -44,7 +44,8 @@
  * estimate misses; once it is at its cap and a reading still finds the bound over BOUND_TARGET and
  * the estimate by HOST_CHECK_SLACK, one sweep per iteration runs while planning too (on the
  * single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held 1.5-1.75
- * GiB), and over L as many as it takes. It runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
+ * GiB); over L, as many sweeps as it takes, and the bound's evictions down to EVICT_TARGET. The
+ * sweep runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
  * queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
  * iteration without an eviction or a sweep, the fill begins: at each smaps reading the device is
@@ -482,11 +483,18 @@ static uint64_t read_bound(void)
     return bound_from_host(rss > not_managed ? (uint64_t)(rss - not_managed) : 0);
 }
 
-/* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise. */
+/* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, and while the fill
+ * holds. While planning the launches evict (see bound_over): only a bound over L is taken down, to
+ * EVICT_TARGET, a safety net (on an H200 at L = 25.5 GiB the first planned iteration of prefetch
+ * went to 31-33 GiB, its estimate at 21.5, before the next smaps reading started a sweep). */
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
-    return !transit_policy_planning() && !fill_held && bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    if (fill_held)
+        return 0;
+    if (transit_policy_planning())
+        return bound > limit ? bound - EVICT_TARGET(limit) : 0;
+    return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
@@ -881,8 +889,8 @@ static bool evict_due(bool fill_held)
 
 /* What the bound, read now and recorded, is over BOUND_TARGET when it is over EVICT_TARGET
  * (bound_excess); 0 before the first smaps reading or when the RSS cannot be read. While planning
- * it is only recorded: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in
- * the launches' order, and drained it, while the device kept what the estimate did not know; the
+ * only over L: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the
+ * launches' order, and drained it, while the device kept what the estimate did not know; the
  * launches' evictions flush that out within an iteration (every chunk the profile names is
  * counted, then evicted in its turn), and what they do not, the sweep finds (check_host_residency). */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
@@ -1047,8 +1055,8 @@ void transit_policy_tick(void)
  * its own, and waits for it (an allocation is no launch): the allocation then fits. It holds
  * alloc_room_lock meanwhile, which keeps the tick's bound evictions off, and first waits for those
  * the tick queued already (the bound shows evictions only once they ran). Only in the device's
- * context (a thread may allocate before any runtime call made one current), and not while
- * planning or while advise's fill holds (bound_excess gives 0 then). */
+ * context (a thread may allocate before any runtime call made one current), not while advise's
+ * fill holds, and while planning only over L (bound_excess). */
 void transit_policy_before_alloc(uint64_t size)
 {
     static int warned;
