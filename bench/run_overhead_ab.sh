@@ -13,9 +13,10 @@ source bench/device_setup.sh || exit 1
 THIS_LIB=/tmp/libtransit-this.so
 cp -p transit/lib/libtransit.so "$THIS_LIB"
 # round NAME LIB SYSTEMS: run_overhead.sh with LIB in place (cp -p keeps its time stamp, so a
-# later cmake --install still sees this tree's build as up to date).
+# later cmake --install still sees this tree's build as up to date; an unchanged library is not
+# copied: cp rewrites it in place, under any other job that has it mapped).
 round() {
-    cp -p "$2" transit/lib/libtransit.so
+    cmp -s "$2" transit/lib/libtransit.so || cp -p "$2" transit/lib/libtransit.so
     TRANSIT_PREBUILT=1 WORK=/tmp/ab-$1 OUT=$OUT/ab-$1 SYSTEMS=$3 DEADLINE_S=150 bash bench/run_overhead.sh
 }
 round this1 "$THIS_LIB" "native transit-base transit-base-norec"
@@ -27,4 +28,4 @@ else
         round this$r "$THIS_LIB" "transit-base transit-base-norec"
     done
 fi
-cp -p "$THIS_LIB" transit/lib/libtransit.so
+cmp -s "$THIS_LIB" transit/lib/libtransit.so || cp -p "$THIS_LIB" transit/lib/libtransit.so
