@@ -189,34 +189,50 @@ def plot_policies_memory(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     return [path]
 
 
+def transit_system(doc: dict) -> str | None:
+    """The TRANSIT run of a comparison result with one (transit-advise, -base or -prefetch)."""
+    return next((name for name in doc["runs"] if name.startswith("transit-")), None)
+
+
 def plot_warmup(docs: dict[Path, dict], out_dir: Path) -> list[Path]:
-    """One line per comparison: advise's bound plus its memory outside managed data, per iteration
-    (a run cut before its summary, with no such figures, is left out)."""
+    """One figure per TRANSIT policy (warmup-<policy>.png), one line per comparison: the bound plus
+    the process's memory outside managed data, per iteration (a run cut before its summary, with
+    no such figures, is left out)."""
+    by_system: dict[str, dict[Path, dict]] = {}
+    for source, doc in docs.items():
+        if (system := transit_system(doc)) is not None:
+            by_system.setdefault(system, {})[source] = doc
+    return [plot_warmup_of(system, runs, out_dir) for system, runs in by_system.items()]
+
+
+def plot_warmup_of(system: str, docs: dict[Path, dict], out_dir: Path) -> Path:
+    policy = system.removeprefix("transit-")
     fig, ax = plt.subplots(figsize=(9, 4.5))
     caps, plotted = set(), []
     for source, doc in docs.items():
-        cap = (doc["summary"].get("memory_vs_cap") or {}).get("transit-advise") or {}
+        cap = (doc["summary"].get("memory_vs_cap") or {}).get(system) or {}
         points = cap.get("transit_bound_peak_by_iteration_bytes")
         if not points:
             continue
-        tflops = (doc["runs"]["transit-advise"].get("result") or {}).get("tflops_per_gpu")
+        tflops = (doc["runs"][system].get("result") or {}).get("tflops_per_gpu")
         label = f"{source.stem} ({doc.get('git_commit', '?')[:7]}): {tflops:.0f} TFLOPS" if tflops else source.stem
         ax.plot([i for i, _ in points], [b / GIB for _, b in points], marker="o", label=label)
         caps.add(round(cap["cap_bytes"] / GIB, 1))  # runs differ by MBs outside managed data
         plotted.append(source.name)
     for cap in sorted(caps):
         ax.axhline(cap, color="black", linestyle="--", linewidth=1, label=f"cap {cap:.1f} GiB")
-    ax.set_xlabel("iteration (4 warm-up iterations, then advise holds still)")
+    after = "advise holds still" if policy == "advise" else "the launches evict by the profile"
+    ax.set_xlabel(f"iteration (4 warm-up iterations, then {after})")
     ax.set_ylabel("GiB: managed data on the device (bound) + the rest")
-    ax.set_title("TRANSIT advise at the same cap: per-iteration peak, libtransit variants")
+    ax.set_title(f"TRANSIT {policy} at the same cap: per-iteration peak, libtransit variants")
     ax.legend(fontsize=8)
     device = (next(iter(docs.values())).get("device") or {}).get("name", "unknown device")
     fig.text(0.01, 0.01, f"{', '.join(plotted)} - {device}", fontsize=7, color="gray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path = out_dir / "warmup-advise.png"
+    path = out_dir / f"warmup-{policy}.png"
     fig.savefig(path, dpi=150)
     plt.close(fig)
-    return [path]
+    return path
 
 
 def plot_ticks(paths: list[Path], limit: int, out_dir: Path) -> list[Path]:
@@ -243,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", type=Path, help="comparison result (bench/collect.py compare)")
     p.add_argument("--policies", type=Path, help="policies result (bench/collect.py policies)")
     p.add_argument("--warmup", type=Path, nargs="+", default=[],
-                   help="comparison results with a transit-advise run each (libtransit variants)")
+                   help="comparison results with a TRANSIT run each (libtransit variants): warmup-<policy>.png")
     p.add_argument("--ticks", type=Path, nargs="+", default=[], help="TRANSIT_TICK_LOG CSV files")
     p.add_argument("--limit", type=parse_size, help="the runs' TRANSIT_MEM_LIMIT, for --ticks (e.g. 25.5G)")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)

@@ -241,6 +241,19 @@ def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monke
     assert (tmp_path / "warmup-advise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_warmup_plot_draws_one_figure_per_policy(tmp_path, monkeypatch):
+    """Base and prefetch runs get figures of their own beside advise's."""
+    results = REPO / "bench/results/cap27-experiments"
+    docs = {results / f"{name}.json": json.loads((results / f"{name}.json").read_text())
+            for name in ("advise-final-h200", "base-sweep1-h200x2", "base-final-h200x2", "prefetch-final-h200x2")}
+    titles = []
+    monkeypatch.setattr(plots.plt.Axes, "set_title", lambda self, title, **kw: titles.append(title))
+    paths = plots.plot_warmup(docs, tmp_path)
+    assert [p.name for p in paths] == ["warmup-advise.png", "warmup-base.png", "warmup-prefetch.png"]
+    assert [t.split()[1] for t in titles] == ["advise", "base", "prefetch"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
 def test_ticks_plot_draws_each_log_against_L(tmp_path, monkeypatch):
     """TRANSIT_TICK_LOG files from the H200: one panel each, the bound where a tick read it."""
     results = REPO / "bench/results/warmup-experiments-h200x2"
