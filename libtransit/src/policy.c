@@ -486,7 +486,8 @@ static uint64_t read_bound(void)
 /* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, and while the fill
  * holds. While planning the launches evict (see bound_over): only a bound over L is taken down, to
  * EVICT_TARGET, a safety net (on an H200 at L = 25.5 GiB the first planned iteration of prefetch
- * went to 31-33 GiB, its estimate at 21.5, before the next smaps reading started a sweep). */
+ * went to 32.1 GiB, its estimate at 21.5, before the next smaps reading started a sweep; with it,
+ * 25.9 GiB). */
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
@@ -651,7 +652,7 @@ static uint64_t check_host_residency(bool fill_held)
      * under L, at most one sweep per iteration, as the launches' evictions change the bound faster
      * than a sweep ends, and none until the correction is at its cap, since the launches'
      * evictions flush out what the estimate lacks. Over L, always: on an H200 at L = 25.5 GiB the
-     * first planned iterations of base and prefetch went to 35.3 GiB without a sweep, and to
+     * first planned iterations of base and prefetch went to 34.1 GiB without a sweep, and to
      * 30.7-32.2 GiB with one sweep per iteration, which left the bound 1.6-2.2 GiB over L for 12 s
      * after it. Not while the fill holds: the device is near L on purpose, and what the estimate
      * lost counts in the readings the fill follows.) */
