@@ -83,7 +83,7 @@
  * evictions run, and the bound is what must not pass L. */
 #define EVICT_TARGET(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
-#define PLAN_SLACK(limit) ((limit) / 16) /* over L by this, the tick evicts while planning too */
+#define PLAN_SLACK(limit) ((limit) / 16) /* the estimate over L by this: the tick evicts while planning */
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
@@ -499,19 +499,24 @@ static uint64_t bound_excess(uint64_t bound, bool fill_held)
 }
 
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
- * EVICT_TARGET, and lower by bound_over, what the measured bound is over BOUND_TARGET (0 when not
- * over EVICT_TARGET, not measured, or earlier evictions still run); while advise's fill holds,
+ * EVICT_TARGET, and lower by bound_over, what the measured bound asks (bound_excess; 0 when not
+ * measured, or earlier evictions still run); while advise's fill holds,
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
- * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
- * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
- * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
- * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it). */
-static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
+ * faults and left the device 10 GiB over L for whole iterations. With `reread` (the caller holds
+ * alloc_room_lock, so the bound is its own), whenever the stream ran every batch queued so far
+ * the bound (with `coming`, an allocation about to be made, counted in) is read again and its
+ * excess replaces what is left of the ask: the GPU faults data in while the evictions run (on an
+ * H200 one of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for
+ * it). A reading that did not fall since the last one ends the re-reading: these evictions do not
+ * lower the bound (chunks already on the host, or data the estimate lacks, the sweep's case), and
+ * asking again would drain the estimate. */
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held, bool reread,
                   uint64_t coming)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
+    uint64_t last_read = reread ? read_bound() : UINT64_MAX;
     transit_range victims[EVICT_BATCH];
     while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
         size_t n = 0;
@@ -542,12 +547,15 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
             return;
-        if (!fill_held && (!drv->StreamQuery || drv->StreamQuery(stream) == CUDA_SUCCESS)) {
+        if (reread && last_read != UINT64_MAX && drv->StreamQuery && drv->StreamQuery(stream) == CUDA_SUCCESS) {
             uint64_t now = read_bound();
             if (now != UINT64_MAX) {
                 record_bound(now);
                 transit_raise_peak(&bound_peak_unlogged, now);
-                bound_over = TRANSIT_MAX(bound_over, bound_excess(now + coming, false));
+                reread = now < last_read;
+                if (reread)
+                    bound_over = bound_excess(now + coming, false);
+                last_read = now;
             }
         }
     }
@@ -875,9 +883,10 @@ static bool enter_context(const transit_driver_api *drv, int dev)
     return true;
 }
 
-/* While planning the launches evict; the tick only once the estimate is PLAN_SLACK over L, when
- * launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed after the
- * last re-profile, an evaluation phase). */
+/* While planning the launches evict; the tick for the estimate only once it is PLAN_SLACK over
+ * L, when launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed
+ * after the last re-profile, an evaluation phase), and for the bound once it is over L
+ * (bound_excess). */
 static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
@@ -888,9 +897,8 @@ static bool evict_due(bool fill_held)
     return resident > limit && !fill_held;
 }
 
-/* What the bound, read now and recorded, is over BOUND_TARGET when it is over EVICT_TARGET
- * (bound_excess); 0 before the first smaps reading or when the RSS cannot be read. While planning
- * only over L: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the
+/* What the bound, read now and recorded, asks to evict (bound_excess); 0 before the first smaps
+ * reading or when the RSS cannot be read. While planning only over L: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the
  * launches' order, and drained it, while the device kept what the estimate did not know; the
  * launches' evictions flush that out within an iteration (every chunk the profile names is
  * counted, then evicted in its turn), and what they do not, the sweep finds (check_host_residency). */
@@ -1018,7 +1026,7 @@ void transit_policy_tick(void)
         }
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
-            evict(drv, evict_stream, over, fill_held, 0);
+            evict(drv, evict_stream, over, fill_held, bound_held && !fill_held, 0);
         if (bound_held)
             pthread_mutex_unlock(&alloc_room_lock);
         if (sweep_due && own_stream(drv, &sweep_stream))
@@ -1078,7 +1086,7 @@ void transit_policy_before_alloc(uint64_t size)
      * iteration mark may have started the fill. */
     uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_holds(fill_now()));
     if (over && own_stream(drv, &alloc_stream)) {
-        evict(drv, alloc_stream, over, false, size);
+        evict(drv, alloc_stream, over, false, true, size);
         CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS)
             warn_once(&warned, "limit mode: cuStreamSynchronize after evicting for an allocation", drv, e);

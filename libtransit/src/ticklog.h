@@ -16,8 +16,9 @@ typedef struct transit_tick {
     uint64_t bound;             /* the highest RSS bound read since the last line: this tick's, and
                                  * those evictions read meanwhile; UINT64_MAX when none */
     uint64_t smaps_bound;       /* the smaps reading's bound; UINT64_MAX when none this tick */
-    uint64_t over_asked, over;  /* what the bound asked to evict; what was asked of the eviction (0 while
-                                 * earlier evictions ran or an allocating thread made room) */
+    uint64_t over_asked, over;  /* what the tick's own reading asked to evict; what was asked of the
+                                 * eviction (0 while earlier evictions ran or an allocating thread
+                                 * made room; re-readings during it may have asked more) */
     uint64_t evicted, swept;    /* cumulative bytes asked to the host: evictions, sweeps */
     uint64_t htod;              /* cumulative HtoD bytes in migration records */
     double work_ms;             /* the tick's policy work (monotonic clock) */
