@@ -158,7 +158,7 @@ def test_advise_fills_the_device_once_it_holds_still(runs) -> None:
     """Advise's device set, held by the evictions under L - L/32 until an iteration passed without
     an eviction, is then filled from the smaps readings to within FILL_STEP_MIN of L - L/128, and
     the last iterations' bound is there, not at the evictions' margin. A device that held still
-    within FILL_STEP_MIN of it already needs no fill (run 33: 1,033 MB at L = 1 GiB)."""
+    within FILL_STEP_MIN of it already needs no fill (run 33: 986 MiB at L = 1 GiB)."""
     doc = runs["advise"][1]
     fill, limit = doc["advise"]["fill"], doc["config"]["limit_bytes"]
     target = limit - limit // 128
