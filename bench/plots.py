@@ -9,8 +9,8 @@ policies -> policies-histogram.png  migration-size histogram per policy (paper F
             policies-faults-pcie.png GPU page faults and PCIe bytes per policy (paper Fig. 6)
             policies-memory.png     device memory over time per policy: NVML device used and the
                                     managed-resident bound, cap L dashed (runs with the 3-field timeline)
-warmup   -> warmup-advise.png       TRANSIT advise's memory for the cap per iteration, one line per
-                                    comparison file (libtransit variants at the same cap), cap dashed
+warmup   -> warmup-<policy>.png     TRANSIT's memory for the cap per iteration, one figure per policy,
+                                    one line per comparison file (libtransit variants), cap dashed
 ticks    -> ticks.png               TRANSIT_TICK_LOG files: the measured bound every 20 ms tick, one
                                     panel per file, L dashed (--limit)
 Every figure names the commit and device it came from.

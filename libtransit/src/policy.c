@@ -498,6 +498,14 @@ static uint64_t bound_excess(uint64_t bound, bool fill_held)
     return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
+/* What the bound, read now, asks to evict with `coming` bytes about to be allocated counted in
+ * (bound_excess); 0 when it cannot be read. */
+static uint64_t excess_now(uint64_t coming, bool fill_held)
+{
+    uint64_t bound = read_bound();
+    return bound == UINT64_MAX ? 0 : bound_excess(bound + coming, fill_held);
+}
+
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound asks (bound_excess; 0 when not
  * measured, or earlier evictions still run); while advise's fill holds,
@@ -1020,10 +1028,8 @@ void transit_policy_tick(void)
         bool bound_held = over && pthread_mutex_trylock(&alloc_room_lock) == 0;
         if (!bound_held)
             over = 0;
-        else if (!fill_held) {
-            uint64_t now = read_bound();
-            over = now == UINT64_MAX ? 0 : bound_excess(now, false);
-        }
+        else if (!fill_held)
+            over = excess_now(0, false);
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
             evict(drv, evict_stream, over, fill_held, bound_held && !fill_held, 0);
@@ -1071,9 +1077,8 @@ void transit_policy_before_alloc(uint64_t size)
     static int warned;
     const transit_driver_api *drv;
     CUdevice dev;
-    uint64_t bound = read_bound();
-    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || bound == UINT64_MAX ||
-        !bound_excess(bound + size, fill_holds(fill_now())) || !(drv = policy_driver()) ||
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || !excess_now(size, fill_holds(fill_now())) ||
+        !(drv = policy_driver()) ||
         drv->CtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != transit_g.id.device)
         return;
     CUstreamCaptureMode saved;
@@ -1084,7 +1089,7 @@ void transit_policy_before_alloc(uint64_t size)
         drv->StreamSynchronize(tick_stream);
     /* Read again: the tick's evictions ran, another allocating thread may have made the room, an
      * iteration mark may have started the fill. */
-    uint64_t over = (bound = read_bound()) == UINT64_MAX ? 0 : bound_excess(bound + size, fill_holds(fill_now()));
+    uint64_t over = excess_now(size, fill_holds(fill_now()));
     if (over && own_stream(drv, &alloc_stream)) {
         evict(drv, alloc_stream, over, false, true, size);
         CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
