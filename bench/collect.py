@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import re
 import statistics
 import sys
@@ -39,6 +40,8 @@ TARGETS = {
     "transit_base_overhead_max": 1.01,
 }
 FRAMEWORK_OFFLOAD_SYSTEMS = ("fsdp-cpu-mb", "fsdp-cpu-accum", "zero-offload", "zero-infinity")
+# Student's t, two-sided 95 %, for 1-15 degrees of freedom (more: 15's, a slightly wider interval).
+T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13)
 STEADY_ITERATIONS = 5  # a run's last iterations, for the steady-state fault count
 SMALL_BINS = ("<4K", "4K-64K")
 LARGE_BINS = ("1M-2M", ">2M")
@@ -377,9 +380,13 @@ def summarize_policies(runs: dict) -> dict:
     }
 
 
+def warmup_iters(run: dict | None) -> int:
+    """The recorder's profiling window of a TRANSIT run, in iterations (libtransit's default: 2)."""
+    return int(((run or {}).get("result") or {}).get("transit_env", {}).get("TRANSIT_WARMUP_ITERS", 2))
+
+
 def summarize_overhead(runs: dict) -> dict:
-    warm = int(((runs.get("transit-base") or {}).get("result") or {}).get("transit_env", {})
-               .get("TRANSIT_WARMUP_ITERS", 2))
+    warm = warmup_iters(runs.get("transit-base"))
     # Step 0 holds allocation and autotuning: the warm-up window starts at step 1.
     rec_warm = ratio(step_window(runs, "transit-base", 1, warm), step_window(runs, "transit-base-norec", 1, warm))
     rec_after = ratio(step_window(runs, "transit-base", warm, None),
@@ -393,6 +400,44 @@ def summarize_overhead(runs: dict) -> dict:
         "recorder_after_warmup_over_no_recorder": check(rec_after, TARGETS["recorder_after_warmup_overhead_max"],
                                                         False),
         "losses_base_vs_native": losses_compare(runs, "transit-base", "native"),
+    }
+
+
+def paired_ratio(ratios: list[float], threshold: float) -> dict:
+    """The geometric mean of paired ratios with its 95 % confidence interval (Student's t on the
+    logarithms); met: the interval's top is within the threshold, so the data show the target;
+    point_within: only the mean is."""
+    if not ratios:
+        return {"pairs": 0, "threshold": threshold, "met": None}
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    half = (T95[min(len(logs) - 1, len(T95)) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
+            if len(logs) > 1 else math.inf)
+    top = math.exp(mean + half)
+    return {"pairs": len(ratios), "ratios": ratios, "geometric_mean": math.exp(mean),
+            "ci95": [math.exp(mean - half), top], "threshold": threshold, "met": top <= threshold,
+            "point_within": math.exp(mean) <= threshold}
+
+
+def summarize_recorder(runs: dict) -> dict:
+    """run_recorder_pairs.sh: pair i is rec-i (recorder on) and norec-i (off); each window's
+    ratio is that of the two runs' median step times in it."""
+    pairs = sorted(int(name.split("-")[1]) for name in runs
+                   if name.startswith("rec-") and runs[name].get("status") == "ok"
+                   and (runs.get(f"norec-{name[4:]}") or {}).get("status") == "ok")
+    warm = warmup_iters(runs.get(f"rec-{pairs[0]}")) if pairs else 2
+    windows = {"warmup": (1, warm), "after_warmup": (warm, None)}  # step 0 allocates and autotunes
+    thresholds = {"warmup": TARGETS["recorder_warmup_overhead_max"],
+                  "after_warmup": TARGETS["recorder_after_warmup_overhead_max"]}
+    return {
+        "transit_warmup_iters": warm,
+        "pairs_complete": len(pairs),
+        "pairs_incomplete": sorted({name.split("-")[1] for name in runs} - {str(i) for i in pairs}),
+        **{f"recorder_{w}_over_no_recorder": paired_ratio(
+            [step_window(runs, f"rec-{i}", lo, hi) / step_window(runs, f"norec-{i}", lo, hi) for i in pairs],
+            thresholds[w]) for w, (lo, hi) in windows.items()},
+        "median_step_s": {name: {w: step_window(runs, name, lo, hi) for w, (lo, hi) in windows.items()}
+                          for name in sorted(runs) if runs[name].get("status") == "ok"},
     }
 
 
@@ -447,7 +492,8 @@ def summarize_junit(path: Path) -> dict | None:
     return {"counts": counts, "cases": cases}
 
 
-SUMMARIES = {"policies": summarize_policies, "overhead": summarize_overhead, "compare": summarize_compare}
+SUMMARIES = {"policies": summarize_policies, "overhead": summarize_overhead, "recorder": summarize_recorder,
+             "compare": summarize_compare}
 
 
 def gib(value: float | None) -> str:

@@ -401,3 +401,39 @@ def test_verdict_gives_the_bound_per_iteration():
     assert verdict["transit_bound_peak_by_iteration_bytes"] == [
         [e["iteration"], e["device_bound_peak_bytes"] + fixed] for e in timeline]
     assert verdict["last_iteration_within_cap"] is True and verdict["within_cap"] is False  # warm-up went over
+
+
+def test_recorder_pairs_compare_each_pair_and_give_a_confidence_interval(tmp_path):
+    """run_recorder_pairs.sh's work directory: pair i is rec-i and norec-i. Real runs (138109c's
+    rounds on an H200) as the pairs; a pair without its partner is named, not compared."""
+    rounds = [json.loads((REPO / f"bench/results/overhead-rounds-h200x2/this{i}.json").read_text())["runs"]
+              for i in (1, 2, 3)]
+    for i, runs in enumerate(rounds, 1):
+        for name, source in ((f"rec-{i}", "transit-base"), (f"norec-{i}", "transit-base-norec")):
+            (tmp_path / f"{name}.cmd").write_text(runs[source]["command"])
+            (tmp_path / f"{name}.rc").write_text("0")
+            (tmp_path / f"{name}.json").write_text(json.dumps(runs[source]["result"]))
+    (tmp_path / "rec-4.cmd").write_text("cut short")
+    (tmp_path / "rec-4.rc").write_text("124")
+    out = tmp_path / "recorder.json"
+    assert collect.main(["recorder", "--work", str(tmp_path), "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["transit_warmup_iters"] == 10 and summary["pairs_complete"] == 3
+    assert summary["pairs_incomplete"] == ["4"]
+    warm = summary["recorder_warmup_over_no_recorder"]
+    steps = [(r["transit-base"]["result"]["step_time"]["all_s"], r["transit-base-norec"]["result"]["step_time"]["all_s"])
+             for r in rounds]
+    assert warm["ratios"] == pytest.approx([collect.statistics.median(a[1:10]) / collect.statistics.median(b[1:10])
+                                            for a, b in steps])
+    lo, hi = warm["ci95"]
+    assert lo < warm["geometric_mean"] < hi
+    assert warm["met"] is False  # 0.94-1.11 in three pairs: too wide to show 1.05
+    assert summary["median_step_s"]["norec-2"]["after_warmup"] == collect.statistics.median(steps[1][1][10:])
+
+
+def test_paired_ratio_is_met_only_when_the_interval_is_within():
+    assert collect.paired_ratio([1.01, 1.02, 1.03, 1.02], 1.05)["met"] is True
+    wide = collect.paired_ratio([0.95, 1.10, 0.98, 1.12], 1.05)
+    assert wide["point_within"] is True and wide["met"] is False
+    assert collect.paired_ratio([1.0], 1.05)["ci95"][1] == float("inf")
+    assert collect.paired_ratio([], 1.05)["met"] is None

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 3 item 6: the recorder's cost, in PAIRS pairs of `transit run --policy base` on a workload
+# that fits, recorder on (TRANSIT's default: it profiles during warm-up) and off
+# (TRANSIT_RECORDER=0). Step times of one configuration drift between runs by more than the 5 %
+# target (0.12-0.15 s a step on one H200), so the two runs of a pair go side by side on a 2-GPU
+# machine, sharing whatever the host does meanwhile (the GPUs swap each pair), or one after the
+# other on one GPU (the order swaps each pair). collect.py's `recorder` kind compares each pair's
+# two runs and gives the geometric mean ratio with its 95 % confidence interval.
+# One device command (nvidia-h200-x2, or nvidia-h200):
+#   PAIRS=10 bash bench/run_recorder_pairs.sh      (results: $OUT/recorder.json)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DEADLINE_S=${DEADLINE_S:-500}
+source bench/device_setup.sh || exit 1
+[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
+source bench/lib.sh
+
+PAIRS=${PAIRS:-10}
+# The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 10 gives a warm-up window to time
+# (steps 1-9; step 0 allocates), and 30 steps after it.
+WARMUP_ITERS=10
+ROOMY_LIMIT=64G # every TRANSIT run on the device sets a limit; this one is far above the ~10 GiB footprint
+TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
+       --local-batch 8 --steps 40 --warmup "$WARMUP_ITERS")
+
+# one NAME GPU [TRANSIT_RECORDER value]
+one() {
+    bench_run "$1" 120 env CUDA_VISIBLE_DEVICES="$2" TRANSIT_WARMUP_ITERS=$WARMUP_ITERS ${3:+TRANSIT_RECORDER=$3} \
+        $TRANSIT run --policy base --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
+        "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
+}
+
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+echo "recorder pairs: $PAIRS, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
+for ((i = 1; i <= PAIRS; i++)); do
+    if ((gpus >= 2)); then
+        one "rec-$i" $((i % 2)) & one "norec-$i" $(((i + 1) % 2)) 0 & wait
+    elif ((i % 2)); then
+        one "rec-$i" 0; one "norec-$i" 0 0
+    else
+        one "norec-$i" 0 0; one "rec-$i" 0
+    fi
+done
+finish recorder
