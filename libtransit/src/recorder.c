@@ -97,6 +97,16 @@ static __thread int runtime_saw_driver;
 
 static transit_period *period;
 static pthread_mutex_t period_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Kernel-name hashes by function (period_lock held): hashing a name took 0.10-0.65 us for names of
+ * 96-439 characters on the development machine, at every launch; a kernel's launches share its
+ * CUfunction and CUPTI's name string. Both are compared, so a handle reused after a module unload
+ * is hashed anew. */
+#define NAME_CACHE_SLOTS 4096
+static struct {
+    CUfunction f;
+    const char *symbol;
+    uint64_t hash;
+} name_cache[NAME_CACHE_SLOTS];
 
 static uint8_t *buffers[BUFFER_COUNT];
 static int buffer_busy[BUFFER_COUNT];
@@ -284,6 +294,20 @@ static void set_external(const transit_cupti_api *api, int enable)
     set_kind(api, enable, CUPTI_ACTIVITY_KIND_RUNTIME);
 }
 
+/* The runtime launch callbacks give kernel records the runtime call's correlation id and push
+ * external ids (see correlate()): both serve profiling only, so they are on only while it is, and
+ * after it each runtime launch costs one CUPTI callback less. rc.runtime_callbacks: how many
+ * enabling took. */
+static void set_runtime_callbacks(const transit_cupti_api *api, int enable)
+{
+    uint64_t took = 0;
+    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        took += api->EnableCallback(enable, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]) ==
+                CUPTI_SUCCESS;
+    if (enable)
+        __atomic_store_n(&rc.runtime_callbacks, took, __ATOMIC_RELAXED);
+}
+
 static void apply_activity(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
@@ -294,6 +318,7 @@ static void apply_activity(void)
     int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
     int we = wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED);
     if (wp != have_profiling) {
+        set_runtime_callbacks(api, wp);
         set_kind(api, wp, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         __atomic_store_n(&have_profiling, wp, __ATOMIC_RELEASE);
     }
@@ -687,15 +712,30 @@ static int launch_params(CUpti_CallbackId cbid, const void *params, CUfunction *
     return 1;
 }
 
+/* period_lock held. */
+static uint64_t kernel_hash(const char *symbol, CUfunction f)
+{
+    if (!symbol)
+        return (uint64_t)(uintptr_t)f;
+    if (!f)
+        return transit_period_hash_name(symbol);
+    size_t slot = ((uintptr_t)f >> 4) % NAME_CACHE_SLOTS;
+    if (name_cache[slot].f != f || name_cache[slot].symbol != symbol) {
+        name_cache[slot].f = f;
+        name_cache[slot].symbol = symbol;
+        name_cache[slot].hash = transit_period_hash_name(symbol);
+    }
+    return name_cache[slot].hash;
+}
+
 static void feed_period(const char *symbol, CUfunction f)
 {
     uint32_t ordinal;
     unsigned flags;
     if (!period)
         return;
-    uint64_t hash = symbol ? transit_period_hash_name(symbol) : (uint64_t)(uintptr_t)f;
     pthread_mutex_lock(&period_lock);
-    flags = transit_period_feed(period, hash, &ordinal);
+    flags = transit_period_feed(period, kernel_hash(symbol, f), &ordinal);
     pthread_mutex_unlock(&period_lock);
     if (flags & TRANSIT_PERIOD_BEGIN)
         transit_iteration_mark(TRANSIT_ITER_KERNEL_PERIOD);
@@ -864,11 +904,6 @@ static void start_cupti(void)
             return;
         }
     }
-    /* Optional: without them, kernels launched through the runtime may lack an ordinal when
-     * their records carry the runtime call's correlation id (see correlate()). */
-    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
-        if (api->EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]) == CUPTI_SUCCESS)
-            transit_add(&rc.runtime_callbacks, 1);
     r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     activity_ok = r == CUPTI_SUCCESS;
     if (activity_ok)
@@ -911,6 +946,7 @@ void transit_recorder_after_fork(void)
     pthread_mutex_init(&win_lock, NULL);
     pthread_mutex_init(&control_lock, NULL);
     pthread_mutex_init(&period_lock, NULL);
+    memset(name_cache, 0, sizeof name_cache); /* the child's modules are its own */
     pthread_mutex_init(&pool_lock, NULL);
     pthread_mutex_init(&records_lock, NULL);
     pthread_mutex_init(&thread_lock, NULL);
