@@ -16,21 +16,23 @@ source bench/device_setup.sh || exit 1
 source bench/lib.sh
 
 PAIRS=${PAIRS:-10}
-# The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 10 gives a warm-up window to time
-# (steps 1-9; step 0 allocates), and 30 steps after it.
-WARMUP_ITERS=10
+# The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 20 gives a warm-up window to time
+# (steps 1-19; step 0 allocates), and 30 steps after it.
+WARMUP_ITERS=20
 ROOMY_LIMIT=64G # every TRANSIT run on the device sets a limit; this one is far above the ~10 GiB footprint
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
-       --local-batch 8 --steps 40 --warmup "$WARMUP_ITERS")
+       --local-batch 8 --steps 50 --warmup "$WARMUP_ITERS")
 
-# one NAME GPU [TRANSIT_RECORDER value]
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l) cpus=$(nproc)
+# one NAME GPU [TRANSIT_RECORDER value]: side by side, each run has half the CPUs, so that the
+# scheduler never puts the two runs' threads on the same ones.
 one() {
-    bench_run "$1" 120 env CUDA_VISIBLE_DEVICES="$2" TRANSIT_WARMUP_ITERS=$WARMUP_ITERS ${3:+TRANSIT_RECORDER=$3} \
-        $TRANSIT run --policy base --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
+    local half=(); ((gpus >= 2)) && half=(taskset -c "$(($2 * cpus / 2))-$((($2 + 1) * cpus / 2 - 1))")
+    bench_run "$1" 120 "${half[@]}" env CUDA_VISIBLE_DEVICES="$2" TRANSIT_WARMUP_ITERS=$WARMUP_ITERS \
+        ${3:+TRANSIT_RECORDER=$3} $TRANSIT run --policy base --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
         "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
 }
 
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 echo "recorder pairs: $PAIRS, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
 for ((i = 1; i <= PAIRS; i++)); do
     if ((gpus >= 2)); then

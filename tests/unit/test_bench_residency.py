@@ -429,6 +429,9 @@ def test_recorder_pairs_compare_each_pair_and_give_a_confidence_interval(tmp_pat
     assert lo < warm["geometric_mean"] < hi
     assert warm["met"] is False  # 0.94-1.11 in three pairs: too wide to show 1.05
     assert summary["median_step_s"]["norec-2"]["after_warmup"] == collect.statistics.median(steps[1][1][10:])
+    fastest = summary["recorder_warmup_over_no_recorder_fastest"]
+    assert fastest["ratios"] == pytest.approx([min(a[1:10]) / min(b[1:10]) for a, b in steps])
+    assert summary["fastest_step_s"]["rec-3"]["warmup"] == min(steps[2][0][1:10])
 
 
 def test_paired_ratio_is_met_only_when_the_interval_is_within():
