@@ -84,7 +84,6 @@
 #define EVICT_TARGET(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define PLAN_SLACK(limit) ((limit) / 16) /* the estimate over L by this: the tick evicts while planning */
-#define REREAD_EXTRA(limit) ((limit) / 16) /* an eviction's re-readings of the bound may add this (evict) */
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
@@ -512,23 +511,20 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * measured, or earlier evictions still run); while advise's fill holds,
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
- * faults and left the device 10 GiB over L for whole iterations. With `reread` (the caller holds
- * alloc_room_lock, so the bound is its own), whenever the stream ran every batch queued so far
- * the bound (with `coming`, an allocation about to be made, counted in) is read again and its
- * excess replaces what is left of the ask: the GPU faults data in while the evictions run (on an
- * H200 one of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for
- * it). The re-readings may add at most REREAD_EXTRA to what the first ask evicts: evictions that
- * do not lower the bound (chunks already on the host, or data the estimate lacks, the sweep's
- * case) would otherwise drain the estimate. (Ending the re-reading at the first reading that did
- * not fall instead left advise's warm-up on an H200 at 0.7-1.6 GiB over L = 25.5 GiB where the
- * unbounded re-reading had 0.18: while the GPU faults faster than the evictions run, readings do
- * not fall and the evictions are needed most.) */
-static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held, bool reread,
+ * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
+ * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
+ * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
+ * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it).
+ * Limiting the re-reading measured worse on an H200 at L = 25.5 GiB, where this form peaked 0.18
+ * GiB over L in advise's warm-up and 0.59-0.86 over it for base and prefetch: re-reading only
+ * while readings fell left advise 0.7-1.6 GiB over, and with the re-readings' asks capped at L/16
+ * base went 3.4 GiB over (while the GPU faults faster than the evictions run, readings do not
+ * fall and the evictions are needed most). */
+static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)
 {
     /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
     uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
-    uint64_t reread_left = bound_over + REREAD_EXTRA(transit_g.cfg.mem_limit); /* what this call may evict */
     transit_range victims[EVICT_BATCH];
     while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
         size_t n = 0;
@@ -551,7 +547,6 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
                     (target > after ? target - after : 0) - (target > resident ? target - resident : 0));
         /* The bound shows these only once they ran: count them off what it asked for. */
         bound_over = bound_over > picked ? bound_over - picked : 0;
-        reread_left = reread_left > picked ? reread_left - picked : 0;
         bool refused = false;
         for (size_t i = 0; i < n; i++)
             refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
@@ -560,12 +555,12 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
          * it never supports the prefetch). The next tick tries again. */
         if (refused)
             return;
-        if (reread && reread_left && drv->StreamQuery && drv->StreamQuery(stream) == CUDA_SUCCESS) {
+        if (!fill_held && (!drv->StreamQuery || drv->StreamQuery(stream) == CUDA_SUCCESS)) {
             uint64_t now = read_bound();
             if (now != UINT64_MAX) {
                 record_bound(now);
                 transit_raise_peak(&bound_peak_unlogged, now);
-                bound_over = TRANSIT_MIN(bound_excess(now + coming, false), reread_left);
+                bound_over = TRANSIT_MAX(bound_over, bound_excess(now + coming, false));
             }
         }
     }
@@ -1034,7 +1029,7 @@ void transit_policy_tick(void)
             over = excess_now(0, false);
         bool evicting = evict_due(fill_held) || over, advising = advise_due();
         if ((evicting || room) && own_stream(drv, &evict_stream))
-            evict(drv, evict_stream, over, fill_held, bound_held && !fill_held, 0);
+            evict(drv, evict_stream, over, fill_held, 0);
         if (bound_held)
             pthread_mutex_unlock(&alloc_room_lock);
         if (sweep_due && own_stream(drv, &sweep_stream))
@@ -1093,7 +1088,7 @@ void transit_policy_before_alloc(uint64_t size)
      * iteration mark may have started the fill. */
     uint64_t over = excess_now(size, fill_holds(fill_now()));
     if (over && own_stream(drv, &alloc_stream)) {
-        evict(drv, alloc_stream, over, false, true, size);
+        evict(drv, alloc_stream, over, false, size);
         CUresult e = drv->StreamSynchronize ? drv->StreamSynchronize(alloc_stream) : CUDA_ERROR_NOT_SUPPORTED;
         if (e != CUDA_SUCCESS)
             warn_once(&warned, "limit mode: cuStreamSynchronize after evicting for an allocation", drv, e);
