@@ -515,11 +515,11 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
  * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
  * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it).
- * Limiting the re-reading measured worse on an H200 at L = 25.5 GiB, where this form peaked 0.18
- * GiB over L in advise's warm-up and 0.59-0.86 over it for base and prefetch: re-reading only
- * while readings fell left advise 0.7-1.6 GiB over, and with the re-readings' asks capped at L/16
- * base went 3.4 GiB over (while the GPU faults faster than the evictions run, readings do not
- * fall and the evictions are needed most). */
+ * Two limited forms (against draining the estimate when evictions do not lower the bound) did no
+ * better on an H200 at L = 25.5 GiB, one run each: re-reading only while readings fell, advise's
+ * warm-up 0.73 and 1.58 GiB over L; the re-readings' asks capped at L/16, base 3.36 and prefetch
+ * 1.30 GiB over. This form had 0.18 (advise), 0.59 (base) and 0.86 (prefetch) in its first runs
+ * and 1.61 (advise, beside the GPU tests) in a later one: the runs vary as much as the forms. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)
 {
