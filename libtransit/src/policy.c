@@ -515,10 +515,10 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
  * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
  * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it).
- * Two limited forms (against draining the estimate when evictions do not lower the bound) did no
- * better on an H200 at L = 25.5 GiB, one run each: re-reading only while readings fell, advise's
- * warm-up 0.73 and 1.58 GiB over L; the re-readings' asks capped at L/16, base 3.36 and prefetch
- * 1.30 GiB over. This form had 0.18 (advise), 0.59 (base) and 0.86 (prefetch) in its first runs
+ * Two limited forms (against draining the estimate when evictions do not lower the bound) did
+ * not do better on an H200 at L = 25.5 GiB, one run per policy and form: re-reading only while
+ * readings fell, advise's warm-up 0.73 and 1.58 GiB over L (alone; beside the GPU tests); the
+ * re-readings' asks capped at L/16, base 3.36 and prefetch 1.29 GiB over. This form had 0.18 (advise), 0.59 (base) and 0.86 (prefetch) in its first runs
  * and 1.61 (advise, beside the GPU tests) in a later one: the runs vary as much as the forms. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)

@@ -50,6 +50,7 @@ enum { WINDOW_COLLECTING, WINDOW_DRAINING, WINDOW_DONE };
 /* Counters: atomics, read without lock by the stats renderer. */
 static struct {
     uint64_t launches, kernel_records, api_records, dropped, buffers_refused, overhead_ns;
+    uint64_t launches_profiling, overhead_profiling_ns; /* the part of the two above while profiling */
     uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
@@ -800,6 +801,17 @@ static void runtime_launch(const CUpti_CallbackData *cb)
     runtime_corr = 0;
 }
 
+/* A callback's own time, apart while profiling: the cost after warm-up is what stays. */
+static void count_overhead(uint64_t ns, bool launch)
+{
+    transit_add(&rc.overhead_ns, ns);
+    if (!__atomic_load_n(&have_profiling, __ATOMIC_ACQUIRE))
+        return;
+    transit_add(&rc.overhead_profiling_ns, ns);
+    if (launch)
+        transit_add(&rc.launches_profiling, 1);
+}
+
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data)
 {
@@ -812,7 +824,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
         uint64_t t0 = now_ns();
         runtime_launch(cb);
-        transit_add(&rc.overhead_ns, now_ns() - t0);
+        count_overhead(now_ns() - t0, false);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER ||
@@ -834,7 +846,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
         __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
         transit_recorder_reprofile("an iteration ran far more kernels than profiled");
     transit_policy_launch(&l);
-    transit_add(&rc.overhead_ns, now_ns() - t0);
+    count_overhead(now_ns() - t0, true);
 }
 
 /* ---- start ---- */
@@ -1050,10 +1062,12 @@ void transit_recorder_state_json(jbuf *b)
     jb_printf(b,
               ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
+              ", \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
               ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s",
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
-              (double)transit_get(&rc.overhead_ns) * 1e-9, have_profiling ? "true" : "false",
+              (double)transit_get(&rc.overhead_ns) * 1e-9, transit_get(&rc.launches_profiling),
+              (double)transit_get(&rc.overhead_profiling_ns) * 1e-9, have_profiling ? "true" : "false",
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"
                   : "false",

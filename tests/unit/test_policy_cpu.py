@@ -55,7 +55,8 @@ def check_sections(doc: dict) -> None:
     rec = doc["recorder"]
     assert rec["state"] in ("cupti", "degraded", "off")
     assert is_uint(rec["kernels"]) and is_uint(rec["dropped_records"])
-    assert isinstance(rec["overhead_s"], float) and rec["overhead_s"] >= 0
+    assert isinstance(rec["overhead_s"], float) and 0 <= rec["overhead_profiling_s"] <= rec["overhead_s"]
+    assert is_uint(rec["kernels_profiling"]) and rec["kernels_profiling"] <= rec["kernels"]
     assert isinstance(rec["profiling"], bool) and isinstance(rec["refining"], bool)
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
