@@ -1050,6 +1050,7 @@ void transit_policy_tick(void)
         tick.evicted = transit_get(&pc.evict_bytes);
         tick.swept = transit_get(&pc.sweep_bytes);
         tick.htod = transit_recorder_htod_bytes();
+        tick.managed = transit_get(&transit_g.n.managed_live);
         uint64_t evictions_read = __atomic_exchange_n(&bound_peak_unlogged, 0, __ATOMIC_RELAXED);
         if (evictions_read && (tick.bound == UINT64_MAX || evictions_read > tick.bound))
             tick.bound = evictions_read;

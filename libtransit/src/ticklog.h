@@ -21,6 +21,9 @@ typedef struct transit_tick {
                                  * made room; re-readings during it may have asked more) */
     uint64_t evicted, swept;    /* cumulative bytes asked to the host: evictions, sweeps */
     uint64_t htod;              /* cumulative HtoD bytes in migration records */
+    uint64_t managed;           /* managed bytes allocated, at the tick's end: the bound is these
+                                 * less the host-resident ones, so a rise of both is allocation,
+                                 * of the bound alone data faulting in */
     double work_ms;             /* the tick's policy work (monotonic clock) */
 } transit_tick;
 

@@ -195,7 +195,8 @@ def test_measured_bound_holds_L_once_planned(runs, policy) -> None:
 def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
     """TRANSIT_TICK_LOG=1: a line per policy tick (20 ms) beside the stats file. Every bound the
     policy measured is in it, so its highest is the stats' peak; its cumulative columns never fall
-    and end at or under the stats' totals (launch evictions after the last tick add to those)."""
+    and end at or under the stats' totals (launch evictions after the last tick add to those); the
+    managed bytes it gives stay within the stats' managed peak."""
     _, doc, rows = runs[policy]
     assert len(rows) >= 50, len(rows)  # the run lasts seconds: hundreds of ticks
     bounds = [int(r[k]) for r in rows for k in ("bound_bytes", "smaps_bound_bytes") if r[k]]
@@ -205,3 +206,5 @@ def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
         values = [int(r[column]) for r in rows]
         assert values == sorted(values) and values[-1] <= total, column
     assert {r["planning"] for r in rows} <= {"0", "1"} and all(float(r["work_ms"]) >= 0 for r in rows)
+    managed = [int(r["managed_bytes"]) for r in rows]
+    assert 0 < max(managed) <= doc["allocations"]["managed_bytes_peak"]
