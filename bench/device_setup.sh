@@ -1,5 +1,5 @@
 # Sourced at the start of every device command (the driver scripts source it themselves):
-#   source bench/device_setup.sh
+#   source bench/device_setup.sh            (or `... transit`: fails without a usable libtransit)
 # Sets the environment the device requires, installs the carried wheels (.whl, see
 # bench/wheels.txt) and builds libtransit in the tree with the device's cmake and CUDA headers,
 # so that `python3 -m transit run ...` works from the repository root.
@@ -46,3 +46,5 @@ fi
 echo "device_setup: done in $((SECONDS - _setup_t0))s;" \
     "libtransit $([ $TRANSIT_BUILD_OK = 1 ] && echo ready || echo MISSING);" \
     "$(python3 -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count())')"
+# A driver whose every run is a TRANSIT run stops here without libtransit.
+[ "${1:-}" != transit ] || [ "$TRANSIT_BUILD_OK" = 1 ]

@@ -9,8 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-500}
-source bench/device_setup.sh || exit 1
-[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
+source bench/device_setup.sh transit || exit 1
 source bench/lib.sh
 # One GPU, also on the 2-GPU machine (the HF Trainer would otherwise spread over every visible GPU;
 # BENCH_GPU picks it).

@@ -7,8 +7,7 @@
 #   OTHER_LIB=build/ab/libtransit.so bash bench/run_overhead_ab.sh   (results: $OUT/ab-<round>/overhead.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source bench/device_setup.sh || exit 1
-[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
+source bench/device_setup.sh transit || exit 1
 [ -n "${OTHER_LIB:-}" ] || { echo "run_overhead_ab.sh: OTHER_LIB must name the other build's libtransit.so"; exit 2; }
 THIS_LIB=/tmp/libtransit-this.so
 cp -p transit/lib/libtransit.so "$THIS_LIB"

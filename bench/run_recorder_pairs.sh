@@ -11,8 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-500}
-source bench/device_setup.sh || exit 1
-[ "$TRANSIT_BUILD_OK" = 1 ] || exit 1
+source bench/device_setup.sh transit || exit 1
 source bench/lib.sh
 
 PAIRS=${PAIRS:-10}
