@@ -427,8 +427,8 @@ def summarize_recorder(runs: dict) -> dict:
     """run_recorder_pairs.sh: pair i is rec-i (recorder on) and norec-i (off); each window's
     ratio is that of the two runs' median step times in it, and of their fastest steps: what the
     machine adds to a step (other tenants, the scheduler) only ever adds, and moved the medians of
-    one configuration by 30 % between runs on an H200, so the fastest step shows the recorder's own
-    cost with less noise."""
+    one configuration by 31 % between runs on an nvidia-h200-x2, so the fastest step shows the
+    recorder's own cost with less noise."""
     pairs = sorted(int(name.split("-")[1]) for name in runs
                    if name.startswith("rec-") and runs[name].get("status") == "ok"
                    and (runs.get(f"norec-{name[4:]}") or {}).get("status") == "ok")

@@ -2,7 +2,7 @@
 # Issue 3 item 6: the recorder's cost, in PAIRS pairs of `transit run --policy base` on a workload
 # that fits, recorder on (TRANSIT's default: it profiles during warm-up) and off
 # (TRANSIT_RECORDER=0). Step times of one configuration drift between runs by more than the 5 %
-# target (0.12-0.15 s a step on one H200), so the two runs of a pair go side by side on a 2-GPU
+# target (0.12-0.16 s a median step on an H200), so the two runs of a pair go side by side on a 2-GPU
 # machine, sharing whatever the host does meanwhile (the GPUs swap each pair), or one after the
 # other on one GPU (the order swaps each pair). collect.py's `recorder` kind compares each pair's
 # two runs and gives the geometric mean ratio with its 95 % confidence interval.

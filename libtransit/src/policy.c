@@ -518,8 +518,9 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * Two limited forms (against draining the estimate when evictions do not lower the bound) did
  * not do better on an H200 at L = 25.5 GiB, one run per policy and form: re-reading only while
  * readings fell, advise's warm-up 0.73 and 1.58 GiB over L (alone; beside the GPU tests); the
- * re-readings' asks capped at L/16, base 3.36 and prefetch 1.29 GiB over. This form had 0.18 (advise), 0.59 (base) and 0.86 (prefetch) in its first runs
- * and 1.61 (advise, beside the GPU tests) in a later one: the runs vary as much as the forms. */
+ * re-readings' asks capped at L/16, base 3.36 and prefetch 1.29 GiB over. This form had 0.18
+ * (advise), 0.59 (base) and 0.86 (prefetch) in its first runs and 1.61 (advise, beside the GPU
+ * tests) in a later one: the runs vary as much as the forms. */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)
 {

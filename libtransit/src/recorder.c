@@ -98,10 +98,10 @@ static __thread int runtime_saw_driver;
 
 static transit_period *period;
 static pthread_mutex_t period_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Kernel-name hashes by function (period_lock held): hashing a name took 0.10-0.65 us for names of
- * 96-439 characters on the development machine, at every launch; a kernel's launches share its
- * CUfunction and CUPTI's name string. Both are compared, so a handle reused after a module unload
- * is hashed anew. */
+/* Kernel-name hashes by function and CUPTI's name pointer (period_lock held): hashing a name took
+ * 0.10-0.65 us for names of 96-439 characters on the development machine, at every launch. A
+ * handle reused after a module unload, or a name CUPTI hands over in a new buffer, misses and is
+ * hashed anew: no saving then, and no wrong hash. */
 #define NAME_CACHE_SLOTS 4096
 static struct {
     CUfunction f;
