@@ -20,6 +20,7 @@ import re
 import statistics
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -291,7 +292,8 @@ def losses_compare(runs: dict, name: str, reference: str) -> dict | None:
             "max_abs_diff": max(diffs)}
 
 
-def step_window(runs: dict, name: str, lo: int, hi: int | None, of=statistics.median) -> float | None:
+def step_window(runs: dict, name: str, lo: int, hi: int | None,
+                of: Callable[[list[float]], float] = statistics.median) -> float | None:
     """`of` (the median, or min) of the run's step times [lo:hi]."""
     times = ((metric(runs, name, "step_time") or {}).get("all_s") or [])[lo:hi]
     return of(times) if times else None
@@ -420,7 +422,7 @@ def paired_ratio(ratios: list[float], threshold: float) -> dict:
             "point_within": math.exp(mean) <= threshold}
 
 
-ESTIMATORS = {"": statistics.median, "_fastest": min}  # summarize_recorder's, by key suffix
+ESTIMATORS = {"median": statistics.median, "fastest": min}  # summarize_recorder's; the median's keys have no suffix
 
 
 def summarize_recorder(runs: dict) -> dict:
@@ -440,12 +442,12 @@ def summarize_recorder(runs: dict) -> dict:
         "transit_warmup_iters": warm,
         "pairs_complete": len(pairs),
         "pairs_incomplete": sorted({name.split("-")[1] for name in runs} - {str(i) for i in pairs}),
-        **{f"recorder_{w}_over_no_recorder{suffix}": paired_ratio(
+        **{f"recorder_{w}_over_no_recorder{'' if kind == 'median' else '_' + kind}": paired_ratio(
             [step_window(runs, f"rec-{i}", lo, hi, of) / step_window(runs, f"norec-{i}", lo, hi, of) for i in pairs],
-            thresholds[w]) for w, (lo, hi) in windows.items() for suffix, of in ESTIMATORS.items()},
+            thresholds[w]) for w, (lo, hi) in windows.items() for kind, of in ESTIMATORS.items()},
         **{f"{kind}_step_s": {name: {w: step_window(runs, name, lo, hi, of) for w, (lo, hi) in windows.items()}
                               for name in sorted(runs) if runs[name].get("status") == "ok"}
-           for kind, of in (("median", statistics.median), ("fastest", min))},
+           for kind, of in ESTIMATORS.items()},
     }
 
 

@@ -997,7 +997,7 @@ void transit_policy_tick(void)
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return;
     transit_tick tick = {.t_s = transit_now() - transit_g.start_unix};
-    double began = transit_monotonic();
+    uint64_t began = transit_monotonic_ns();
     /* Read once: an iteration mark on another thread may start the fill during this tick. */
     int fill_at_start = fill_now();
     bool fill_held = fill_holds(fill_at_start);
@@ -1055,7 +1055,7 @@ void transit_policy_tick(void)
         uint64_t evictions_read = __atomic_exchange_n(&bound_peak_unlogged, 0, __ATOMIC_RELAXED);
         if (evictions_read && (tick.bound == UINT64_MAX || evictions_read > tick.bound))
             tick.bound = evictions_read;
-        tick.work_ms = (transit_monotonic() - began) * 1e3;
+        tick.work_ms = (double)(transit_monotonic_ns() - began) * 1e-6;
         transit_ticklog_write(&tick);
     }
 }

@@ -127,13 +127,6 @@ static pthread_cond_t thread_cond, thread_done;
 static int threads_running, thread_stop; /* the recorder's thread and the policy's tick thread */
 static uint64_t last_flush;                /* recorder thread only */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int get_state(void)
 {
     return __atomic_load_n(&rec_state, __ATOMIC_ACQUIRE);
@@ -399,7 +392,7 @@ static void recorder_step(void)
     apply_activity();
     int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
     uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
-    uint64_t t = now_ns();
+    uint64_t t = transit_monotonic_ns();
     if (due || ((have_profiling || have_um) && t - last_flush >= period_ns)) {
         flush(0);
         last_flush = t;
@@ -651,7 +644,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
                                       size_t valid)
 {
     (void)size;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = transit_monotonic_ns();
     const transit_cupti_api *api = transit_cupti(NULL);
     size_t dropped = 0;
     if (api && buffer && valid) {
@@ -665,7 +658,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         transit_add(&rc.dropped, dropped);
     if (buffer)
         release_buffer(buffer);
-    transit_add(&rc.overhead_ns, now_ns() - t0);
+    transit_add(&rc.overhead_ns, transit_monotonic_ns() - t0);
 }
 
 /* ---- launch callbacks ---- */
@@ -822,15 +815,15 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
         return;
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = transit_monotonic_ns();
         runtime_launch(cb);
-        count_overhead(now_ns() - t0, false);
+        count_overhead(transit_monotonic_ns() - t0, false);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER ||
         !launch_params(cbid, cb->functionParams, &f, &stream))
         return;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = transit_monotonic_ns();
     runtime_saw_driver = 1;
     transit_add(&rc.launches, 1);
     feed_period(cb->symbolName, f); /* may mark an iteration that begins with this launch */
@@ -846,7 +839,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
         __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)
         transit_recorder_reprofile("an iteration ran far more kernels than profiled");
     transit_policy_launch(&l);
-    count_overhead(now_ns() - t0, true);
+    count_overhead(transit_monotonic_ns() - t0, true);
 }
 
 /* ---- start ---- */

@@ -84,6 +84,6 @@ static inline uint64_t transit_get(const uint64_t *c)
 }
 void transit_raise_peak(uint64_t *peak, uint64_t value);
 double transit_now(void);
-double transit_monotonic(void); /* seconds, for durations (never steps) */
+uint64_t transit_monotonic_ns(void); /* for durations (never steps) */
 
 #endif
