@@ -210,6 +210,16 @@ bool transit_policy_planning(void)
            !(transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE));
 }
 
+/* Limit mode evicts at launches only once the managed total came over BOUND_TARGET: under it no
+ * reading of the estimate or the bound asks for an eviction. */
+bool transit_policy_needs_launches(void)
+{
+    const transit_config *c = &transit_g.cfg;
+    return c->policy == TRANSIT_POLICY_PREFETCH ||
+           (c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE)) ||
+           (transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > BOUND_TARGET(c->mem_limit));
+}
+
 uint64_t transit_policy_resident(void)
 {
     uint64_t live = transit_get(&transit_g.n.managed_live);
@@ -1051,6 +1061,7 @@ void transit_policy_tick(void)
         tick.evicted = transit_get(&pc.evict_bytes);
         tick.swept = transit_get(&pc.sweep_bytes);
         tick.htod = transit_recorder_htod_bytes();
+        tick.dtoh = transit_recorder_dtoh_bytes();
         tick.managed = transit_get(&transit_g.n.managed_live);
         uint64_t evictions_read = __atomic_exchange_n(&bound_peak_unlogged, 0, __ATOMIC_RELAXED);
         if (evictions_read && (tick.bound == UINT64_MAX || evictions_read > tick.bound))

@@ -44,6 +44,9 @@ void transit_policy_launch(const transit_launch *l);
 bool transit_policy_uses_profile(void);
 /* Limit mode, once the profile is built: evictions go at the launches (see policy.c). */
 bool transit_policy_planning(void);
+/* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
+ * the managed total came near L. */
+bool transit_policy_needs_launches(void);
 /* A new profiling window begins (the ranges are forgotten; with refine, while planning, they are
  * kept, replayed, and added to), and the window's end after its records were flushed (the
  * ranges are built; max_launches: most launches in one profiled iteration). The end says whether

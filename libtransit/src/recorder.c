@@ -54,7 +54,7 @@ static struct {
     uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
-    uint64_t runtime_callbacks, runtime_without_driver;
+    uint64_t runtime_callbacks, runtime_without_driver, launch_callbacks_back;
     uint64_t profiled_iterations, reprofiles, refine_windows;
 } rc;
 static transit_hist htod_hist, dtoh_hist; /* under records_lock */
@@ -83,6 +83,7 @@ static int want_profiling, want_um; /* what the window asks for */
 static int want_external;           /* external correlation ids while profiling (see correlate); set
                                      * without TRANSIT_EXTERNAL_CORRELATION: callback ids missed */
 static int have_profiling, have_um, have_external; /* what is enabled (written by apply_activity only) */
+static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -333,6 +334,35 @@ static void apply_activity(void)
     pthread_mutex_unlock(&control_lock);
 }
 
+static void set_launch_callbacks(const transit_cupti_api *api, int enable)
+{
+    for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++)
+        api->EnableCallback(enable, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids[i]);
+}
+
+/* After warm-up each launch callback still cost about 1.3 us (H200), for the period detector
+ * alone once nothing acts at launches (transit_policy_needs_launches) and an explicit source
+ * (the API or the Python hook) marks the iterations: the callbacks then go off, and "kernels"
+ * and the detector's count stop there. When something needs them again (limit mode's managed
+ * total came near L) they come back, and a new profile is taken: the launches' ordinals restart
+ * at the next iteration. */
+static void steer_launch_callbacks(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    transit_iter_method m = transit_iteration_method();
+    bool needed = transit_policy_needs_launches();
+    if (!launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
+        __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
+        set_launch_callbacks(api, 0);
+        __atomic_store_n(&launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
+    } else if (launches_off_at && needed) {
+        set_launch_callbacks(api, 1);
+        __atomic_store_n(&launches_off_at, 0, __ATOMIC_RELEASE);
+        transit_add(&rc.launch_callbacks_back, 1);
+        transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
+    }
+}
+
 static void flush(uint32_t flag)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
@@ -390,6 +420,7 @@ static void recorder_step(void)
         return;
     check_callback_misses();
     apply_activity();
+    steer_launch_callbacks();
     int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
     uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
     uint64_t t = transit_monotonic_ns();
@@ -973,6 +1004,7 @@ void transit_recorder_after_fork(void)
     win_refine = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
+    launches_off_at = 0;
     finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
     runtime_corr = 0;
@@ -989,6 +1021,11 @@ uint64_t transit_recorder_htod_bytes(void)
     return transit_get(&rc.htod_bytes);
 }
 
+uint64_t transit_recorder_dtoh_bytes(void)
+{
+    return transit_get(&rc.dtoh_bytes);
+}
+
 transit_recorder_state transit_recorder_get_state(void)
 {
     return (transit_recorder_state)get_state();
@@ -996,7 +1033,7 @@ transit_recorder_state transit_recorder_get_state(void)
 
 bool transit_recorder_sees_launches(void)
 {
-    return get_state() == TRANSIT_RECORDER_CUPTI;
+    return get_state() == TRANSIT_RECORDER_CUPTI && !__atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE);
 }
 
 bool transit_recorder_sees_migrations(void)
@@ -1056,7 +1093,8 @@ void transit_recorder_state_json(jbuf *b)
               ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
               ", \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
-              ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s",
+              ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s"
+              ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64,
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
               (double)transit_get(&rc.overhead_ns) * 1e-9, transit_get(&rc.launches_profiling),
@@ -1064,7 +1102,8 @@ void transit_recorder_state_json(jbuf *b)
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"
                   : "false",
-              have_um ? "true" : "false");
+              have_um ? "true" : "false", __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
+              transit_get(&rc.launch_callbacks_back));
     jb_printf(b,
               ", \"correlation\": {\"external_ids\": \"%s\", \"callback\": %" PRIu64 ", \"external\": %" PRIu64
               ", \"cross_checked\": %" PRIu64 ", \"disagree\": %" PRIu64 ", \"none\": %" PRIu64

@@ -20,7 +20,9 @@
  * thread flushes CUPTI, calls transit_policy_profile_end() and, in physical mode, switches the
  * unified memory counters off too. In limit mode the counters stay on for the whole run:
  * TRANSIT's residency estimate is built from the HtoD/DtoH migration records.
- * transit_recorder_reprofile() opens a new window.
+ * transit_recorder_reprofile() opens a new window. Once the window is done, nothing acts at launches
+ * any more (transit_policy_needs_launches) and the API or the Python hook marks iterations, the
+ * launch callbacks go off too.
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
  * that none is made inside a CUPTI callback and polls iteration marks (the only source of
@@ -44,7 +46,7 @@ TRANSIT_INTERNAL void transit_recorder_start(void);
 /* A fork child starts with the recorder off and all counters cleared. */
 void transit_recorder_after_fork(void);
 transit_recorder_state transit_recorder_get_state(void);
-/* True when kernel-launch callbacks arrive (state cupti). */
+/* True when kernel-launch callbacks arrive (state cupti, and not switched off after warm-up). */
 bool transit_recorder_sees_launches(void);
 /* True when unified-memory migration records arrive (state cupti, counters configured). */
 bool transit_recorder_sees_migrations(void);
@@ -53,8 +55,9 @@ uint32_t transit_recorder_prev_iteration_launches(void);
 /* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
  * Ignored while a window is open or after TRANSIT_MAX_REPROFILES. */
 void transit_recorder_reprofile(const char *why);
-/* HtoD bytes in migration records so far. */
+/* HtoD and DtoH bytes in migration records so far. */
 uint64_t transit_recorder_htod_bytes(void);
+uint64_t transit_recorder_dtoh_bytes(void);
 /* Iterations profiled so far (all windows) and re-profiling windows opened. */
 uint64_t transit_recorder_profiled_iterations(void);
 uint64_t transit_recorder_reprofiles(void);

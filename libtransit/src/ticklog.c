@@ -43,7 +43,7 @@ static void write_line(const char *line, size_t len)
 static int open_log(void)
 {
     static const char header[] = "t_s,planning,fill_state,sweep_due,estimate_bytes,bound_bytes,smaps_bound_bytes,"
-                                 "over_asked_bytes,over_bytes,evicted_bytes,swept_bytes,htod_bytes,managed_bytes,work_ms\n";
+                                 "over_asked_bytes,over_bytes,evicted_bytes,swept_bytes,htod_bytes,dtoh_bytes,managed_bytes,work_ms\n";
     char path[sizeof transit_g.cfg.out_dir + 320];
     if (transit_out_path(path, sizeof path, ".ticks.csv"))
         return -1; /* transit_out_path said why */
@@ -72,6 +72,7 @@ void transit_ticklog_write(const transit_tick *t)
     put_bytes(line, &len, t->evicted, ',');
     put_bytes(line, &len, t->swept, ',');
     put_bytes(line, &len, t->htod, ',');
+    put_bytes(line, &len, t->dtoh, ',');
     put_bytes(line, &len, t->managed, ',');
     n = snprintf(line + len, sizeof line - len, "%.3f\n", t->work_ms);
     len += n > 0 ? (size_t)n : 0;

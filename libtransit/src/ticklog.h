@@ -20,7 +20,8 @@ typedef struct transit_tick {
                                  * eviction (0 while earlier evictions ran or an allocating thread
                                  * made room; re-readings during it may have asked more) */
     uint64_t evicted, swept;    /* cumulative bytes asked to the host: evictions, sweeps */
-    uint64_t htod;              /* cumulative HtoD bytes in migration records */
+    uint64_t htod, dtoh;        /* cumulative HtoD and DtoH bytes in migration records: what moved
+                                 * (an eviction of a chunk already on the host moves nothing) */
     uint64_t managed;           /* managed bytes allocated, at the tick's end: the bound is these
                                  * less the host-resident ones, so a rise of both is allocation,
                                  * of the bound alone data faulting in */

@@ -16,26 +16,31 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
+# GROW_AT (env): the step at which the loop takes 1 GiB more and keeps it
 LOOP = r"""
-import ctypes, torch
+import ctypes, os, time, torch
 mark = ctypes.CDLL(None).transit_mark_iteration
+grow_at = int(os.environ.get("GROW_AT", "-1"))
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 x = torch.randn(32, 1024, device="cuda")
-for _ in range(STEPS):
+for step in range(STEPS):
+    if step == grow_at:
+        ballast = torch.ones(2**28, device="cuda")
     model(x).square().mean().backward()
     opt.step(); opt.zero_grad()
     mark()
+    time.sleep(0.02)  # a step as long as a tick of the recorder's thread, which acts between steps
 torch.cuda.synchronize()
 """.replace("STEPS", str(STEPS))
 
 
-def run_loop(out: Path, **env: str) -> dict:
-    """The loop under `transit run --policy base`; its stats file."""
+def run_loop(out: Path, policy: str = "base", limit: str = "8G", **env: str) -> dict:
+    """The loop under `transit run --policy POLICY --mem-limit LIMIT`; its stats file."""
     env = dict(os.environ, **env,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "base", "--mem-limit", "8G", "--out",
+    r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", limit, "--out",
                         str(out), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stderr
@@ -44,11 +49,35 @@ def run_loop(out: Path, **env: str) -> dict:
 
 
 def test_three_sources_agree(tmp_path: Path) -> None:
-    it = run_loop(tmp_path)["iterations"]
+    # prefetch replays at launches: its launch callbacks, which the detector needs, stay on
+    it = run_loop(tmp_path, "prefetch")["iterations"]
     assert it["method"] == "api" and it["count"] == STEPS
     assert it["by_method"]["python-hook"] == STEPS
     # the detector needs a few periods to lock on; after that it must see every boundary
     assert STEPS - 4 <= it["by_method"]["kernel-period"] <= STEPS
+
+
+@pytest.mark.parametrize("policy", ["base", "advise"])
+def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy: str) -> None:
+    """Iterations marked by the API, the managed total far under L: after warm-up (and advise's
+    applying) nothing acts at launches, and the period detector stops counting where the
+    callbacks went off."""
+    stats = run_loop(tmp_path, policy, TRANSIT_WARMUP_ITERS="4")
+    it, rec = stats["iterations"], stats["recorder"]
+    off = rec["launch_callbacks_off_at_iteration"]
+    assert it["method"] == "api" and it["count"] == STEPS
+    # the window (4 iterations) and its drain end at iteration 6; the recorder's thread acts within a step or so
+    assert 6 <= off <= 10, off
+    assert it["by_method"]["kernel-period"] <= off and rec["launch_callbacks_back"] == 0
+
+
+def test_launch_callbacks_come_back_when_the_managed_total_nears_L(tmp_path: Path) -> None:
+    """At step 15 the loop takes 1 GiB more, past L = 1 GiB: limit mode evicts at launches again,
+    from a new profile."""
+    stats = run_loop(tmp_path, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15")
+    rec, prof = stats["recorder"], stats["prefetch"]
+    assert rec["launch_callbacks_back"] == 1 and rec["launch_callbacks_off_at_iteration"] == 0
+    assert prof["reprofiles"] >= 1
 
 
 def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:

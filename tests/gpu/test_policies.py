@@ -202,7 +202,8 @@ def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
     bounds = [int(r[k]) for r in rows for k in ("bound_bytes", "smaps_bound_bytes") if r[k]]
     assert max(bounds) == doc["memory"]["device_bound_peak_bytes"]
     for column, total in (("evicted_bytes", doc["evictions"]["bytes"]), ("swept_bytes", doc["evictions"]["sweep_bytes"]),
-                          ("htod_bytes", doc["migrations"]["htod"]["bytes"])):
+                          ("htod_bytes", doc["migrations"]["htod"]["bytes"]),
+                          ("dtoh_bytes", doc["migrations"]["dtoh"]["bytes"])):
         values = [int(r[column]) for r in rows]
         assert values == sorted(values) and values[-1] <= total, column
     assert {r["planning"] for r in rows} <= {"0", "1"} and all(float(r["work_ms"]) >= 0 for r in rows)
