@@ -44,8 +44,7 @@
  * estimate misses; once it is at its cap and a reading still finds the bound over BOUND_TARGET and
  * the estimate by HOST_CHECK_SLACK, one sweep per iteration runs while planning too (on the
  * single-GPU H200 machine the estimate sat at its floor, 496 MiB, while the device held 1.5-1.75
- * GiB); over L, as many sweeps as it takes; over PLAN_BOUND_TRIGGER, the bound's evictions down to
- * EVICT_TARGET. The
+ * GiB); over L, as many sweeps as it takes, and the bound's evictions down to EVICT_TARGET. The
  * sweep runs on TRANSIT's stream, not in the launches' order: a chunk whose eviction a launch
  * queued can go before the kernels ahead of that launch ran, and fault back (not measured).
  * Advise, once applied, holds still: host data is read in place, nothing migrates. After a whole
@@ -85,7 +84,6 @@
 #define EVICT_TARGET(limit) ((limit) - (limit) / 32)
 #define BOUND_TARGET(limit) ((limit) - (limit) / 16)
 #define PLAN_SLACK(limit) ((limit) / 16) /* the estimate over L by this: the tick evicts while planning */
-#define PLAN_BOUND_TRIGGER(limit) ((limit) - (limit) / 64) /* while planning the bound's safety net acts over this */
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
@@ -496,19 +494,17 @@ static uint64_t read_bound(void)
 }
 
 /* What a bound is over BOUND_TARGET when it is over EVICT_TARGET; 0 otherwise, and while the fill
- * holds. While planning the launches evict (see bound_over): only a bound over PLAN_BOUND_TRIGGER
- * is taken down, to EVICT_TARGET, a safety net (on an H200 at L = 25.5 GiB the first planned
- * iteration of prefetch went to 32.1 GiB, its estimate at 21.5, before the next smaps reading
- * started a sweep; with it, 25.9 GiB). It acted only over L at first: base's bound then crept
- * over L by 0.05-0.4 GiB at 0.1-0.15 GiB a tick before each of its evictions, 44 ticks over L in
- * one run. */
+ * holds. While planning the launches evict (see bound_over): only a bound over L is taken down, to
+ * EVICT_TARGET, a safety net (on an H200 at L = 25.5 GiB the first planned iteration of prefetch
+ * went to 32.1 GiB, its estimate at 21.5, before the next smaps reading started a sweep; with it,
+ * 25.9 GiB). */
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
     if (fill_held)
         return 0;
     if (transit_policy_planning())
-        return bound > PLAN_BOUND_TRIGGER(limit) ? bound - EVICT_TARGET(limit) : 0;
+        return bound > limit ? bound - EVICT_TARGET(limit) : 0;
     return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
 }
 
@@ -905,8 +901,8 @@ static bool enter_context(const transit_driver_api *drv, int dev)
 
 /* While planning the launches evict; the tick for the estimate only once it is PLAN_SLACK over
  * L, when launches with profiled chunks stopped coming (CUDA graphs, a kernel sequence changed
- * after the last re-profile, an evaluation phase), and for the bound once it is over
- * PLAN_BOUND_TRIGGER (bound_excess). */
+ * after the last re-profile, an evaluation phase), and for the bound once it is over L
+ * (bound_excess). */
 static bool evict_due(bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
@@ -918,8 +914,8 @@ static bool evict_due(bool fill_held)
 }
 
 /* What the bound, read now and recorded, asks to evict (bound_excess); 0 before the first smaps
- * reading or when the RSS cannot be read. While planning only near L (PLAN_BOUND_TRIGGER): evictions
- * in the GPU's time took the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the device kept what the estimate did not know; the
+ * reading or when the RSS cannot be read. While planning only over L: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the
+ * launches' order, and drained it, while the device kept what the estimate did not know; the
  * launches' evictions flush that out within an iteration (every chunk the profile names is
  * counted, then evicted in its turn), and what they do not, the sweep finds (check_host_residency). */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
@@ -1085,7 +1081,7 @@ void transit_policy_tick(void)
  * alloc_room_lock meanwhile, which keeps the tick's bound evictions off, and first waits for those
  * the tick queued already (the bound shows evictions only once they ran). Only in the device's
  * context (a thread may allocate before any runtime call made one current), not while advise's
- * fill holds, and while planning only over PLAN_BOUND_TRIGGER (bound_excess). */
+ * fill holds, and while planning only over L (bound_excess). */
 void transit_policy_before_alloc(uint64_t size)
 {
     static int warned;
