@@ -498,8 +498,8 @@ static uint64_t read_bound(void)
  * EVICT_TARGET, a safety net (on an H200 at L = 25.5 GiB the first planned iteration of prefetch
  * went to 32.1 GiB, its estimate at 21.5, before the next smaps reading started a sweep; with it,
  * 25.9 GiB). Acting earlier, over L - L/64, thrashed instead (H200, L = 25.5 GiB): the first
- * planned step of base and prefetch took 29-37 s instead of 8-11, and base's bound went 6.0 GiB
- * over L, against 0.3-2.3 over L in the runs of this form. */
+ * planned step of base and prefetch took 29-37 s, against 8-19 s in runs of this form, and base's
+ * bound went 6.0 GiB over L, against 0.3-2.7 over L in them. */
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
