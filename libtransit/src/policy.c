@@ -916,10 +916,11 @@ static bool evict_due(bool fill_held)
 }
 
 /* What the bound, read now and recorded, asks to evict (bound_excess); 0 before the first smaps
- * reading or when the RSS cannot be read. While planning only over L: evictions in the GPU's time took the estimate's chunks, ahead of the GPU in the
- * launches' order, and drained it, while the device kept what the estimate did not know; the
- * launches' evictions flush that out within an iteration (every chunk the profile names is
- * counted, then evicted in its turn), and what they do not, the sweep finds (check_host_residency). */
+ * reading or when the RSS cannot be read. While planning only over L: evictions in the GPU's time
+ * took the estimate's chunks, ahead of the GPU in the launches' order, and drained it, while the
+ * device kept what the estimate did not know; the launches' evictions flush that out within an
+ * iteration (every chunk the profile names is counted, then evicted in its turn), and what they
+ * do not, the sweep finds (check_host_residency). */
 static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
 {
     uint64_t bound = read_bound();

@@ -289,16 +289,24 @@ static void set_external(const transit_cupti_api *api, int enable)
     set_kind(api, enable, CUPTI_ACTIVITY_KIND_RUNTIME);
 }
 
+/* Enables or disables the callbacks `ids` of `domain`; returns how many calls took. */
+static uint64_t set_callbacks(const transit_cupti_api *api, int enable, CUpti_CallbackDomain domain,
+                              const CUpti_CallbackId *ids, size_t n)
+{
+    uint64_t took = 0;
+    for (size_t i = 0; i < n; i++)
+        took += api->EnableCallback(enable, subscriber, domain, ids[i]) == CUPTI_SUCCESS;
+    return took;
+}
+
 /* The runtime launch callbacks give kernel records the runtime call's correlation id and push
  * external ids (see correlate()): both serve profiling only, so they are on only while it is, and
  * after it each runtime launch costs one CUPTI callback less. rc.runtime_callbacks: how many
  * enabling took. */
 static void set_runtime_callbacks(const transit_cupti_api *api, int enable)
 {
-    uint64_t took = 0;
-    for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
-        took += api->EnableCallback(enable, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]) ==
-                CUPTI_SUCCESS;
+    uint64_t took = set_callbacks(api, enable, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids,
+                                  sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]);
     if (enable)
         __atomic_store_n(&rc.runtime_callbacks, took, __ATOMIC_RELAXED);
 }
@@ -334,12 +342,6 @@ static void apply_activity(void)
     pthread_mutex_unlock(&control_lock);
 }
 
-static void set_launch_callbacks(const transit_cupti_api *api, int enable)
-{
-    for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++)
-        api->EnableCallback(enable, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids[i]);
-}
-
 /* After warm-up every launch still went through a callback (on an H200 its own time was 0.3-0.7
  * us while profiling, and 15-31 us while limit mode planned), serving the period detector alone
  * once nothing acts at launches (transit_policy_needs_launches) and an explicit source (the API
@@ -350,14 +352,15 @@ static void set_launch_callbacks(const transit_cupti_api *api, int enable)
 static void steer_launch_callbacks(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
+    const size_t n = sizeof launch_cbids / sizeof launch_cbids[0];
     transit_iter_method m = transit_iteration_method();
     bool needed = transit_policy_needs_launches();
     if (!launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
-        set_launch_callbacks(api, 0);
+        set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
         __atomic_store_n(&launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
     } else if (launches_off_at && needed) {
-        set_launch_callbacks(api, 1);
+        set_callbacks(api, 1, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
         __atomic_store_n(&launches_off_at, 0, __ATOMIC_RELEASE);
         transit_add(&rc.launch_callbacks_back, 1);
         transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
