@@ -112,6 +112,7 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
+    uint64_t evict_skipped, sweep_skipped, fill_skipped;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -164,11 +165,12 @@ static uint64_t bound_peak_unlogged;
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_FILL, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
-/* What each purpose counts: ranges (calls), bytes. */
-static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, &pc.prefetch_bytes},
-                                       [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes},
-                                       [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes},
-                                       [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes}};
+/* What each purpose counts: ranges (calls), bytes, bytes not sent as they would move nothing
+(prefetch_moving; replays are always sent). */
+static uint64_t *const counted[][3] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, &pc.prefetch_bytes, NULL},
+                                       [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes, &pc.fill_skipped},
+                                       [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes, &pc.evict_skipped},
+                                       [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes, &pc.sweep_skipped}};
 _Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_SWEEP + 1, "a purpose without counters");
 
 static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
@@ -356,6 +358,42 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
     return all_went;
 }
 
+/* For the tick thread and an allocating thread, which act on the device as it is now: prefetches
+the 2 MiB chunks of r that would move, by the page tables now (transit_host_present_bytes): to
+the host those the host does not hold whole, to the device those it holds some of; adjacent ones
+as one range. Chunks that would move nothing are counted, not sent (on an H200 at L = 25.5 GiB the
+tick's evictions asked for 150 GiB in a run while 90 GiB moved to the host, sweeps included).
+Returns the bytes of the sent chunks that the host did not hold (untouched pages count, as in
+the bound); all of r, sent, when pagemap cannot be read. A launch's evictions go through
+prefetch_range: they run in the stream's order, after kernels that may fault the chunk in.
+*refused: the driver refused a part. */
+static uint64_t prefetch_moving(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
+                                CUstream stream, bool *refused)
+{
+    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP;
+    uint64_t off_host = 0, run = r.addr, end = r.addr + r.bytes;
+    for (uint64_t at = r.addr; at < end;) {
+        uint64_t step = TRANSIT_MIN((at | (TRANSIT_CHUNK_BYTES - 1)) + 1, end) - at;
+        int64_t held = transit_host_present_bytes(at, step);
+        bool moves = held < 0 || (to_host ? (uint64_t)held < step : held > 0);
+        if (moves) {
+            off_host += step - (uint64_t)TRANSIT_MAX(held, 0);
+        } else {
+            transit_add(counted[why][2], step);
+            if (why == PREFETCH_FILL) /* as a sent fill would: the device holds it (or nobody; the bound counts both) */
+                mark_resident(at, step, false);
+        }
+        at += step;
+        if (!moves || at == end) { /* the run of moving chunks ends here */
+            uint64_t run_end = moves ? at : at - step;
+            if (run < run_end)
+                *refused |= !prefetch_range(drv, (transit_range){run, run_end - run}, dev, why, stream);
+            run = at;
+        }
+    }
+    return off_host;
+}
+
 /* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
  * most recent; the least recent others (never the launch's own) are evicted on the launch's
  * stream until the estimate with them added is at EVICT_TARGET less the measured correction;
@@ -449,7 +487,8 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
                 pthread_mutex_unlock(&chunks_lock);
                 for (size_t j = 0; j < k; j++) {
                     transit_range r = {runs[j].addr, TRANSIT_MIN(runs[j].bytes, budget)};
-                    prefetch_range(drv, r, dev, why, stream);
+                    bool refused = false; /* counted; the walk goes on (the next pass tries again) */
+                    prefetch_moving(drv, r, dev, why, stream, &refused);
                     if (!(budget -= r.bytes)) {
                         *cursor = r.addr + r.bytes;
                         return false;
@@ -558,11 +597,13 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         uint64_t after = resident - picked;
         transit_add(&pc.bound_evict_bytes,
                     (target > after ? target - after : 0) - (target > resident ? target - resident : 0));
-        /* The bound shows these only once they ran: count them off what it asked for. */
-        bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
+        uint64_t moving = 0;
         for (size_t i = 0; i < n; i++)
-            refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
+            moving += prefetch_moving(drv, victims[i], 0, PREFETCH_EVICT, stream, &refused);
+        /* The bound shows these only once they ran: count them off what it asked for. Chunks the
+         * host held already do not count: the bound never had them. */
+        bound_over = bound_over > moving ? bound_over - moving : 0;
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
@@ -1210,26 +1251,28 @@ void transit_policy_stats_json(jbuf *b)
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
               ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64
-              ", \"reached_bytes\": %" PRIu64 "}}, ",
+              ", \"reached_bytes\": %" PRIu64 ", \"skipped_bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
               fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
               c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes),
-              transit_get(&pc.fill_from), transit_get(&pc.fill_reached));
+              transit_get(&pc.fill_from), transit_get(&pc.fill_reached), transit_get(&pc.fill_skipped));
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64
+              ", \"skipped_bytes\": %" PRIu64 ", \"sweep_skipped_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
-              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
+              transit_get(&pc.evict_skipped), transit_get(&pc.sweep_skipped));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -395,8 +395,11 @@ static void finish_window(void)
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after it was evicted (it was resident when they ran in the profiled iterations):
      * one-iteration windows add those to the profile, for as long as they still find much (on an
-     * H200, 4 of them took prefetch from 54,560 faults per iteration to under 1,000). */
-    if (learning && transit_policy_planning() && transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
+     * H200, 4 of them took prefetch from 54,560 faults per iteration to under 1,000). None while
+     * nothing acts at launches: the launch callbacks can go off right away (each refinement kept
+     * them 3 iterations longer, at 15-31 us a launch on an H200). */
+    if (learning && transit_policy_planning() && transit_policy_needs_launches() &&
+        transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
         transit_add(&rc.refine_windows, 1);
         open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, true);
     }
