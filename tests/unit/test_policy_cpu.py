@@ -47,7 +47,7 @@ def check_sections(doc: dict) -> None:
                                           "skipped_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
-                "cold_bytes", "sweeps", "sweep_bytes", "skipped_bytes", "sweep_skipped_bytes"):
+                "cold_bytes", "sweeps", "sweep_bytes", "skipped_bytes", "off_host_bytes", "sweep_skipped_bytes"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
