@@ -3,15 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define UVM_PATH " /dev/nvidia-uvm"
 #define READ_STEP (256u << 10)
-#define PAGEMAP_PRESENT (1ull << 63)
-#define PAGEMAP_BATCH 512 /* entries per read: 2 MiB of 4 KiB pages, one chunk */
 
 /* A mapping's first line starts with its address range: hex digits, then '-'. */
 static int is_mapping_header(const char *line)
@@ -108,37 +105,4 @@ int64_t transit_process_rss(void)
         return -1;
     text[n] = '\0';
     return transit_statm_rss_parse(text, (uint64_t)sysconf(_SC_PAGESIZE));
-}
-
-static int pagemap_fd = -1;
-static uint64_t page_bytes;
-
-static void open_pagemap(void)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    page_bytes = page > 0 ? (uint64_t)page : 4096;
-    pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-}
-
-TRANSIT_INTERNAL int64_t transit_host_present_bytes(uint64_t addr, uint64_t bytes)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    uint64_t entry[PAGEMAP_BATCH];
-    pthread_once(&once, open_pagemap);
-    if (pagemap_fd < 0)
-        return -1;
-    uint64_t first = addr / page_bytes, end = (addr + bytes + page_bytes - 1) / page_bytes, present = 0;
-    for (uint64_t page = first; page < end;) {
-        size_t want = (size_t)TRANSIT_MIN(end - page, (uint64_t)PAGEMAP_BATCH);
-        ssize_t got = pread(pagemap_fd, entry, want * sizeof entry[0], (off_t)(page * sizeof entry[0]));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0 || got % (ssize_t)sizeof entry[0])
-            return -1;
-        for (size_t i = 0; i < (size_t)got / sizeof entry[0]; i++)
-            present += (entry[i] & PAGEMAP_PRESENT) != 0;
-        page += (uint64_t)got / sizeof entry[0];
-    }
-    /* Whole pages: the range's partial first and last pages count whole when present. */
-    return (int64_t)TRANSIT_MIN(present * page_bytes, bytes);
 }

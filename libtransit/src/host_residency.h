@@ -29,12 +29,4 @@ TRANSIT_INTERNAL int64_t transit_statm_rss_parse(const char *statm, uint64_t pag
  * /proc/self/statm cannot be read. */
 int64_t transit_process_rss(void);
 
-/* The bytes of [addr, addr+bytes) whose pages this process's page tables map now
- * (/proc/self/pagemap, one 8-byte entry per page): for managed memory, what the host holds of
- * it; pages never touched count as not held. Per range, where smaps gives only the sum: limit
- * mode asks it before moving a range, so that an eviction of pages already on the host moves
- * nothing and is not counted as if it did. TRANSIT_INTERNAL for the unit tests; thread-safe; -1
- * when pagemap cannot be read. */
-TRANSIT_INTERNAL int64_t transit_host_present_bytes(uint64_t addr, uint64_t bytes);
-
 #endif

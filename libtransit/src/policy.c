@@ -112,7 +112,6 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
-    uint64_t evict_skipped, sweep_skipped, fill_skipped, evict_off_host;
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -165,12 +164,11 @@ static uint64_t bound_peak_unlogged;
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
 typedef enum { PREFETCH_REPLAY, PREFETCH_FILL, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
-/* What each purpose counts: ranges (calls), bytes, bytes not sent as they would move nothing
-(prefetch_moving; replays are always sent). */
-static uint64_t *const counted[][3] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, &pc.prefetch_bytes, NULL},
-                                       [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes, &pc.fill_skipped},
-                                       [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes, &pc.evict_skipped},
-                                       [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes, &pc.sweep_skipped}};
+/* What each purpose counts: ranges (calls), bytes. */
+static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pc.prefetch_calls, &pc.prefetch_bytes},
+                                       [PREFETCH_FILL] = {&pc.fill_ranges, &pc.fill_bytes},
+                                       [PREFETCH_EVICT] = {&pc.evict_count, &pc.evict_bytes},
+                                       [PREFETCH_SWEEP] = {&pc.sweep_ranges, &pc.sweep_bytes}};
 _Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_SWEEP + 1, "a purpose without counters");
 
 static void warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r)
@@ -358,42 +356,6 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
     return all_went;
 }
 
-/* For the tick thread and an allocating thread, which act on the device as it is now: prefetches
-the 2 MiB chunks of r that would move, by the page tables now (transit_host_present_bytes): to
-the host those the host does not hold whole, to the device those it holds some of; adjacent ones
-as one range. Chunks that would move nothing are counted, not sent (on an H200 at L = 25.5 GiB the
-tick's evictions asked for 150 GiB in a run while 90 GiB moved to the host, sweeps included).
-Returns the bytes of the sent chunks that the host did not hold (untouched pages count, as in
-the bound); all of r, sent, when pagemap cannot be read. A launch's evictions go through
-prefetch_range: they run in the stream's order, after kernels that may fault the chunk in.
-*refused: the driver refused a part. */
-static uint64_t prefetch_moving(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
-                                CUstream stream, bool *refused)
-{
-    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP;
-    uint64_t off_host = 0, run = r.addr, end = r.addr + r.bytes;
-    for (uint64_t at = r.addr; at < end;) {
-        uint64_t step = TRANSIT_MIN((at | (TRANSIT_CHUNK_BYTES - 1)) + 1, end) - at;
-        int64_t held = transit_host_present_bytes(at, step);
-        bool moves = held < 0 || (to_host ? (uint64_t)held < step : held > 0);
-        if (moves) {
-            off_host += step - (uint64_t)TRANSIT_MAX(held, 0);
-        } else {
-            transit_add(counted[why][2], step);
-            if (why == PREFETCH_FILL) /* as a sent fill would: the device holds it (or nobody; the bound counts both) */
-                mark_resident(at, step, false);
-        }
-        at += step;
-        if (!moves || at == end) { /* the run of moving chunks ends here */
-            uint64_t run_end = moves ? at : at - step;
-            if (run < run_end)
-                *refused |= !prefetch_range(drv, (transit_range){run, run_end - run}, dev, why, stream);
-            run = at;
-        }
-    }
-    return off_host;
-}
-
 /* Limit mode, at a launch (see the top of this file): the launch's chunks, need[0..n), become the
  * most recent; the least recent others (never the launch's own) are evicted on the launch's
  * stream until the estimate with them added is at EVICT_TARGET less the measured correction;
@@ -487,8 +449,7 @@ static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetc
                 pthread_mutex_unlock(&chunks_lock);
                 for (size_t j = 0; j < k; j++) {
                     transit_range r = {runs[j].addr, TRANSIT_MIN(runs[j].bytes, budget)};
-                    bool refused = false; /* counted; the walk goes on (the next pass tries again) */
-                    prefetch_moving(drv, r, dev, why, stream, &refused);
+                    prefetch_range(drv, r, dev, why, stream);
                     if (!(budget -= r.bytes)) {
                         *cursor = r.addr + r.bytes;
                         return false;
@@ -571,7 +532,14 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * readings fell, advise's warm-up 0.73 and 1.58 GiB over L (alone; beside the GPU tests); the
  * re-readings' asks capped at L/16, base 3.36 and prefetch 1.29 GiB over. This form had 0.18
  * (advise), 0.59 (base) and 0.86 (prefetch) in its first runs and 1.61 (advise, beside the GPU
- * tests) in a later one: the runs vary as much as the forms. */
+ * tests) in a later one: the runs vary as much as the forms. Tried and reverted: the tick's
+ * evictions and sweeps sending only the chunks that would move by /proc/self/pagemap (skipping
+ * those the host held whole). Pagemap found 112.1 of the 112.3 GB that base's tick evicted off
+ * the host, while the DtoH records of the whole run came to 54 GB; the sweeps skipped 40 GB and
+ * finished 5 times in a run instead of 15-18; 23-26 ticks per run took over 1 s (up to 17 s;
+ * base's estimate drained to 1.2 GiB), against at most 7 ticks (up to 2.8 s) in the 17 runs of
+ * other forms, and side by side steps 3-4 took 62-98 s against 29-47 s (H200, L = 25.5 GiB, the
+ * pagemap files in cap27-experiments). */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)
 {
@@ -597,15 +565,11 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         uint64_t after = resident - picked;
         transit_add(&pc.bound_evict_bytes,
                     (target > after ? target - after : 0) - (target > resident ? target - resident : 0));
-        /* The bound shows these only once they ran: count them off what it asked for. Whole chunks,
-         * though they held less off the host (evictions.off_host_bytes): counting only that made
-         * the tick chase the faults, evicting 10-17 GiB of chunks for an ask of 0.8 (on an H200 at
-         * L = 25.5 GiB, base's warm-up ticks took up to 10 s, records were dropped meanwhile, and
-         * the bound went as far over L). */
+        /* The bound shows these only once they ran: count them off what it asked for. */
         bound_over = bound_over > picked ? bound_over - picked : 0;
         bool refused = false;
         for (size_t i = 0; i < n; i++)
-            transit_add(&pc.evict_off_host, prefetch_moving(drv, victims[i], 0, PREFETCH_EVICT, stream, &refused));
+            refused |= !prefetch_range(drv, victims[i], 0, PREFETCH_EVICT, stream);
         /* A refused range is counted resident again, at the LRU's tail: picking victims again
          * now would cycle through the estimate for as long as the driver refuses (for ever, when
          * it never supports the prefetch). The next tick tries again. */
@@ -1253,29 +1217,26 @@ void transit_policy_stats_json(jbuf *b)
               "\"advise\": {\"calls\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"applied\": %s, \"fill\": {\"state\": \"%s\", \"target_bytes\": %" PRIu64
               ", \"ranges\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64
-              ", \"reached_bytes\": %" PRIu64 ", \"skipped_bytes\": %" PRIu64 "}}, ",
+              ", \"reached_bytes\": %" PRIu64 "}}, ",
               transit_get(&pc.advise_calls), transit_get(&pc.advise_bytes), transit_get(&pc.advise_errors),
               __atomic_load_n(&advise_applied, __ATOMIC_RELAXED) ? "true" : "false",
               fill_state_names[__atomic_load_n(&fill_state, __ATOMIC_RELAXED)],
               c->mem_limit ? FILL_TARGET(c->mem_limit) : 0, transit_get(&pc.fill_ranges), transit_get(&pc.fill_bytes),
-              transit_get(&pc.fill_from), transit_get(&pc.fill_reached), transit_get(&pc.fill_skipped));
+              transit_get(&pc.fill_from), transit_get(&pc.fill_reached));
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64
-              ", \"skipped_bytes\": %" PRIu64 ", \"off_host_bytes\": %" PRIu64 ", \"sweep_skipped_bytes\": %" PRIu64
-              "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
-              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
-              transit_get(&pc.evict_skipped), transit_get(&pc.evict_off_host), transit_get(&pc.sweep_skipped));
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -66,7 +66,6 @@ size_t transit_chunks_count(const transit_chunks *c);
 size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out, size_t out_cap);
 int64_t transit_uvm_host_rss_parse(const char *smaps);
 int64_t transit_statm_rss_parse(const char *statm, uint64_t page_bytes);
-int64_t transit_host_present_bytes(uint64_t addr, uint64_t bytes);
 size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes, transit_range *out, size_t out_cap, uint64_t *resume);
 
 typedef struct transit_hist { uint64_t count[5]; uint64_t bytes[5]; } transit_hist;
@@ -99,7 +98,7 @@ def _built_library(ffi: cffi.FFI):
 def compile_sources(build_dir: Path) -> Path:
     """Builds the logic sources into build_dir/liblogic.so with the project's warning flags."""
     out = build_dir / "liblogic.so"
-    cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
+    cmd = ["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
     subprocess.run(cmd + [str(SRC_DIR / s) for s in SOURCES], check=True, capture_output=True, text=True)
     return out
 

@@ -43,11 +43,10 @@ def check_sections(doc: dict) -> None:
     assert is_uint(doc["advise"]["calls"]) and is_uint(doc["advise"]["bytes"])
     fill = doc["advise"]["fill"]
     assert fill["state"] in ("waiting", "filling", "full", "ended")
-    assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes",
-                                          "skipped_bytes"))
+    assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
-                "cold_bytes", "sweeps", "sweep_bytes", "skipped_bytes", "off_host_bytes", "sweep_skipped_bytes"):
+                "cold_bytes", "sweeps", "sweep_bytes"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
@@ -97,7 +96,7 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
     assert doc["memory"]["resident_bytes"] == 0 and doc["memory"]["overshoot_peak_bytes"] == 0
     limit_bytes = doc["config"]["limit_bytes"] or 0  # advise's fill aims at L - L/128 in limit mode
     assert doc["advise"]["fill"] == {"state": "waiting", "target_bytes": limit_bytes - limit_bytes // 128, "ranges": 0,
-                                     "bytes": 0, "from_bytes": 0, "reached_bytes": 0, "skipped_bytes": 0}
+                                     "bytes": 0, "from_bytes": 0, "reached_bytes": 0}
 
 
 STARTED = (
