@@ -221,9 +221,7 @@ bool transit_policy_needs_launches(void)
 }
 
 /* Whether launches make room: not while the managed total stays under BOUND_TARGET, where no
- * eviction can come of it (on an H200 at a roomy limit, the launches between the profile and the
- * launch callbacks going off took 29-47 us each in their callback, against 0.4-0.5 while
- * profiling). */
+ * eviction can come of it (the launch callbacks go off then, transit_policy_needs_launches). */
 static bool plans_at_launches(void)
 {
     return transit_policy_planning() && transit_policy_needs_launches();

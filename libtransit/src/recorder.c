@@ -51,6 +51,7 @@ enum { WINDOW_COLLECTING, WINDOW_DRAINING, WINDOW_DONE };
 static struct {
     uint64_t launches, kernel_records, api_records, dropped, buffers_refused, overhead_ns;
     uint64_t launches_profiling, overhead_profiling_ns; /* the part of the two above while profiling */
+    uint64_t records_ns; /* the part of overhead_ns spent on activity records (buffer_completed), off the launches */
     uint64_t htod_bytes, htod_count, dtoh_bytes, dtoh_count, unrequested_bytes;
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
@@ -696,7 +697,9 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         transit_add(&rc.dropped, dropped);
     if (buffer)
         release_buffer(buffer);
-    transit_add(&rc.overhead_ns, transit_monotonic_ns() - t0);
+    uint64_t ns = transit_monotonic_ns() - t0;
+    transit_add(&rc.overhead_ns, ns);
+    transit_add(&rc.records_ns, ns);
 }
 
 /* ---- launch callbacks ---- */
@@ -1099,12 +1102,13 @@ void transit_recorder_state_json(jbuf *b)
     jb_printf(b,
               ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
-              ", \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
+              ", \"records_s\": %.6f, \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
               ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s"
               ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64,
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
-              (double)transit_get(&rc.overhead_ns) * 1e-9, transit_get(&rc.launches_profiling),
+              (double)transit_get(&rc.overhead_ns) * 1e-9, (double)transit_get(&rc.records_ns) * 1e-9,
+              transit_get(&rc.launches_profiling),
               (double)transit_get(&rc.overhead_profiling_ns) * 1e-9, have_profiling ? "true" : "false",
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"

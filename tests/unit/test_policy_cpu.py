@@ -56,6 +56,7 @@ def check_sections(doc: dict) -> None:
     assert rec["state"] in ("cupti", "degraded", "off")
     assert is_uint(rec["kernels"]) and is_uint(rec["dropped_records"])
     assert isinstance(rec["overhead_s"], float) and 0 <= rec["overhead_profiling_s"] <= rec["overhead_s"]
+    assert 0 <= rec["records_s"] <= rec["overhead_s"] - rec["overhead_profiling_s"]
     assert is_uint(rec["kernels_profiling"]) and rec["kernels_profiling"] <= rec["kernels"]
     assert isinstance(rec["profiling"], bool) and isinstance(rec["refining"], bool)
     assert isinstance(doc["timeline"], list)
