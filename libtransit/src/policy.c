@@ -531,7 +531,8 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
  * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
- * batch queued so far, the bound (with `coming`, an allocation about to be made, counted in) is
+ * batch queued so far (after every batch, on an H200: cuMemPrefetchAsync to the host returned
+ * only once the data had moved, bench/results/evict-cost-h200x2.json), the bound (with `coming`, an allocation about to be made, counted in) is
  * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
  * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it).
  * Two limited forms (against draining the estimate when evictions do not lower the bound) did
@@ -542,8 +543,8 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * tests) in a later one: the runs vary as much as the forms. Tried and reverted: the tick's
  * evictions and sweeps sending only the chunks that would move by /proc/self/pagemap (skipping
  * those the host held whole). Pagemap found 112.1 of the 112.3 GB that base's tick evicted off
- * the host, while the DtoH records of the whole run came to 54 GB; the sweeps skipped 40 GB and
- * finished 5 times in a run instead of 15-18; 23-26 ticks per run took over 1 s (up to 17 s;
+ * the host, while the DtoH records of the whole run came to 54 GB; the sweeps skipped 40-98 GB
+ * and finished 5-11 times in a run instead of 15-18; 23-26 ticks per run took over 1 s (up to 17 s;
  * base's estimate drained to 1.2 GiB), against at most 7 ticks (up to 2.8 s) in the 17 runs of
  * other forms, and side by side steps 3-4 took 62-98 s against 29-47 s (H200, L = 25.5 GiB, the
  * pagemap files in cap27-experiments). */

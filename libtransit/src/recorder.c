@@ -343,8 +343,8 @@ static void apply_activity(void)
     pthread_mutex_unlock(&control_lock);
 }
 
-/* After warm-up every launch still went through a callback (on an H200 its own time was 0.3-0.7
- * us while profiling, and 15-31 us while limit mode planned), serving the period detector alone
+/* After warm-up every launch still went through a callback (on an H200 its own time was 0.37-0.42
+ * us while profiling, and 0.16-0.27 us after it), serving the period detector alone
  * once nothing acts at launches (transit_policy_needs_launches) and an explicit source (the API
  * or the Python hook) marks the iterations: the callbacks then go off, and "kernels" and the
  * detector's count stop there. When something needs them again (limit mode's managed
@@ -398,7 +398,7 @@ static void finish_window(void)
      * one-iteration windows add those to the profile, for as long as they still find much (on an
      * H200, 4 of them took prefetch from 54,560 faults per iteration to under 1,000). None while
      * nothing acts at launches: the launch callbacks can go off right away (each refinement kept
-     * them 3 iterations longer, at 15-31 us a launch on an H200). */
+     * them 3 iterations longer). */
     if (learning && transit_policy_planning() && transit_policy_needs_launches() &&
         transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
         transit_add(&rc.refine_windows, 1);
