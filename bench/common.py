@@ -3,6 +3,7 @@ statistics and the result file with its provenance (command, commit, device)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -132,6 +133,15 @@ def host_resident_bytes(ranges: list[tuple[int, int]]) -> int:
             entries = np.frombuffer(os.pread(pagemap.fileno(), (last - first + 1) * 8, first * 8), dtype="<u8")
             total += int(np.count_nonzero(entries & np.uint64(PAGEMAP_PRESENT_BIT))) * page
     return total
+
+
+def managed_probe_args(doc: str) -> argparse.Namespace:
+    """--gib (managed memory to probe, default 8) and --out (the result file), for the scripts that
+    probe the driver on managed memory (uvm_probe.py, evict_cost.py); doc's first line describes."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--gib", type=int, default=8)
+    ap.add_argument("--out", required=True)
+    return ap.parse_args()
 
 
 def read_own_smaps() -> str:

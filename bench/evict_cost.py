@@ -16,7 +16,6 @@ Sized far below the card's free memory (no oversubscription).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import resource
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PAGEMAP_PRESENT_BIT, provenance, write_json
+from common import PAGEMAP_PRESENT_BIT, managed_probe_args, provenance, write_json
 from cuda_driver import CU_MEM_LOCATION_TYPE_HOST, CUmemLocation, Driver
 
 GIB = 1 << 30
@@ -66,10 +65,7 @@ def timed_eviction(drv: Driver, ranges: list[tuple[int, int]]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=int, default=8)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+    args = managed_probe_args(__doc__)
     size = args.gib * GIB
     drv = Driver()
     addr = drv.alloc_managed(size)

@@ -15,7 +15,6 @@ holds the managed pages on the host (the benchmarks' residency monitor trusts /d
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     ANONYMOUS_MAPPING,
     UVM_DEVICE_PATH,
+    managed_probe_args,
     provenance,
     read_own_smaps,
     smaps_rss_by_path,
@@ -41,10 +41,7 @@ SETTLE_S = 0.5  # NVML's reading lags the driver by a few ms; wait before readin
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=int, default=8)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+    args = managed_probe_args(__doc__)
     size = args.gib * GIB
     part = size // 4
     drv = Driver()

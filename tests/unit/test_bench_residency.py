@@ -88,6 +88,23 @@ def test_pagemap_counts_the_pages_in_memory_per_range():
     region.close()
 
 
+def test_evict_cost_names_the_runs_of_pages_not_in_memory():
+    """evict_cost.py evicts, in one of its forms, exactly these runs: what the host lacks."""
+    import mmap
+    import resource
+
+    from evict_cost import absent_runs
+
+    page = resource.getpagesize()
+    region = mmap.mmap(-1, 16 * page)
+    address = ctypes_address(region)
+    assert absent_runs(address, 16 * page) == [(address, 16 * page)]
+    for i in (0, 1, 5, 15):
+        region[i * page] = 1
+    assert absent_runs(address, 16 * page) == [(address + 2 * page, 3 * page), (address + 6 * page, 9 * page)]
+    region.close()
+
+
 def ctypes_address(region) -> int:
     import ctypes
 
