@@ -545,7 +545,7 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * those the host held whole). Pagemap found 112.1 of the 112.3 GB that base's tick evicted off
  * the host, while the DtoH records of the whole run came to 54 GB; the sweeps skipped 40-98 GB
  * and finished 5-11 times in a run instead of 15-18; 23-26 ticks per run took over 1 s (up to 17 s;
- * base's estimate drained to 1.2 GiB), against at most 7 ticks (up to 2.8 s) in the 17 runs of
+ * base's estimate drained to 1.1 GiB), against at most 7 ticks (up to 2.8 s) in the 17 runs of
  * other forms, and side by side steps 3-4 took 62-98 s against 29-47 s (H200, L = 25.5 GiB, the
  * pagemap files in cap27-experiments). */
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
