@@ -220,9 +220,9 @@ bool transit_policy_needs_launches(void)
            (transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > BOUND_TARGET(c->mem_limit));
 }
 
-/* Whether launches make room: not while the managed total stays under BOUND_TARGET, where no
- * eviction can come of it (the launch callbacks go off then, transit_policy_needs_launches). */
-static bool plans_at_launches(void)
+/* Not while the managed total stays under BOUND_TARGET, where no eviction can come of it (the
+ * launch callbacks go off then, transit_policy_needs_launches). */
+bool transit_policy_plans_at_launches(void)
 {
     return transit_policy_planning() && transit_policy_needs_launches();
 }
@@ -401,7 +401,7 @@ static void make_room(const transit_driver_api *drv, const transit_range *need, 
  * mode), then they are prefetched (prefetch policy). */
 static void replay_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
-    bool planned = plans_at_launches(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
+    bool planned = transit_policy_plans_at_launches(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
     transit_range batch[PREFETCH_BATCH];
     uint64_t taken_to = 0;
     for (size_t done = 0;;) {
@@ -532,9 +532,10 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
  * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
  * batch queued so far (after every batch, on an H200: cuMemPrefetchAsync to the host returned
- * only once the data had moved, bench/results/evict-cost-h200x2.json), the bound (with `coming`, an allocation about to be made, counted in) is
- * read again and can ask for more: the GPU faults data in while the evictions run (on an H200 one
- * of 0.86 GiB took 1.4 s while the bound rose 1.6 GiB, and the next tick had to wait for it).
+ * only once the data had moved, bench/results/evict-cost-h200x2.json), the bound (with
+ * `coming`, an allocation about to be made, counted in) is read again and can ask for more: the
+ * GPU faults data in while the evictions run (on an H200 one of 0.86 GiB took 1.4 s while the
+ * bound rose 1.6 GiB, and the next tick had to wait for it).
  * Two limited forms (against draining the estimate when evictions do not lower the bound) did
  * not do better on an H200 at L = 25.5 GiB, one run per policy and form: re-reading only while
  * readings fell, advise's warm-up 0.73 and 1.58 GiB over L (alone; beside the GPU tests); the
@@ -775,7 +776,8 @@ void transit_policy_launch(const transit_launch *l)
 {
     const transit_config *c = &transit_g.cfg;
     uint32_t prev = transit_recorder_prev_iteration_launches();
-    bool do_replay = (c->policy == TRANSIT_POLICY_PREFETCH || plans_at_launches()) && has_ranges(l->ordinal);
+    bool do_replay =
+        (c->policy == TRANSIT_POLICY_PREFETCH || transit_policy_plans_at_launches()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
                      l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
     const transit_driver_api *drv;

@@ -47,6 +47,9 @@ bool transit_policy_planning(void);
 /* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
  * the managed total came near L. */
 bool transit_policy_needs_launches(void);
+/* Limit mode plans its evictions at launches: planning, and the managed total has passed
+ * L - L/16. Refinement windows open only then. */
+bool transit_policy_plans_at_launches(void);
 /* A new profiling window begins (the ranges are forgotten; with refine, while planning, they are
  * kept, replayed, and added to), and the window's end after its records were flushed (the
  * ranges are built; max_launches: most launches in one profiled iteration). The end says whether

@@ -399,8 +399,7 @@ static void finish_window(void)
      * H200, 4 of them took prefetch from 54,560 faults per iteration to under 1,000). None while
      * nothing acts at launches: the launch callbacks can go off right away (each refinement kept
      * them 3 iterations longer). */
-    if (learning && transit_policy_planning() && transit_policy_needs_launches() &&
-        transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
+    if (learning && transit_policy_plans_at_launches() && transit_get(&rc.refine_windows) < MAX_REFINEMENTS) {
         transit_add(&rc.refine_windows, 1);
         open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, true);
     }
