@@ -1108,8 +1108,7 @@ void transit_policy_before_alloc(uint64_t size)
     const transit_driver_api *drv;
     CUdevice dev;
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || !excess_now(size, fill_holds(fill_now())) ||
-        !(drv = policy_driver()) ||
-        drv->CtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != transit_g.id.device)
+        !(drv = policy_driver()) || drv->CtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != transit_g.id.device)
         return;
     CUstreamCaptureMode saved;
     bool relaxed = relax_capture_mode(drv, &saved);

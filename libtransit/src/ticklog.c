@@ -43,7 +43,8 @@ static void write_line(const char *line, size_t len)
 static int open_log(void)
 {
     static const char header[] = "t_s,planning,fill_state,sweep_due,estimate_bytes,bound_bytes,smaps_bound_bytes,"
-                                 "over_asked_bytes,over_bytes,evicted_bytes,swept_bytes,htod_bytes,dtoh_bytes,managed_bytes,work_ms\n";
+                                 "over_asked_bytes,over_bytes,evicted_bytes,swept_bytes,htod_bytes,dtoh_bytes,"
+                                 "managed_bytes,work_ms\n";
     char path[sizeof transit_g.cfg.out_dir + 320];
     if (transit_out_path(path, sizeof path, ".ticks.csv"))
         return -1; /* transit_out_path said why */
