@@ -26,7 +26,9 @@
  *     one-iteration windows refine the profile; each iteration's measured bound peak corrects
  *     the target (correct_plan).
  * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
- * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures:
+ * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures, once
+ * the managed total came near L (transit_policy_near_limit; under it nothing is measured, and the
+ * migration records are off after warm-up, recorder.h):
  * managed bytes minus host-resident ones is a bound on what the device holds (untouched pages
  * count as device). Host-resident bytes come from the process's
  * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
@@ -210,14 +212,19 @@ bool transit_policy_planning(void)
            !(transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE));
 }
 
-/* Limit mode evicts at launches only once the managed total came over BOUND_TARGET: under it no
- * reading of the estimate or the bound asks for an eviction. */
+/* Under BOUND_TARGET no reading of the estimate or the bound asks for an eviction. */
+bool transit_policy_near_limit(void)
+{
+    return transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > BOUND_TARGET(transit_g.cfg.mem_limit);
+}
+
+/* Limit mode evicts at launches only once the managed total came near L. */
 bool transit_policy_needs_launches(void)
 {
     const transit_config *c = &transit_g.cfg;
     return c->policy == TRANSIT_POLICY_PREFETCH ||
            (c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE)) ||
-           (transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > BOUND_TARGET(c->mem_limit));
+           transit_policy_near_limit();
 }
 
 /* Not while the managed total stays under BOUND_TARGET, where no eviction can come of it (the
@@ -665,11 +672,12 @@ uint64_t transit_policy_iteration_ended(void)
  * the page tables of every host-resident page (35 ms for 4 GiB of 4 KiB pages on the development
  * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
  * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records.
+ * None while the managed total stays under BOUND_TARGET: no reading could ask for anything.
  * Returns the bound this reading gives; UINT64_MAX when there was none. */
 static uint64_t check_host_residency(bool fill_held)
 {
     double now = transit_now();
-    if (!estimating() || now < host_check_next)
+    if (!estimating() || !transit_policy_near_limit() || now < host_check_next)
         return UINT64_MAX;
     int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();

@@ -44,6 +44,9 @@ void transit_policy_launch(const transit_launch *l);
 bool transit_policy_uses_profile(void);
 /* Limit mode, once the profile is built: evictions go at the launches (see policy.c). */
 bool transit_policy_planning(void);
+/* Limit mode, and the managed total has passed L - L/16 (for good: the peak counts). Until then
+ * nothing is evicted, and the estimate needs no migration records (see recorder.h). */
+bool transit_policy_near_limit(void);
 /* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
  * the managed total came near L. */
 bool transit_policy_needs_launches(void);

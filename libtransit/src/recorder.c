@@ -85,6 +85,7 @@ static int want_external;           /* external correlation ids while profiling 
                                      * without TRANSIT_EXTERNAL_CORRELATION: callback ids missed */
 static int have_profiling, have_um, have_external; /* what is enabled (written by apply_activity only) */
 static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
+static uint64_t um_off_at;       /* likewise the unified memory counters (written by apply_activity only) */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -319,7 +320,9 @@ static void apply_activity(void)
         return;
     pthread_mutex_lock(&control_lock);
     int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
-    int wu = __atomic_load_n(&want_um, __ATOMIC_RELAXED) && um_ok;
+    /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
+     * further under it, allocations and frees alone keep it, at or over what the device holds. */
+    int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
     int we = wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED);
     if (wp != have_profiling) {
         set_runtime_callbacks(api, wp);
@@ -339,6 +342,7 @@ static void apply_activity(void)
             um_ok = 0;
         }
         __atomic_store_n(&have_um, wu && r == CUPTI_SUCCESS, __ATOMIC_RELEASE);
+        __atomic_store_n(&um_off_at, have_um ? 0 : TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&control_lock);
 }
@@ -389,7 +393,7 @@ static void finish_window(void)
         return;
     }
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
-    __atomic_store_n(&want_um, transit_limit_mode(), __ATOMIC_RELAXED);
+    __atomic_store_n(&want_um, 0, __ATOMIC_RELAXED);
     /* Under win_lock (then prof_lock, the order open_window takes them), so that a re-profile
      * cannot open its window between this one's end and the profile it builds. */
     bool learning = transit_policy_profile_end(win_max_launches);
@@ -1013,7 +1017,7 @@ void transit_recorder_after_fork(void)
     win_refine = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
-    launches_off_at = 0;
+    launches_off_at = um_off_at = 0;
     finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
     runtime_corr = 0;
@@ -1103,6 +1107,7 @@ void transit_recorder_state_json(jbuf *b)
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
               ", \"records_s\": %.6f, \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
               ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s"
+              ", \"unified_memory_counters_off_at_iteration\": %" PRIu64
               ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64,
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
@@ -1112,7 +1117,8 @@ void transit_recorder_state_json(jbuf *b)
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"
                   : "false",
-              have_um ? "true" : "false", __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
+              have_um ? "true" : "false", __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
+              __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
               transit_get(&rc.launch_callbacks_back));
     jb_printf(b,
               ", \"correlation\": {\"external_ids\": \"%s\", \"callback\": %" PRIu64 ", \"external\": %" PRIu64

@@ -17,9 +17,11 @@
  * transit_iteration_count() == i; iteration 0, with its lazy initialisations, is profiled but
  * its kernels carry no ordinal). After the window they are switched off. One iteration later
  * (so that the window's last kernels have completed and late records arrive) the recorder's
- * thread flushes CUPTI, calls transit_policy_profile_end() and, in physical mode, switches the
- * unified memory counters off too. In limit mode the counters stay on for the whole run:
- * TRANSIT's residency estimate is built from the HtoD/DtoH migration records.
+ * thread flushes CUPTI, calls transit_policy_profile_end() and switches the unified memory
+ * counters off too, except in limit mode once the managed total has come near L
+ * (transit_policy_near_limit): TRANSIT's residency estimate is then built from the HtoD/DtoH
+ * migration records, and the counters stay on, or come back on, for the rest of the run. Further
+ * under L allocations and frees keep the estimate (a new allocation counts resident).
  * transit_recorder_reprofile() opens a new window. Once the window is done, nothing acts at launches
  * any more (transit_policy_needs_launches) and the API or the Python hook marks iterations, the
  * launch callbacks go off too.
@@ -48,7 +50,8 @@ void transit_recorder_after_fork(void);
 transit_recorder_state transit_recorder_get_state(void);
 /* True when kernel-launch callbacks arrive (state cupti, and not switched off after warm-up). */
 bool transit_recorder_sees_launches(void);
-/* True when unified-memory migration records arrive (state cupti, counters configured). */
+/* True when unified-memory migration records can arrive (state cupti, counters configured; they
+ * are on while profiling and, in limit mode, near L). */
 bool transit_recorder_sees_migrations(void);
 /* Kernel launches counted in the last complete iteration (0 when unknown). */
 uint32_t transit_recorder_prev_iteration_launches(void);

@@ -61,7 +61,8 @@ def test_three_sources_agree(tmp_path: Path) -> None:
 def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy: str) -> None:
     """Iterations marked by the API, the managed total far under L: after warm-up (and advise's
     applying) nothing acts at launches, and the period detector stops counting where the
-    callbacks went off."""
+    callbacks went off. Nothing needs migration records either: the unified memory counters go
+    off with the window."""
     stats = run_loop(tmp_path, policy, TRANSIT_WARMUP_ITERS="4")
     it, rec = stats["iterations"], stats["recorder"]
     off = rec["launch_callbacks_off_at_iteration"]
@@ -71,14 +72,18 @@ def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy:
     assert stats["prefetch"]["profiled_iterations"] == 4
     assert 6 <= off <= 8, off
     assert it["by_method"]["kernel-period"] <= off and rec["launch_callbacks_back"] == 0
+    assert rec["unified_memory_counters"] is False and 6 <= rec["unified_memory_counters_off_at_iteration"] <= off
+    assert stats["memory"]["host_resident_measured_bytes"] is None  # no smaps reading far under L
 
 
 def test_launch_callbacks_come_back_when_the_managed_total_nears_L(tmp_path: Path) -> None:
     """At step 15 the loop takes 1 GiB more, past L = 1 GiB: limit mode evicts at launches again,
-    from a new profile."""
+    from a new profile, and its estimate follows the migration records again."""
     stats = run_loop(tmp_path, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15")
     rec, prof = stats["recorder"], stats["prefetch"]
     assert rec["launch_callbacks_back"] == 1 and rec["launch_callbacks_off_at_iteration"] == 0
+    assert rec["unified_memory_counters"] is True and rec["unified_memory_counters_off_at_iteration"] == 0
+    assert stats["migrations"]["dtoh"]["bytes"] > 0  # evictions after step 15, recorded
     assert prof["reprofiles"] >= 1
 
 

@@ -113,7 +113,7 @@ def test_losses_identical_and_sections_present(runs, policy) -> None:
     assert rec["kernels"] > 0 and rec["kernel_records"] > 0
     # profiling ends with warm-up, except while a refinement window (limit mode) is still open
     assert rec["profiling"] is False or rec["refining"] is True, rec
-    assert rec["unified_memory_counters"] is True  # limit mode keeps them on for the estimate
+    assert rec["unified_memory_counters"] is True  # near L limit mode keeps them on for the estimate
     assert doc["iterations"]["method"] == "python-hook" and doc["iterations"]["count"] == STEPS
     # one entry per boundary (the period detector may mark a few before the optimizer hook takes over)
     assert [e["iteration"] for e in doc["timeline"]][-STEPS:] == list(range(1, STEPS + 1))
