@@ -27,8 +27,8 @@
  *     the target (correct_plan).
  * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
  * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures, once
- * the managed total came near L (transit_policy_near_limit; under it nothing is measured, and the
- * migration records are off after warm-up, recorder.h):
+ * the managed total passed L/2 (HOST_CHECK_FROM; far under L nothing is measured, and until it
+ * passes L - L/16 the migration records are off after warm-up, recorder.h):
  * managed bytes minus host-resident ones is a bound on what the device holds (untouched pages
  * count as device). Host-resident bytes come from the process's
  * RSS (one counter, cheap) minus its non-managed part, which every HOST_CHECK_PERIOD_S (longer
@@ -97,6 +97,7 @@
 #define HOST_CHECK_SLACK(limit) TRANSIT_MIN(1ull << 30, (limit) / 8)
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 #define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the tick thread's time */
+#define HOST_CHECK_FROM(limit) ((limit) / 2) /* ...nor while the managed total stays under it */
 #define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
 #define FILL_STEP_MIN (16 * TRANSIT_CHUNK_BYTES)      /* under FILL_TARGET by less: no fill */
 
@@ -672,12 +673,15 @@ uint64_t transit_policy_iteration_ended(void)
  * the page tables of every host-resident page (35 ms for 4 GiB of 4 KiB pages on the development
  * machine's CPU), so with tens of GiB spilled one read can outlast the period: the next check
  * then waits HOST_CHECK_DUTY_DIV times as long as the read took, leaving the thread to its records.
- * None while the managed total stays under BOUND_TARGET: no reading could ask for anything.
+ * None until the managed total passed HOST_CHECK_FROM: far under L no reading could ask for
+ * anything, and from there the RSS is calibrated before an allocation can take the total past L
+ * (the allocating thread makes room by it, transit_policy_before_alloc).
  * Returns the bound this reading gives; UINT64_MAX when there was none. */
 static uint64_t check_host_residency(bool fill_held)
 {
     double now = transit_now();
-    if (!estimating() || !transit_policy_near_limit() || now < host_check_next)
+    if (!estimating() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit) ||
+        now < host_check_next)
         return UINT64_MAX;
     int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();
