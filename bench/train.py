@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cap device memory at this size through PyTorch's allocator (non-TRANSIT systems)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels (for bitwise loss comparisons)")
+    p.add_argument("--no-memory-monitor", action="store_true",
+                   help="no NVML/smaps monitor thread (its polls take the GIL every 20 ms and perturb the step "
+                        "times a timing comparison reads); the result then has no memory readings")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--label", default="fsdp2", help="system name recorded in the result")
     p.add_argument("--out", help="result JSON path (rank 0 writes it)")
@@ -183,7 +186,7 @@ def train(args: argparse.Namespace) -> dict | None:
         torch.backends.cuda.enable_flash_sdp(False)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
     # NVML's baseline is read before this process creates its CUDA context.
-    monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() else None
+    monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() and not args.no_memory_monitor else None
     rank, world, device = init_distributed(local_rank)
     cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     batch = resolve_batch(world, args.global_batch, args.local_batch, args.grad_accum)
