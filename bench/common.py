@@ -153,6 +153,45 @@ def under_transit() -> bool:
     return "libtransit" in os.environ.get("LD_PRELOAD", "")
 
 
+def nvml_handle(pynvml, device_index: int):
+    """The NVML handle of torch's device `device_index`, mapped to a physical GPU by
+    CUDA_VISIBLE_DEVICES (NVML ignores it); usable before CUDA is initialised."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        entry = visible.split(",")[device_index].strip()
+        if entry.startswith("GPU-"):
+            return pynvml.nvmlDeviceGetHandleByUUID(entry)
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return pynvml.nvmlDeviceGetHandleByIndex(device_index)
+
+
+class GpuClocks:
+    """The SM clock and NVML's clock event reasons (power cap, thermal, ...), read once per step
+    after its synchronisation: step times of one configuration move between plateaus for seconds,
+    and these say whether the GPU's clock moved with them."""
+
+    def __init__(self, device_index: int) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = nvml_handle(pynvml, device_index)
+        # "Throttle" reasons were renamed "clocks event" reasons in NVML 12.5; the device's may be either.
+        self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        self.sm_mhz: list[int] = []
+        self.event_reasons: list[int] = []
+
+    def read(self) -> None:
+        self.sm_mhz.append(self._nvml.nvmlDeviceGetClockInfo(self.handle, self._nvml.NVML_CLOCK_SM))
+        self.event_reasons.append(self._reasons(self.handle))
+
+    def as_dict(self) -> dict:
+        return {"sm_clock_mhz": self.sm_mhz, "clocks_event_reasons": self.event_reasons,
+                "clocks_event_reasons_note": "NVML bitmask per step: 0x1 idle, 0x4 SW power cap, "
+                                              "0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake"}
+
+
 class NvmlMonitor:
     """Polls NVML in a thread for this process's device memory and the device's used memory.
 
@@ -177,7 +216,7 @@ class NvmlMonitor:
 
         self._nvml = pynvml
         pynvml.nvmlInit()
-        self.handle = self._handle_for_torch_device(device_index)
+        self.handle = nvml_handle(pynvml, device_index)
         self.baseline_used = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
         self.process_peak: int | None = None
         self.device_peak = 0
@@ -194,16 +233,6 @@ class NvmlMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="nvml-monitor", daemon=True)
         self._thread.start()
-
-    def _handle_for_torch_device(self, device_index: int):
-        # Before CUDA is initialised: map the visible index to a physical one by CUDA_VISIBLE_DEVICES.
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
-            entry = visible.split(",")[device_index].strip()
-            if entry.startswith("GPU-"):
-                return self._nvml.nvmlDeviceGetHandleByUUID(entry)
-            return self._nvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return self._nvml.nvmlDeviceGetHandleByIndex(device_index)
 
     def process_used(self) -> int | None:
         try:
@@ -364,7 +393,7 @@ class LoopResult:
 
 
 def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: torch.device,
-                world: int, rank: int, host_state=None) -> LoopResult:
+                world: int, rank: int, host_state=None, clocks: GpuClocks | None = None) -> LoopResult:
     """Run `one_step(step) -> loss tensor` (this rank's mean over micro-batches) `steps` times.
 
     Each step is timed to a device synchronisation; losses are averaged over ranks. A run stops
@@ -385,6 +414,8 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
+        if clocks is not None:
+            clocks.read()
         if state_bytes is None and host_state is not None:
             state_bytes = host_state()
         loss = loss.detach().clone()

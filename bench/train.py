@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    GpuClocks,
     NvmlMonitor,
     apply_memory_cap,
     gather_rank_facts,
@@ -209,8 +210,9 @@ def train(args: argparse.Namespace) -> dict | None:
         optimizer.step()
         return loss_sum
 
+    clocks = GpuClocks(local_rank) if device.type == "cuda" else None
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
-                       host_state=lambda: host_state_bytes(model, optimizer))
+                       host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks)
     # Where the state is after the last step, before the sweep moves it all (TRANSIT runs).
     placement = managed_host_resident_by_state(model, optimizer) if under_transit() and device.type == "cuda" else None
     facts = gather_rank_facts(monitor, device, loop)
@@ -228,7 +230,8 @@ def train(args: argparse.Namespace) -> dict | None:
             "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
             "time_budget_s": args.time_budget,
         },
-    ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement}
+    ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement,
+         "gpu_clocks_rank0": clocks.as_dict() if clocks else None}
 
 
 def main(argv: list[str] | None = None) -> int:

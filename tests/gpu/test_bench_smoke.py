@@ -1,6 +1,7 @@
 """The benchmark harness on a real GPU, with the tiny model: what the device drivers rely on.
 
-- bench/train.py under a memory cap: TFLOPS computed, the NVML peak read and within the cap;
+- bench/train.py under a memory cap: TFLOPS computed, the NVML peak read and within the cap, the
+  SM clock read at every step; without the memory monitor, step times alone;
 - FSDP2 CPU offload: the host-resident state is exactly 16 bytes per parameter (fp32 weights,
   gradients and two Adam moments);
 - DeepSpeed ZeRO-Offload (when the carried wheels are installed): the same 16 bytes per parameter.
@@ -46,6 +47,16 @@ def test_train_under_cap_reports_throughput_and_nvml_peak(tmp_path: Path) -> Non
     assert 0 < memory["peak_bytes_max"] <= CAP
     assert memory["within_cap"] is True
     assert doc["offloaded_bytes_per_gpu"] == 0
+    clocks = doc["gpu_clocks_rank0"]  # one reading per step, a clock an H200 can run at
+    assert len(clocks["sm_clock_mhz"]) == len(clocks["clocks_event_reasons"]) == 4
+    assert all(300 <= mhz <= 3000 for mhz in clocks["sm_clock_mhz"]), clocks
+
+
+def test_train_without_memory_monitor_times_steps_only(tmp_path: Path) -> None:
+    doc = run_bench("train.py", tmp_path / "r.json", "--no-memory-monitor")
+    assert len(doc["step_time"]["all_s"]) == 4 and doc["tflops_per_gpu"] > 0
+    rank0 = doc["memory"]["per_rank"][0]
+    assert "nvml_process_peak_bytes" not in rank0 and doc["memory"]["peak_bytes_max"] is None
 
 
 def test_fsdp_cpu_offload_counts_sixteen_bytes_per_parameter(tmp_path: Path) -> None:
