@@ -31,7 +31,7 @@
 #define BUFFER_ALIGN 8                  /* CUPTI's record alignment */
 #define THREAD_TICK_MS 20               /* both threads: iteration polling, CUPTI control; policy ticks */
 #define FLUSH_PERIOD_MS 500             /* deliver partly filled buffers this often... */
-#define FLUSH_PERIOD_LIMIT_MS 100       /* ...and more often near L in limit mode: the estimate lags by this much */
+#define FLUSH_PERIOD_LIMIT_MS 100       /* ...and more often in limit mode: the estimate lags by this much */
 #define EXIT_WAIT_MS 2000               /* at exit, how long to wait for both threads */
 #define CORR_TABLE_BITS 18              /* correlation id -> ordinal, direct-mapped */
 #define CORR_TABLE_SIZE (1u << CORR_TABLE_BITS)
@@ -433,7 +433,7 @@ static void recorder_step(void)
     apply_activity();
     steer_launch_callbacks();
     int due = __atomic_exchange_n(&finalize_due, 0, __ATOMIC_ACQ_REL);
-    uint64_t period_ns = (transit_policy_near_limit() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
+    uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
     uint64_t t = transit_monotonic_ns();
     if (due || ((have_profiling || have_um) && t - last_flush >= period_ns)) {
         flush(0);
