@@ -422,6 +422,7 @@ def paired_ratio(ratios: list[float], threshold: float) -> dict:
             "point_within": math.exp(mean) <= threshold}
 
 
+POOL_OFFSET = 100  # --pool: the k-th pooled result's pair i becomes pair 100 k + i
 ESTIMATORS = {"median": statistics.median, "fastest": min}  # summarize_recorder's; the median's keys have no suffix
 
 
@@ -558,16 +559,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --resummarize: add the runs of these results (of the same kind, from other device "
                         "commands) that the first one lacks or did not complete; merged_runs names each one's "
                         "file, commit, runs and the status of those replaced")
+    p.add_argument("--pool", type=Path, nargs="+", default=[], metavar="RESULT_JSON",
+                   help="recorder kind, with --resummarize: add the pairs of these results (other device commands "
+                        "of the same code) as further pairs, the k-th file's renumbered from 100 k + 1; pooled_from "
+                        "names each file, its commit and its offset")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
-    if args.merge and not args.resummarize:
-        p.error("--merge goes with --resummarize")
+    if (args.merge or args.pool) and not args.resummarize:
+        p.error("--merge and --pool go with --resummarize")
+    if args.pool and args.kind != "recorder":
+        p.error("--pool adds pairs: recorder kind only")
     if args.resummarize:
         doc = json.loads(args.resummarize.read_text())
-        for other_path in args.merge:
-            other = json.loads(other_path.read_text())
+
+        def same_kind(option: str, path: Path) -> dict:
+            other = json.loads(path.read_text())
             if other.get("kind") != doc.get("kind"):
-                p.error(f"--merge {other_path}: kind {other.get('kind')!r} differs from {doc.get('kind')!r}")
+                p.error(f"{option} {path}: kind {other.get('kind')!r} differs from {doc.get('kind')!r}")
+            return other
+
+        for other_path in args.merge:
+            other = same_kind("--merge", other_path)
             # Runs the first lacks, or has only as skipped or cut short while the other completed them.
             added = [name for name, run in other["runs"].items()
                      if name not in doc["runs"] or (doc["runs"][name].get("status") != "ok" and run.get("status") == "ok")]
@@ -576,6 +588,14 @@ def main(argv: list[str] | None = None) -> int:
             # Each run's result names its own commit too; this says which runs came from which command.
             doc.setdefault("merged_runs", []).append({"from": other_path.name, "git_commit": other.get("git_commit"),
                                                      "runs": added, "replaced_status": replaced})
+        for k, other_path in enumerate(args.pool, 1):
+            other = same_kind("--pool", other_path)
+            offset = POOL_OFFSET * k
+            for name, run in other["runs"].items():
+                system, pair = name.rsplit("-", 1)
+                doc["runs"][f"{system}-{int(pair) + offset}"] = run | {"name": f"{system}-{int(pair) + offset}"}
+            doc.setdefault("pooled_from", []).append({"from": other_path.name, "git_commit": other.get("git_commit"),
+                                                      "pair_offset": offset})
         for run in doc["runs"].values():
             if "transit_stats" in run:
                 run["transit"] = transit_summary(run["transit_stats"])

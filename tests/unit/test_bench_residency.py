@@ -457,3 +457,23 @@ def test_paired_ratio_is_met_only_when_the_interval_is_within():
     assert wide["point_within"] is True and wide["met"] is False
     assert collect.paired_ratio([1.0], 1.05)["ci95"][1] == float("inf")
     assert collect.paired_ratio([], 1.05)["met"] is None
+
+
+def test_pool_adds_another_commands_pairs_renumbered(tmp_path):
+    """Pairs of two device commands of the same code pooled: twice the pairs, the same geometric
+    mean when both commands measured the same, a narrower interval; the source of each is named."""
+    source = REPO / "bench/results/recorder-pairs-callbacks-off/run6-5e5ab76.json"
+    one, out = json.loads(source.read_text()), tmp_path / "pooled.json"
+    assert collect.main(["recorder", "--resummarize", str(source), "--pool", str(source), "--out", str(out)]) == 0
+    pooled = json.loads(out.read_text())
+    assert set(pooled["runs"]) == set(one["runs"]) | {f"{s}-{int(n) + 100}" for s, n in
+                                                     (name.rsplit("-", 1) for name in one["runs"])}
+    assert pooled["runs"]["rec-101"]["name"] == "rec-101"
+    assert pooled["pooled_from"] == [{"from": source.name, "git_commit": one["git_commit"], "pair_offset": 100}]
+    key = "recorder_after_warmup_over_no_recorder_fastest"
+    single, both = one["summary"][key], pooled["summary"][key]
+    assert both["pairs"] == 2 * single["pairs"]
+    assert both["geometric_mean"] == pytest.approx(single["geometric_mean"])
+    assert both["ci95"][1] - both["ci95"][0] < single["ci95"][1] - single["ci95"][0]
+    with pytest.raises(SystemExit):
+        collect.main(["policies", "--resummarize", str(source), "--pool", str(source), "--out", str(out)])
