@@ -71,6 +71,7 @@ static void load(void)
         cupti_state = -1;
         return;
     }
+    cupti.handle = h;
     RESOLVE(Subscribe, "cuptiSubscribe");
     RESOLVE(Unsubscribe, "cuptiUnsubscribe");
     RESOLVE(EnableCallback, "cuptiEnableCallback");

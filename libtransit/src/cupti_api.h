@@ -11,6 +11,7 @@
 #include "internal.h"
 
 typedef struct transit_cupti_api {
+    void *handle; /* the libcupti the functions below come from */
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
     CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
     CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);

@@ -85,9 +85,9 @@ static int finalize_due;
 static int want_profiling, want_um; /* what the window asks for */
 static int want_external;           /* external correlation ids while profiling (see correlate); set
                                      * without TRANSIT_EXTERNAL_CORRELATION: callback ids missed */
-static int have_profiling, have_um, have_external; /* what is enabled (written by apply_activity only) */
+static int have_profiling, have_um, have_external; /* what is enabled (written under control_lock only) */
 static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
-static uint64_t um_off_at;       /* likewise the unified memory counters (written by apply_activity only) */
+static uint64_t um_off_at;       /* likewise the unified memory counters (written under control_lock only) */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -315,17 +315,10 @@ static void set_runtime_callbacks(const transit_cupti_api *api, int enable)
         __atomic_store_n(&rc.runtime_callbacks, took, __ATOMIC_RELAXED);
 }
 
-static void apply_activity(void)
+/* control_lock held: kernel activity and the runtime launch callbacks (wp), external correlation
+ * (we) and the unified memory counters (wu) on or off. */
+static void set_activity_locked(const transit_cupti_api *api, int wp, int we, int wu)
 {
-    const transit_cupti_api *api = transit_cupti(NULL);
-    if (!api || !activity_ok)
-        return;
-    pthread_mutex_lock(&control_lock);
-    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
-    /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
-     * further under it, allocations and frees alone keep it, at or over what the device holds. */
-    int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
-    int we = wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED);
     if (wp != have_profiling) {
         set_runtime_callbacks(api, wp);
         set_kind(api, wp, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -346,6 +339,21 @@ static void apply_activity(void)
         __atomic_store_n(&have_um, wu && r == CUPTI_SUCCESS, __ATOMIC_RELEASE);
         __atomic_store_n(&um_off_at, have_um ? 0 : TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
     }
+}
+
+static void apply_activity(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (!api || !activity_ok)
+        return;
+    pthread_mutex_lock(&control_lock);
+    if (get_state() == TRANSIT_RECORDER_CUPTI) { /* not given up meanwhile (transit_recorder_yield) */
+        int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
+        /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
+         * further under it, allocations and frees alone keep it, at or over what the device holds. */
+        int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
+        set_activity_locked(api, wp, wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED), wu);
+    }
     pthread_mutex_unlock(&control_lock);
 }
 
@@ -361,17 +369,22 @@ static void steer_launch_callbacks(void)
     const transit_cupti_api *api = transit_cupti(NULL);
     const size_t n = sizeof launch_cbids / sizeof launch_cbids[0];
     transit_iter_method m = transit_iteration_method();
-    bool needed = transit_policy_needs_launches();
-    if (!launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
+    bool needed = transit_policy_needs_launches(), back = false;
+    pthread_mutex_lock(&control_lock);
+    bool held = get_state() == TRANSIT_RECORDER_CUPTI; /* not given up meanwhile (transit_recorder_yield) */
+    if (held && !launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
         set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
         __atomic_store_n(&launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
-    } else if (launches_off_at && needed) {
+    } else if (held && launches_off_at && needed) {
         set_callbacks(api, 1, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
         __atomic_store_n(&launches_off_at, 0, __ATOMIC_RELEASE);
         transit_add(&rc.launch_callbacks_back, 1);
-        transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
+        back = true;
     }
+    pthread_mutex_unlock(&control_lock);
+    if (back)
+        transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
 }
 
 static void flush(uint32_t flag)
@@ -385,6 +398,37 @@ static void flush(uint32_t flag)
                 transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
         }
     }
+}
+
+/* Another tool takes CUPTI (hooks_cupti.c): torch.profiler's Kineto subscribes when a profile
+ * starts and registers its own activity buffers, and CUPTI has one subscriber and one pair of
+ * buffer callbacks per process. Without giving way, the tool's subscription would fail and its
+ * buffer callbacks would silently take TRANSIT's records. So the recorder gives CUPTI up for the
+ * rest of the process, as if the tool had held it from the start (degraded): its own kinds and
+ * callbacks go off, the records still pending are delivered to it, and it unsubscribes. */
+void transit_recorder_yield(const char *call)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    char why[sizeof reason];
+    if (get_state() != TRANSIT_RECORDER_CUPTI || owner_pid != getpid() || !api)
+        return;
+    pthread_mutex_lock(&control_lock);
+    if (get_state() != TRANSIT_RECORDER_CUPTI) {
+        pthread_mutex_unlock(&control_lock);
+        return;
+    }
+    uint64_t at = transit_iteration_count();
+    snprintf(why, sizeof why, "another tool called %s at iteration %" PRIu64 " (torch.profiler, Nsight): TRANSIT gave "
+             "CUPTI up; iteration marks only from there", call, at);
+    set_state(TRANSIT_RECORDER_DEGRADED, why); /* first: no CUPTI call of the recorder's starts after this */
+    set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, sizeof launch_cbids / sizeof launch_cbids[0]);
+    if (activity_ok) {
+        set_activity_locked(api, 0, 0, 0);
+        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
+    }
+    api->Unsubscribe(subscriber);
+    pthread_mutex_unlock(&control_lock);
+    transit_warn("recorder degraded: %s", why);
 }
 
 static void finish_window(void)

@@ -8,8 +8,9 @@
  * runtime's launch functions only note their correlation id, which kernel records may carry.
  * States:
  *   cupti    - subscribed: launch callbacks and activity records;
- *   degraded - another subscriber holds CUPTI (torch.profiler, Nsight): no launch callbacks and
- *              no activity (its buffers are not ours to take); iteration marks only;
+ *   degraded - another subscriber holds CUPTI (torch.profiler, Nsight), from the start or since
+ *              it took CUPTI over (transit_recorder_yield): no launch callbacks and no activity
+ *              (its buffers are not ours to take); iteration marks only;
  *   off      - TRANSIT_RECORDER=0, libcupti missing, CUPTI failed, or CUDA never used.
  *
  * Profiling window: kernel activity, external correlation and the API records they need run
@@ -55,6 +56,10 @@ bool transit_recorder_sees_launches(void);
 bool transit_recorder_sees_migrations(void);
 /* Kernel launches counted in the last complete iteration (0 when unknown). */
 uint32_t transit_recorder_prev_iteration_launches(void);
+/* Another tool is about to take CUPTI through `call` (cuptiSubscribe, cuptiActivityRegisterCallbacks;
+ * hooks_cupti.c): the recorder gives CUPTI up for the rest of the process and is degraded from
+ * then on. A no-op unless the recorder holds CUPTI in this process. */
+void transit_recorder_yield(const char *call);
 /* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
  * Ignored while a window is open or after TRANSIT_MAX_REPROFILES. */
 void transit_recorder_reprofile(const char *why);

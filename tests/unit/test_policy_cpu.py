@@ -1,7 +1,7 @@
 """The recorder and the policies as far as a machine without a GPU can see them: the library
 loads, the stats document carries every recorder/policy section with the right types, the
-recorder reports itself off with the reason, and libcupti is found where the pip wheels and
-the toolkit put it."""
+recorder reports itself off with the reason, libcupti is found where the pip wheels and the
+toolkit put it, and a tool's calls that take CUPTI pass through libtransit to it."""
 
 from __future__ import annotations
 
@@ -166,3 +166,40 @@ def test_cupti_found_beside_the_wheels_libcudart(cudart) -> None:
     assert rc == 0, text
     assert Path(text).resolve() == beside.resolve()
 
+
+
+CALL_CUPTI = """
+import ctypes, json, sys
+cupti = ctypes.CDLL(sys.argv[1], mode=getattr(ctypes, sys.argv[2]))
+subscribe = cupti.cuptiSubscribe
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                ("saddr", ctypes.c_void_p)]
+info = DlInfo()
+ctypes.CDLL(None).dladdr(ctypes.cast(subscribe, ctypes.c_void_p), ctypes.byref(info))
+handle = ctypes.c_void_p()
+print(json.dumps({"defined_in": info.fname.decode(), "subscribe": subscribe(ctypes.byref(handle), None, None),
+                  "register": cupti.cuptiActivityRegisterCallbacks(None, None)}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["RTLD_LOCAL", "RTLD_GLOBAL"])
+def test_cupti_entry_points_pass_through_libtransit_to_the_applications_libcupti(cudart, clean_env, mode) -> None:
+    """A tool's cuptiSubscribe and cuptiActivityRegisterCallbacks go through libtransit (which gives
+    CUPTI up first when its recorder holds it) and on to the application's libcupti, loaded locally
+    as Python loads torch's or globally: the results are those the library gives without TRANSIT
+    (here, without a driver, its errors)."""
+    found = [p for p in (cudart.parent / "libcupti.so.13", *TOOLKIT_CUPTI) if p.is_file()]
+    if not found:
+        pytest.skip("no libcupti.so.13: neither the nvidia-cuda-cupti wheel nor a toolkit is installed")
+
+    def call(preload: bool) -> dict:
+        env = dict(clean_env, **({"LD_PRELOAD": str(_native.lib_path())} if preload else {}))
+        r = subprocess.run([sys.executable, "-c", CALL_CUPTI, str(found[0]), mode], env=env, capture_output=True,
+                           text=True, timeout=60, check=True)
+        return json.loads(r.stdout)
+
+    without, under = call(False), call(True)
+    assert Path(without["defined_in"]).resolve() == found[0].resolve()
+    assert Path(under["defined_in"]).resolve() == _native.lib_path().resolve()
+    assert (under["subscribe"], under["register"]) == (without["subscribe"], without["register"])

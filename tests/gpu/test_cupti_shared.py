@@ -1,0 +1,84 @@
+"""CUPTI has one subscriber per process, and torch.profiler needs it (run on the device machine).
+Whichever comes first, the training runs on, the profiler sees the kernels, and TRANSIT's recorder
+is degraded and says why: when the profiler held CUPTI first, TRANSIT never takes it; when TRANSIT
+held it, it gives CUPTI up as the profiler starts (hooks_cupti.c), during its profiling window or
+after it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 16
+PROFILED_STEPS = 3
+# PROFILE_AT (env): the step at which torch.profiler starts, for PROFILED_STEPS steps; -1: before
+# the first CUDA allocation
+LOOP = r"""
+import ctypes, json, os, torch
+from torch.profiler import ProfilerActivity, profile
+mark = ctypes.CDLL(None).transit_mark_iteration
+at = int(os.environ["PROFILE_AT"])
+prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+if at < 0:
+    prof.start()
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(32, 1024, device="cuda")
+losses = []
+for step in range(STEPS):
+    if step == at:
+        prof.start()
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step(); opt.zero_grad()
+    losses.append(loss.item())
+    mark()
+    if step == max(at, 0) + PROFILED_STEPS - 1:
+        prof.stop()
+kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
+print(json.dumps({"profiled_kernels": kernels, "losses": losses}))
+""".replace("PROFILED_STEPS", str(PROFILED_STEPS)).replace("STEPS", str(STEPS))
+
+
+def run_profiled(out: Path, profile_at: int) -> tuple[dict, dict, str]:
+    """The loop under `transit run --policy base --mem-limit 8G`: its output, its stats, its stderr."""
+    env = dict(os.environ, PROFILE_AT=str(profile_at), TRANSIT_WARMUP_ITERS="4",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "base", "--mem-limit", "8G", "--out",
+                        str(out), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    (stats_file,) = out.glob("*.json")
+    return json.loads(r.stdout.splitlines()[-1]), json.loads(stats_file.read_text()), r.stderr
+
+
+def test_profiler_first_transit_degraded_from_the_start(tmp_path: Path) -> None:
+    out, stats, _ = run_profiled(tmp_path, -1)
+    assert out["profiled_kernels"] > 0
+    rec = stats["recorder"]
+    assert rec["state"] == "degraded" and rec["reason"].startswith("another CUPTI subscriber is active"), rec
+    assert rec["kernels"] == 0 and rec["kernel_records"] == 0
+    assert stats["iterations"]["count"] == STEPS and stats["iterations"]["method"] == "api"
+
+
+@pytest.mark.parametrize("profile_at", [2, 10], ids=["in-the-window", "after-it"])
+def test_transit_first_gives_cupti_up_when_the_profiler_starts(tmp_path: Path, profile_at: int) -> None:
+    out, stats, stderr = run_profiled(tmp_path, profile_at)
+    assert out["profiled_kernels"] > 0  # the profiler got CUPTI: it saw the kernels
+    assert len(out["losses"]) == STEPS and all(math.isfinite(v) for v in out["losses"])
+    rec = stats["recorder"]
+    assert rec["state"] == "degraded" and "TRANSIT gave CUPTI up" in rec["reason"], rec
+    assert f"at iteration {profile_at}" in rec["reason"]
+    assert rec["kernels"] > 0  # TRANSIT held CUPTI before: it saw launches
+    assert rec["profiling"] is False and rec["unified_memory_counters"] is False
+    assert sum("recorder degraded: another tool called" in line for line in stderr.splitlines()) == 1
+    assert stats["iterations"]["count"] == STEPS and stats["iterations"]["method"] == "api"
