@@ -88,7 +88,7 @@ static int want_external;           /* external correlation ids while profiling 
 static int have_profiling, have_um, have_external; /* what is enabled (written under control_lock only) */
 static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
 static uint64_t um_off_at;       /* likewise the unified memory counters (written under control_lock only) */
-static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes apply_activity */
+static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes the recorder's CUPTI control calls */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
  * external-correlation records; kernel records look their ordinal up here. */
