@@ -2,7 +2,10 @@
  * subscriber and one pair of activity buffer callbacks per process; torch.profiler's Kineto
  * subscribes when a profile starts and registers its own buffers. Before either call reaches
  * CUPTI, TRANSIT's recorder gives CUPTI up (transit_recorder_yield): the tool then works as if
- * TRANSIT were not there, and TRANSIT goes on degraded. */
+ * TRANSIT were not there, and TRANSIT goes on degraded.
+ *
+ * Only calls bound at load time are caught (Kineto's are): not dlsym lookups, where a handle or
+ * RTLD_NEXT says which library is meant, nor the _v2 entry points (per-subscriber buffers). */
 #include "cupti_api.h"
 #include "cuda_api.h"
 #include "recorder.h"
@@ -11,22 +14,31 @@
 
 #define HOOK __attribute__((visibility("default")))
 
-/* The application's definition: the next one after ours in the global scope, else the copy the
- * recorder uses (transit_cupti prefers a copy already loaded: a libcupti loaded RTLD_LOCAL, as
- * Python loads torch's, is not in the global scope). NULL when neither exists. */
-static void *application_cupti(const char *name)
+/* The definition of `name` the caller would have reached without libtransit; NULL when none.
+ * First in the caller's own dependencies (a libcupti loaded RTLD_LOCAL, as torch's is, is not in
+ * the global scope, and a second copy, such as CUDA 12's, may be loaded), then the next one after
+ * libtransit in the global scope, then the copy the recorder uses. Never `self`: a lookup from
+ * the main program searches the global scope, where libtransit comes first. */
+static void *callers_cupti(const char *name, const void *caller, const void *self)
 {
-    void *sym = transit_real_dlsym(RTLD_NEXT, name);
+    Dl_info info;
+    void *sym = NULL, *h;
     const transit_cupti_api *api;
-    if (sym || !(api = transit_cupti(NULL)))
-        return sym;
-    return transit_real_dlsym(api->handle, name);
+    if (dladdr(caller, &info) && info.dli_fname && (h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD))) {
+        sym = transit_real_dlsym(h, name);
+        dlclose(h);
+    }
+    if (!sym || sym == self)
+        sym = transit_real_dlsym(RTLD_NEXT, name);
+    if ((!sym || sym == self) && (api = transit_cupti(NULL)))
+        sym = transit_real_dlsym(api->handle, name);
+    return sym == self ? NULL : sym;
 }
 
 HOOK CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
 {
-    CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) =
-        (__typeof__(real))application_cupti("cuptiSubscribe");
+    CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) = (__typeof__(real))callers_cupti(
+        "cuptiSubscribe", __builtin_return_address(0), (void *)cuptiSubscribe);
     if (!real)
         return CUPTI_ERROR_NOT_INITIALIZED;
     transit_recorder_yield("cuptiSubscribe");
@@ -37,7 +49,8 @@ HOOK CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc
                                                 CUpti_BuffersCallbackCompleteFunc completed)
 {
     CUptiResult (*real)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) =
-        (__typeof__(real))application_cupti("cuptiActivityRegisterCallbacks");
+        (__typeof__(real))callers_cupti("cuptiActivityRegisterCallbacks", __builtin_return_address(0),
+                                        (void *)cuptiActivityRegisterCallbacks);
     if (!real)
         return CUPTI_ERROR_NOT_INITIALIZED;
     transit_recorder_yield("cuptiActivityRegisterCallbacks");

@@ -3,7 +3,6 @@
  * cuGetExportTable (private, and not needed). VMM calls (cuMemCreate/cuMemRelease) pass
  * through and are only counted. */
 #include "cuda_api.h"
-#include "cupti_api.h"
 #include "hooks.h"
 #include "internal.h"
 #include "memory.h"
@@ -280,8 +279,6 @@ static const struct {
     {"cudaFreeAsync_ptsz", (void *)cudaFreeAsync_ptsz},
     {"cudaGetDriverEntryPoint", (void *)cudaGetDriverEntryPoint},
     {"cudaGetDriverEntryPointByVersion", (void *)cudaGetDriverEntryPointByVersion},
-    {"cuptiSubscribe", (void *)cuptiSubscribe}, /* hooks_cupti.c */
-    {"cuptiActivityRegisterCallbacks", (void *)cuptiActivityRegisterCallbacks},
 };
 
 void *transit_exported_hook(const char *name)

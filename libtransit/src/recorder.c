@@ -341,19 +341,24 @@ static void set_activity_locked(const transit_cupti_api *api, int wp, int we, in
     }
 }
 
+/* control_lock held, the recorder holding CUPTI: what the window asks for. */
+static void apply_locked(const transit_cupti_api *api)
+{
+    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
+    /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
+     * further under it, allocations and frees alone keep it, at or over what the device holds. */
+    int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
+    set_activity_locked(api, wp, wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED), wu);
+}
+
 static void apply_activity(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
     if (!api || !activity_ok)
         return;
     pthread_mutex_lock(&control_lock);
-    if (get_state() == TRANSIT_RECORDER_CUPTI) { /* not given up meanwhile (transit_recorder_yield) */
-        int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
-        /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
-         * further under it, allocations and frees alone keep it, at or over what the device holds. */
-        int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
-        set_activity_locked(api, wp, wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED), wu);
-    }
+    if (get_state() == TRANSIT_RECORDER_CUPTI) /* not given up meanwhile (transit_recorder_yield) */
+        apply_locked(api);
     pthread_mutex_unlock(&control_lock);
 }
 
@@ -387,10 +392,11 @@ static void steer_launch_callbacks(void)
         transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
 }
 
+/* Only while the recorder holds CUPTI: after it gave CUPTI up, the buffers are the other tool's. */
 static void flush(uint32_t flag)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
-    if (api && activity_ok) {
+    if (api && activity_ok && get_state() == TRANSIT_RECORDER_CUPTI) {
         CUptiResult r = api->ActivityFlushAll(flag);
         if (r != CUPTI_SUCCESS) {
             static int warned;
@@ -405,28 +411,33 @@ static void flush(uint32_t flag)
  * buffer callbacks per process. Without giving way, the tool's subscription would fail and its
  * buffer callbacks would silently take TRANSIT's records. So the recorder gives CUPTI up for the
  * rest of the process, as if the tool had held it from the start (degraded): its own kinds and
- * callbacks go off, the records still pending are delivered to it, and it unsubscribes. */
+ * callbacks go off, the records still pending are delivered to it, it unsubscribes, and no window
+ * stays open. A start in progress holds control_lock: the yield waits for it.
+ * Not undone: an external correlation id a thread pushed (only with external ids on) stays on
+ * that thread's stack, and the tool may see it in its records. */
 void transit_recorder_yield(const char *call)
 {
-    const transit_cupti_api *api = transit_cupti(NULL);
+    const transit_cupti_api *api;
     char why[sizeof reason];
-    if (get_state() != TRANSIT_RECORDER_CUPTI || owner_pid != getpid() || !api)
+    if (owner_pid != getpid() || !(api = transit_cupti(NULL)))
         return;
     pthread_mutex_lock(&control_lock);
     if (get_state() != TRANSIT_RECORDER_CUPTI) {
         pthread_mutex_unlock(&control_lock);
         return;
     }
-    uint64_t at = transit_iteration_count();
-    snprintf(why, sizeof why, "another tool called %s at iteration %" PRIu64 " (torch.profiler, Nsight): TRANSIT gave "
-             "CUPTI up; iteration marks only from there", call, at);
-    set_state(TRANSIT_RECORDER_DEGRADED, why); /* first: no CUPTI call of the recorder's starts after this */
     set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, sizeof launch_cbids / sizeof launch_cbids[0]);
     if (activity_ok) {
         set_activity_locked(api, 0, 0, 0);
         flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
     }
+    snprintf(why, sizeof why, "another tool called %s at iteration %" PRIu64 " (torch.profiler, Nsight): TRANSIT gave "
+             "CUPTI up; iteration marks only from there", call, transit_iteration_count());
+    set_state(TRANSIT_RECORDER_DEGRADED, why); /* from here no flush or control call of the recorder's reaches CUPTI */
     api->Unsubscribe(subscriber);
+    pthread_mutex_lock(&win_lock);
+    __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&win_lock);
     pthread_mutex_unlock(&control_lock);
     transit_warn("recorder degraded: %s", why);
 }
@@ -590,8 +601,7 @@ static void at_exit(void)
         return;
     stop_threads();
     iteration_check(); /* a last mark the thread had no time to see */
-    if (get_state() == TRANSIT_RECORDER_CUPTI)
-        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
 /* ---- activity records ---- */
@@ -958,6 +968,7 @@ static void configure_unified_memory(const transit_cupti_api *api)
     um_ok = r == CUPTI_SUCCESS;
 }
 
+/* control_lock held (transit_recorder_start). */
 static void start_cupti(void)
 {
     const char *why = NULL;
@@ -1012,8 +1023,9 @@ static void start_cupti(void)
     pthread_mutex_lock(&win_lock);
     open_window(1, false); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
     pthread_mutex_unlock(&win_lock);
-    apply_activity();
     set_state(TRANSIT_RECORDER_CUPTI, NULL);
+    if (activity_ok)
+        apply_locked(api);
 }
 
 void transit_recorder_start(void)
@@ -1025,7 +1037,9 @@ void transit_recorder_start(void)
         return;
     owner_pid = getpid();
     init_thread_sync(); /* before CUPTI: launch callbacks signal thread_cond from then on */
+    pthread_mutex_lock(&control_lock); /* a tool taking CUPTI meanwhile waits (transit_recorder_yield) */
     start_cupti();
+    pthread_mutex_unlock(&control_lock);
     if (transit_limit_mode() && !transit_recorder_sees_migrations())
         transit_warn("limit mode without migration records: no residency estimate and no evictions; "
                      "resident bytes are reported as min(managed, limit)");

@@ -168,38 +168,75 @@ def test_cupti_found_beside_the_wheels_libcudart(cudart) -> None:
 
 
 
-CALL_CUPTI = """
-import ctypes, json, sys
-cupti = ctypes.CDLL(sys.argv[1], mode=getattr(ctypes, sys.argv[2]))
-subscribe = cupti.cuptiSubscribe
-class DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
-                ("saddr", ctypes.c_void_p)]
-info = DlInfo()
-ctypes.CDLL(None).dladdr(ctypes.cast(subscribe, ctypes.c_void_p), ctypes.byref(info))
-handle = ctypes.c_void_p()
-print(json.dumps({"defined_in": info.fname.decode(), "subscribe": subscribe(ctypes.byref(handle), None, None),
-                  "register": cupti.cuptiActivityRegisterCallbacks(None, None)}))
+
+CUPTI_CALLER = r"""
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+/* What a profiler's library does: call CUPTI through its own link-time references. */
+int report(char *out, int cap)
+{
+    Dl_info info = {0};
+    CUpti_SubscriberHandle handle;
+    dladdr((void *)&cuptiSubscribe, &info); /* the definition this library's references bound to */
+    int subscribe = cuptiSubscribe(&handle, NULL, NULL);
+    int registered = cuptiActivityRegisterCallbacks(NULL, NULL);
+    return snprintf(out, cap, "{\"defined_in\": \"%s\", \"subscribe\": %d, \"register\": %d}",
+                    info.dli_fname ? info.dli_fname : "", subscribe, registered);
+}
+"""
+# A second libcupti (as CUDA 12's would be beside the toolkit's): its own answers tell which one a call reached.
+OTHER_CUPTI = r"""
+#include <cupti.h>
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc f, void *u) { (void)s; (void)f; (void)u; return 777; }
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc a, CUpti_BuffersCallbackCompleteFunc b)
+{ (void)a; (void)b; return 778; }
+"""
+LOAD_CALLER = """
+import ctypes, sys
+caller = ctypes.CDLL(sys.argv[1], mode=getattr(ctypes, sys.argv[2]))
+out = ctypes.create_string_buffer(4096)
+caller.report(out, 4096)
+print(out.value.decode())
 """
 
 
-@pytest.mark.parametrize("mode", ["RTLD_LOCAL", "RTLD_GLOBAL"])
-def test_cupti_entry_points_pass_through_libtransit_to_the_applications_libcupti(cudart, clean_env, mode) -> None:
-    """A tool's cuptiSubscribe and cuptiActivityRegisterCallbacks go through libtransit (which gives
-    CUPTI up first when its recorder holds it) and on to the application's libcupti, loaded locally
-    as Python loads torch's or globally: the results are those the library gives without TRANSIT
-    (here, without a driver, its errors)."""
-    found = [p for p in (cudart.parent / "libcupti.so.13", *TOOLKIT_CUPTI) if p.is_file()]
-    if not found:
-        pytest.skip("no libcupti.so.13: neither the nvidia-cuda-cupti wheel nor a toolkit is installed")
+def build(tmp_path: Path, name: str, source: str, include: Path, *link: str) -> Path:
+    """lib{name}.so, or `name` itself when it is a file name already."""
+    src, lib = tmp_path / f"{name}.c", tmp_path / (name if ".so" in name else f"lib{name}.so")
+    src.write_text(source)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", f"-I{include}", "-o", str(lib), str(src), *link, "-ldl"],
+                   check=True)
+    return lib
 
-    def call(preload: bool) -> dict:
+
+@pytest.mark.parametrize("mode", ["RTLD_LOCAL", "RTLD_GLOBAL"])
+def test_cupti_entry_points_pass_through_libtransit_to_the_callers_libcupti(cudart, clean_env, tmp_path,
+                                                                            mode) -> None:
+    """A profiler library's cuptiSubscribe and cuptiActivityRegisterCallbacks bind to libtransit
+    (which gives CUPTI up first when its recorder holds it) and go on to the libcupti that library
+    links, loaded locally as Python loads torch's or globally, even beside another copy: the
+    results are the ones that library gives without TRANSIT (here, without a driver, its errors)."""
+    cupti = next((p for p in (cudart.parent / "libcupti.so.13", *TOOLKIT_CUPTI) if p.is_file()), None)
+    include = cudart.parent.parent / "include"
+    if cupti is None or not (include / "cupti.h").is_file():
+        pytest.skip("no libcupti.so.13 with cupti.h: neither the nvidia-cuda-cupti wheel nor a toolkit is installed")
+    other = build(tmp_path, "libcupti.so.12", OTHER_CUPTI, include, "-Wl,-soname,libcupti.so.12")
+    callers = {
+        "toolkit": build(tmp_path, "caller13", CUPTI_CALLER, include, f"-L{cupti.parent}", f"-l:{cupti.name}",
+                         f"-Wl,-rpath,{cupti.parent}"),
+        "other": build(tmp_path, "caller12", CUPTI_CALLER, include, str(other), f"-Wl,-rpath,{tmp_path}"),
+    }
+
+    def call(caller: Path, preload: bool) -> dict:
         env = dict(clean_env, **({"LD_PRELOAD": str(_native.lib_path())} if preload else {}))
-        r = subprocess.run([sys.executable, "-c", CALL_CUPTI, str(found[0]), mode], env=env, capture_output=True,
+        r = subprocess.run([sys.executable, "-c", LOAD_CALLER, str(caller), mode], env=env, capture_output=True,
                            text=True, timeout=60, check=True)
         return json.loads(r.stdout)
 
-    without, under = call(False), call(True)
-    assert Path(without["defined_in"]).resolve() == found[0].resolve()
-    assert Path(under["defined_in"]).resolve() == _native.lib_path().resolve()
-    assert (under["subscribe"], under["register"]) == (without["subscribe"], without["register"])
+    for which, caller in callers.items():
+        without, under = call(caller, False), call(caller, True)
+        assert Path(under["defined_in"]).resolve() == _native.lib_path().resolve(), which
+        assert (under["subscribe"], under["register"]) == (without["subscribe"], without["register"]), which
+    assert (call(callers["other"], True)["subscribe"], call(callers["other"], True)["register"]) == (777, 778)
