@@ -20,7 +20,7 @@ PAIRS=${PAIRS:-10}
 WARMUP_ITERS=20
 ROOMY_LIMIT=64G # every TRANSIT run on the device sets a limit; this one is far above the ~10 GiB footprint
 # No memory monitor: its thread polls NVML every 20 ms and smaps every 0.2 s, taking the GIL from
-# the training loop (steps of one run varied from 124 to 190 ms with it, at 5e5ab76... cbf4c0f).
+# the timed loop. (Without it steps varied as much: 131-207 ms within one run at c98ffa8.)
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
        --local-batch 8 --steps 50 --warmup "$WARMUP_ITERS" --no-memory-monitor)
 
