@@ -439,7 +439,8 @@ void transit_recorder_yield(const char *call)
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&win_lock);
     pthread_mutex_unlock(&control_lock);
-    transit_warn("recorder degraded: %s", why);
+    transit_warn("recorder degraded: %s%s", why,
+                 transit_limit_mode() ? "; limit mode no longer evicts: the limit is not held from here" : "");
 }
 
 static void finish_window(void)
