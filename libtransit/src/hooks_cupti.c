@@ -35,24 +35,28 @@ static void *callers_cupti(const char *name, const void *caller, const void *sel
     return sym == self ? NULL : sym;
 }
 
+/* What both hooks do before the call: find the caller's definition and, when there is one, make
+ * the recorder give CUPTI up. */
+static void *take_over(const char *name, const void *caller, const void *self)
+{
+    void *real = callers_cupti(name, caller, self);
+    if (real)
+        transit_recorder_yield(name);
+    return real;
+}
+
 HOOK CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
 {
-    CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) = (__typeof__(real))callers_cupti(
-        "cuptiSubscribe", __builtin_return_address(0), (void *)cuptiSubscribe);
-    if (!real)
-        return CUPTI_ERROR_NOT_INITIALIZED;
-    transit_recorder_yield("cuptiSubscribe");
-    return real(subscriber, callback, userdata);
+    CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) =
+        (__typeof__(real))take_over("cuptiSubscribe", __builtin_return_address(0), (void *)cuptiSubscribe);
+    return real ? real(subscriber, callback, userdata) : CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 HOOK CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
                                                 CUpti_BuffersCallbackCompleteFunc completed)
 {
     CUptiResult (*real)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) =
-        (__typeof__(real))callers_cupti("cuptiActivityRegisterCallbacks", __builtin_return_address(0),
-                                        (void *)cuptiActivityRegisterCallbacks);
-    if (!real)
-        return CUPTI_ERROR_NOT_INITIALIZED;
-    transit_recorder_yield("cuptiActivityRegisterCallbacks");
-    return real(requested, completed);
+        (__typeof__(real))take_over("cuptiActivityRegisterCallbacks", __builtin_return_address(0),
+                                    (void *)cuptiActivityRegisterCallbacks);
+    return real ? real(requested, completed) : CUPTI_ERROR_NOT_INITIALIZED;
 }

@@ -303,6 +303,12 @@ static uint64_t set_callbacks(const transit_cupti_api *api, int enable, CUpti_Ca
     return took;
 }
 
+/* The driver's launch callbacks, on or off (every launch, see steer_launch_callbacks). */
+static void set_launch_callbacks(const transit_cupti_api *api, int enable)
+{
+    set_callbacks(api, enable, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, sizeof launch_cbids / sizeof launch_cbids[0]);
+}
+
 /* The runtime launch callbacks give kernel records the runtime call's correlation id and push
  * external ids (see correlate()): both serve profiling only, so they are on only while it is, and
  * after it each runtime launch costs one CUPTI callback less. rc.runtime_callbacks: how many
@@ -372,17 +378,16 @@ static void apply_activity(void)
 static void steer_launch_callbacks(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
-    const size_t n = sizeof launch_cbids / sizeof launch_cbids[0];
     transit_iter_method m = transit_iteration_method();
     bool needed = transit_policy_needs_launches(), back = false;
     pthread_mutex_lock(&control_lock);
     bool held = get_state() == TRANSIT_RECORDER_CUPTI; /* not given up meanwhile (transit_recorder_yield) */
     if (held && !launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
-        set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
+        set_launch_callbacks(api, 0);
         __atomic_store_n(&launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
     } else if (held && launches_off_at && needed) {
-        set_callbacks(api, 1, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, n);
+        set_launch_callbacks(api, 1);
         __atomic_store_n(&launches_off_at, 0, __ATOMIC_RELEASE);
         transit_add(&rc.launch_callbacks_back, 1);
         back = true;
@@ -426,7 +431,7 @@ void transit_recorder_yield(const char *call)
         pthread_mutex_unlock(&control_lock);
         return;
     }
-    set_callbacks(api, 0, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids, sizeof launch_cbids / sizeof launch_cbids[0]);
+    set_launch_callbacks(api, 0);
     if (activity_ok) {
         set_activity_locked(api, 0, 0, 0);
         flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
