@@ -124,6 +124,7 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
     cfg->warmup_iters = TRANSIT_DEFAULT_WARMUP_ITERS;
     cfg->prefetch_gap = TRANSIT_DEFAULT_PREFETCH_GAP;
     cfg->recorder = true;
+    cfg->cupti_detach = true;
 
     if ((v = getenv("TRANSIT_POLICY")) && transit_parse_policy("TRANSIT_POLICY", v, &cfg->policy, err, errlen))
         return -1;
@@ -142,6 +143,9 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
         return -1;
     if ((v = getenv("TRANSIT_EXTERNAL_CORRELATION")) &&
         transit_parse_bool("TRANSIT_EXTERNAL_CORRELATION", v, &cfg->external_correlation, err, errlen))
+        return -1;
+    if ((v = getenv("TRANSIT_CUPTI_DETACH")) &&
+        transit_parse_bool("TRANSIT_CUPTI_DETACH", v, &cfg->cupti_detach, err, errlen))
         return -1;
     if ((v = getenv("TRANSIT_TICK_LOG")) && transit_parse_bool("TRANSIT_TICK_LOG", v, &cfg->tick_log, err, errlen))
         return -1;

@@ -59,6 +59,7 @@ static struct {
     uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
     uint64_t runtime_callbacks, runtime_without_driver, launch_callbacks_back;
     uint64_t profiled_iterations, reprofiles, refine_windows;
+    uint64_t cupti_detaches, cupti_reattaches;
 } rc;
 static transit_hist htod_hist, dtoh_hist; /* under records_lock */
 
@@ -88,6 +89,10 @@ static int want_external;           /* external correlation ids while profiling 
 static int have_profiling, have_um, have_external; /* what is enabled (written under control_lock only) */
 static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
 static uint64_t um_off_at;       /* likewise the unified memory counters (written under control_lock only) */
+/* CUPTI detached while the recorder has nothing on (steer_detach; written under control_lock only):
+ * asked for (the next launch's exit detaches), done, and the iteration it was last done at. */
+static int detach_due, detached, detach_failed;
+static uint64_t detached_at;
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes the recorder's CUPTI control calls */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -347,6 +352,111 @@ static void set_activity_locked(const transit_cupti_api *api, int wp, int we, in
     }
 }
 
+/* Only while the recorder holds CUPTI: after it gave CUPTI up, the buffers are the other tool's
+ * (and while detached, a call would attach CUPTI again). */
+static void flush(uint32_t flag)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (api && activity_ok && get_state() == TRANSIT_RECORDER_CUPTI && !__atomic_load_n(&detached, __ATOMIC_ACQUIRE)) {
+        CUptiResult r = api->ActivityFlushAll(flag);
+        if (r != CUPTI_SUCCESS) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
+        }
+    }
+}
+
+/* ---- detaching CUPTI while the recorder has nothing on ---- */
+
+/* control_lock held: the recorder gives CUPTI up for the rest of the process (degraded), closing
+ * any window; one warning. */
+static void degrade_locked(const char *why)
+{
+    __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
+    set_state(TRANSIT_RECORDER_DEGRADED, why);
+    pthread_mutex_lock(&win_lock);
+    __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&win_lock);
+    transit_warn("recorder degraded: %s%s", why,
+                 transit_limit_mode() ? "; limit mode no longer evicts: the limit is not held from here" : "");
+}
+
+static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
+static bool register_activity(const transit_cupti_api *api);
+
+/* control_lock held, before turning anything on: CUPTI attached, a pending detach called off.
+ * False when CUPTI cannot be had again (the recorder is then degraded). */
+static bool attached_locked(const transit_cupti_api *api)
+{
+    char why[sizeof reason];
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE)) { /* off first: a launch meanwhile must not count */
+        set_launch_callbacks(api, 0);
+        __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
+    }
+    if (!__atomic_load_n(&detached, __ATOMIC_ACQUIRE))
+        return true;
+    CUptiResult r = api->Subscribe(&subscriber, on_callback, NULL);
+    if (r != CUPTI_SUCCESS) { /* a tool subscribed past hooks_cupti.c (cuptiSubscribe_v2, a dlsym lookup) */
+        snprintf(why, sizeof why, "attaching CUPTI again at iteration %" PRIu64 " failed: %s; iteration marks only "
+                 "from there", transit_iteration_count(), transit_cupti_error(r));
+        degrade_locked(why);
+        return false;
+    }
+    if (activity_ok && !register_activity(api))
+        activity_ok = um_ok = 0;
+    __atomic_store_n(&detached, 0, __ATOMIC_RELEASE);
+    transit_add(&rc.cupti_reattaches, 1);
+    return true;
+}
+
+/* CUPTI attached costs step time even with every callback and activity kind off (Kineto tears it
+ * down after a profile for this: pytorch/pytorch#146604 measured 10-20 %). So once the recorder
+ * has nothing on (the launch callbacks went off an iteration ago, no window, no activity kind)
+ * and TRANSIT_CUPTI_DETACH allows, it delivers its last records and detaches CUPTI with
+ * cuptiFinalize, at the exit of the next launch on an application thread, where NVIDIA's
+ * cupti_finalize sample calls it (detach_at_exit). attached_locked attaches it again when
+ * something needs it (limit mode near L, a re-profile). Recorder thread. */
+static void steer_detach(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    uint64_t off = __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE);
+    if (!api || !transit_g.cfg.cupti_detach || !off || transit_iteration_count() <= off)
+        return;
+    pthread_mutex_lock(&control_lock);
+    if (get_state() == TRANSIT_RECORDER_CUPTI && !detached && !detach_due && !detach_failed && !have_profiling &&
+        !have_um && !have_external && !__atomic_load_n(&want_profiling, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
+        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* records since the last flush, before CUPTI's buffers go */
+        __atomic_store_n(&detach_due, 1, __ATOMIC_RELEASE);
+        set_launch_callbacks(api, 1);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* In a launch's exit callback (on_callback), while a detach is due. trylock: the recorder thread
+ * may be inside a CUPTI call under control_lock, and the next launch comes within microseconds. */
+static void detach_at_exit(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (pthread_mutex_trylock(&control_lock))
+        return;
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE) && get_state() == TRANSIT_RECORDER_CUPTI) {
+        CUptiResult r = api->Finalize();
+        if (r == CUPTI_SUCCESS) {
+            __atomic_store_n(&detached, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&detached_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
+            transit_add(&rc.cupti_detaches, 1);
+        } else { /* stays attached, as before */
+            set_launch_callbacks(api, 0);
+            detach_failed = 1;
+            transit_warn("recorder: cuptiFinalize failed: %s; CUPTI stays attached", transit_cupti_error(r));
+        }
+        __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
 /* control_lock held, the recorder holding CUPTI: what the window asks for. */
 static void apply_locked(const transit_cupti_api *api)
 {
@@ -354,6 +464,8 @@ static void apply_locked(const transit_cupti_api *api)
     /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
      * further under it, allocations and frees alone keep it, at or over what the device holds. */
     int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
+    if ((wp || wu) && !attached_locked(api))
+        return;
     set_activity_locked(api, wp, wp && __atomic_load_n(&want_external, __ATOMIC_RELAXED), wu);
 }
 
@@ -386,7 +498,7 @@ static void steer_launch_callbacks(void)
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
         set_launch_callbacks(api, 0);
         __atomic_store_n(&launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
-    } else if (held && launches_off_at && needed) {
+    } else if (held && launches_off_at && needed && attached_locked(api)) {
         set_launch_callbacks(api, 1);
         __atomic_store_n(&launches_off_at, 0, __ATOMIC_RELEASE);
         transit_add(&rc.launch_callbacks_back, 1);
@@ -395,20 +507,6 @@ static void steer_launch_callbacks(void)
     pthread_mutex_unlock(&control_lock);
     if (back)
         transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
-}
-
-/* Only while the recorder holds CUPTI: after it gave CUPTI up, the buffers are the other tool's. */
-static void flush(uint32_t flag)
-{
-    const transit_cupti_api *api = transit_cupti(NULL);
-    if (api && activity_ok && get_state() == TRANSIT_RECORDER_CUPTI) {
-        CUptiResult r = api->ActivityFlushAll(flag);
-        if (r != CUPTI_SUCCESS) {
-            static int warned;
-            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-                transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
-        }
-    }
 }
 
 /* Another tool takes CUPTI (hooks_cupti.c): torch.profiler's Kineto subscribes when a profile
@@ -431,21 +529,20 @@ void transit_recorder_yield(const char *call)
         pthread_mutex_unlock(&control_lock);
         return;
     }
-    set_launch_callbacks(api, 0);
-    if (activity_ok) {
-        set_activity_locked(api, 0, 0, 0);
-        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
+    bool attached = !__atomic_load_n(&detached, __ATOMIC_ACQUIRE); /* detached: nothing of ours is left in CUPTI */
+    if (attached) {
+        set_launch_callbacks(api, 0);
+        if (activity_ok) {
+            set_activity_locked(api, 0, 0, 0);
+            flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
+        }
     }
     snprintf(why, sizeof why, "another tool called %s at iteration %" PRIu64 " (torch.profiler, Nsight): TRANSIT gave "
              "CUPTI up; iteration marks only from there", call, transit_iteration_count());
-    set_state(TRANSIT_RECORDER_DEGRADED, why); /* from here no flush or control call of the recorder's reaches CUPTI */
-    api->Unsubscribe(subscriber);
-    pthread_mutex_lock(&win_lock);
-    __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&win_lock);
+    degrade_locked(why); /* from here no flush or control call of the recorder's reaches CUPTI */
+    if (attached)
+        api->Unsubscribe(subscriber);
     pthread_mutex_unlock(&control_lock);
-    transit_warn("recorder degraded: %s%s", why,
-                 transit_limit_mode() ? "; limit mode no longer evicts: the limit is not held from here" : "");
 }
 
 static void finish_window(void)
@@ -506,6 +603,7 @@ static void recorder_step(void)
         finish_window();
         apply_activity(); /* physical mode: the migration counters go off now */
     }
+    steer_detach();
 }
 
 /* Runs step every THREAD_TICK_MS (sooner when woken) until stop_threads(). */
@@ -920,6 +1018,11 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     (void)userdata;
     if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
         return;
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE)) { /* the launch callbacks are on for this alone */
+        if (cb->callbackSite == CUPTI_API_EXIT)
+            detach_at_exit();
+        return;
+    }
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
         uint64_t t0 = transit_monotonic_ns();
         runtime_launch(cb);
@@ -974,6 +1077,19 @@ static void configure_unified_memory(const transit_cupti_api *api)
     um_ok = r == CUPTI_SUCCESS;
 }
 
+/* The buffer callbacks and the unified memory counters (again after a detach, attached_locked). */
+static bool register_activity(const transit_cupti_api *api)
+{
+    CUptiResult r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        transit_warn("recorder: cuptiActivityRegisterCallbacks failed: %s; launch callbacks only",
+                     transit_cupti_error(r));
+        return false;
+    }
+    configure_unified_memory(api);
+    return true;
+}
+
 /* control_lock held (transit_recorder_start). */
 static void start_cupti(void)
 {
@@ -1016,13 +1132,7 @@ static void start_cupti(void)
             return;
         }
     }
-    r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
-    activity_ok = r == CUPTI_SUCCESS;
-    if (activity_ok)
-        configure_unified_memory(api);
-    else
-        transit_warn("recorder: cuptiActivityRegisterCallbacks failed: %s; launch callbacks only",
-                     transit_cupti_error(r));
+    activity_ok = register_activity(api);
     if (!(period = transit_period_create(0)))
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
     __atomic_store_n(&want_external, transit_g.cfg.external_correlation, __ATOMIC_RELAXED);
@@ -1084,6 +1194,8 @@ void transit_recorder_after_fork(void)
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     launches_off_at = um_off_at = 0;
+    detach_due = detached = detach_failed = 0;
+    detached_at = 0;
     finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
     runtime_corr = 0;
@@ -1174,7 +1286,9 @@ void transit_recorder_state_json(jbuf *b)
               ", \"records_s\": %.6f, \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
               ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s"
               ", \"unified_memory_counters_off_at_iteration\": %" PRIu64
-              ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64,
+              ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64
+              ", \"cupti_detached\": %s, \"cupti_detached_at_iteration\": %" PRIu64 ", \"cupti_detaches\": %" PRIu64
+              ", \"cupti_reattaches\": %" PRIu64,
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
               (double)transit_get(&rc.overhead_ns) * 1e-9, (double)transit_get(&rc.records_ns) * 1e-9,
@@ -1185,7 +1299,9 @@ void transit_recorder_state_json(jbuf *b)
                   : "false",
               have_um ? "true" : "false", __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
               __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
-              transit_get(&rc.launch_callbacks_back));
+              transit_get(&rc.launch_callbacks_back), __atomic_load_n(&detached, __ATOMIC_ACQUIRE) ? "true" : "false",
+              __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE), transit_get(&rc.cupti_detaches),
+              transit_get(&rc.cupti_reattaches));
     jb_printf(b,
               ", \"correlation\": {\"external_ids\": \"%s\", \"callback\": %" PRIu64 ", \"external\": %" PRIu64
               ", \"cross_checked\": %" PRIu64 ", \"disagree\": %" PRIu64 ", \"none\": %" PRIu64

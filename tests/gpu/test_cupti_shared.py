@@ -2,7 +2,7 @@
 Whichever comes first, the training runs on, the profiler sees the kernels, and TRANSIT's recorder
 is degraded and says why: when the profiler held CUPTI first, TRANSIT never takes it; when TRANSIT
 held it, it gives CUPTI up as the profiler starts (hooks_cupti.c), during its profiling window or
-after it."""
+once it had detached CUPTI after it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ PROFILED_STEPS = 3
 # PROFILE_AT (env): the step at which torch.profiler starts, for PROFILED_STEPS steps; -1: before
 # the first CUDA allocation
 LOOP = r"""
-import ctypes, json, os, torch
+import ctypes, json, os, time, torch
 from torch.profiler import ProfilerActivity, profile
 mark = ctypes.CDLL(None).transit_mark_iteration
 at = int(os.environ["PROFILE_AT"])
@@ -42,6 +42,7 @@ for step in range(STEPS):
     opt.step(); opt.zero_grad()
     losses.append(loss.item())
     mark()
+    time.sleep(0.02)  # a step as long as a tick of the recorder's thread, which acts between steps
     if step == max(at, 0) + PROFILED_STEPS - 1:
         prof.stop()
 kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
@@ -70,7 +71,8 @@ def test_profiler_first_transit_degraded_from_the_start(tmp_path: Path) -> None:
     assert stats["iterations"]["count"] == STEPS and stats["iterations"]["method"] == "api"
 
 
-@pytest.mark.parametrize("profile_at", [2, 10], ids=["in-the-window", "after-it"])
+# The window is iterations 1-4; the launch callbacks go off by 8 and CUPTI is detached by 10.
+@pytest.mark.parametrize("profile_at", [2, 13], ids=["in-the-window", "detached"])
 def test_transit_first_gives_cupti_up_when_the_profiler_starts(tmp_path: Path, profile_at: int) -> None:
     out, stats, stderr = run_profiled(tmp_path, profile_at)
     assert out["profiled_kernels"] > 0  # the profiler got CUPTI: it saw the kernels
@@ -80,5 +82,8 @@ def test_transit_first_gives_cupti_up_when_the_profiler_starts(tmp_path: Path, p
     assert f"at iteration {profile_at}" in rec["reason"]
     assert rec["kernels"] > 0  # TRANSIT held CUPTI before: it saw launches
     assert rec["profiling"] is False and rec["unified_memory_counters"] is False
+    if profile_at > 10:  # the profiler attached CUPTI anew: the recorder never did
+        assert rec["cupti_detaches"] == 1 and rec["cupti_detached_at_iteration"] < profile_at, rec
+        assert rec["cupti_reattaches"] == 0
     assert sum("recorder degraded: another tool called" in line for line in stderr.splitlines()) == 1
     assert stats["iterations"]["count"] == STEPS and stats["iterations"]["method"] == "api"

@@ -62,7 +62,7 @@ def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy:
     """Iterations marked by the API, the managed total far under L: after warm-up (and advise's
     applying) nothing acts at launches, and the period detector stops counting where the
     callbacks went off. Nothing needs migration records either: the unified memory counters go
-    off with the window."""
+    off with the window, and an iteration after the callbacks CUPTI is detached."""
     stats = run_loop(tmp_path, policy, TRANSIT_WARMUP_ITERS="4")
     it, rec = stats["iterations"], stats["recorder"]
     off = rec["launch_callbacks_off_at_iteration"]
@@ -74,17 +74,29 @@ def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy:
     assert it["by_method"]["kernel-period"] <= off and rec["launch_callbacks_back"] == 0
     assert rec["unified_memory_counters"] is False and 6 <= rec["unified_memory_counters_off_at_iteration"] <= off
     assert stats["memory"]["host_resident_measured_bytes"] is None  # no smaps reading far under L
+    assert rec["cupti_detached"] is True and rec["cupti_detaches"] == 1 and rec["cupti_reattaches"] == 0
+    assert off < rec["cupti_detached_at_iteration"] <= off + 3, rec
+    assert rec["state"] == "cupti" and rec["dropped_records"] == 0
+
+
+def test_cupti_stays_attached_with_detach_off(tmp_path: Path) -> None:
+    rec = run_loop(tmp_path, TRANSIT_WARMUP_ITERS="4", TRANSIT_CUPTI_DETACH="0")["recorder"]
+    assert rec["launch_callbacks_off_at_iteration"] > 0
+    assert rec["cupti_detached"] is False and rec["cupti_detaches"] == 0
 
 
 def test_launch_callbacks_come_back_when_the_managed_total_nears_L(tmp_path: Path) -> None:
     """At step 15 the loop takes 1 GiB more, past L = 1 GiB: limit mode evicts at launches again,
-    from a new profile, and its estimate follows the migration records again."""
+    from a new profile, and its estimate follows the migration records again: CUPTI, detached
+    after warm-up, is attached again."""
     stats = run_loop(tmp_path, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15")
     rec, prof = stats["recorder"], stats["prefetch"]
     assert rec["launch_callbacks_back"] == 1 and rec["launch_callbacks_off_at_iteration"] == 0
     assert rec["unified_memory_counters"] is True and rec["unified_memory_counters_off_at_iteration"] == 0
     assert stats["migrations"]["dtoh"]["bytes"] > 0  # evictions after step 15, recorded
     assert prof["reprofiles"] >= 1
+    assert rec["cupti_detaches"] == 1 and rec["cupti_detached_at_iteration"] < 15 and rec["cupti_reattaches"] == 1
+    assert rec["cupti_detached"] is False
 
 
 def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:

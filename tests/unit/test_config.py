@@ -45,6 +45,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_WARMUP_ITERS", "0", "from 1 to 1000"),
      ("TRANSIT_RECORDER", "maybe", "true/false"),
      ("TRANSIT_EXTERNAL_CORRELATION", "2", "true/false"),
+     ("TRANSIT_CUPTI_DETACH", "later", "true/false"),
      ("TRANSIT_TICK_LOG", "often", "true/false"),
      ("TRANSIT_PREFETCH_GAP", "lots", "e.g. 40G")],
 )
