@@ -18,8 +18,8 @@ typedef struct transit_config {
     bool verbose;               /* TRANSIT_VERBOSE: bool (default off) */
     bool external_correlation;  /* TRANSIT_EXTERNAL_CORRELATION: bool (default off: on only once launch
                                  * callbacks miss kernel records) */
-    bool cupti_detach;          /* TRANSIT_CUPTI_DETACH: bool (default on): unsubscribe from CUPTI while the
-                                 * recorder has nothing on (recorder.c, steer_detach) */
+    bool cupti_detach;          /* TRANSIT_CUPTI_DETACH: bool (default on): detach CUPTI while the recorder
+                                 * has nothing on (recorder.c, steer_detach) */
     bool tick_log;              /* TRANSIT_TICK_LOG: bool (default off): limit mode's per-tick CSV beside
                                  * the stats file (needs TRANSIT_OUT) */
 } transit_config;

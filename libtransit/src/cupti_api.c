@@ -85,6 +85,7 @@ static void load(void)
     RESOLVE(ActivityPopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
     RESOLVE(ActivityConfigureUnifiedMemoryCounter, "cuptiActivityConfigureUnifiedMemoryCounter");
     RESOLVE(GetResultString, "cuptiGetResultString");
+    RESOLVE(Finalize, "cuptiFinalize");
     if (dladdr((void *)cupti.Subscribe, &info) && info.dli_fname)
         snprintf(cupti_path, sizeof cupti_path, "%s", info.dli_fname);
     if (missing) { /* kept open: unloading a library another component may share is not worth it */

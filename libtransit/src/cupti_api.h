@@ -25,6 +25,7 @@ typedef struct transit_cupti_api {
     CUptiResult (*ActivityPopExternalCorrelationId)(CUpti_ExternalCorrelationKind, uint64_t *);
     CUptiResult (*ActivityConfigureUnifiedMemoryCounter)(CUpti_ActivityUnifiedMemoryCounterConfig *, uint32_t);
     CUptiResult (*GetResultString)(CUptiResult, const char **);
+    CUptiResult (*Finalize)(void);
 } transit_cupti_api;
 
 /* Loads libcupti once (a copy already loaded, then beside the loaded libcudart, then by

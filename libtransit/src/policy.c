@@ -219,6 +219,11 @@ bool transit_policy_near_limit(void)
     return transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > BOUND_TARGET(transit_g.cfg.mem_limit);
 }
 
+bool transit_policy_far_under_limit(void)
+{
+    return !transit_limit_mode() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit);
+}
+
 /* Limit mode evicts at launches only once the managed total came near L. */
 bool transit_policy_needs_launches(void)
 {
@@ -680,8 +685,7 @@ uint64_t transit_policy_iteration_ended(void)
 static uint64_t check_host_residency(bool fill_held)
 {
     double now = transit_now();
-    if (!estimating() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit) ||
-        now < host_check_next)
+    if (!estimating() || transit_policy_far_under_limit() || now < host_check_next)
         return UINT64_MAX;
     int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();

@@ -47,6 +47,9 @@ bool transit_policy_planning(void);
 /* Limit mode, and the managed total has passed L - L/16 (for good: the peak counts). Until then
  * nothing is evicted, and the estimate needs no migration records (see recorder.h). */
 bool transit_policy_near_limit(void);
+/* Physical mode, or limit mode with the managed total never past L/2: no reading of the estimate
+ * or the bound could ask for anything yet (no smaps reading is taken, the recorder may detach CUPTI). */
+bool transit_policy_far_under_limit(void);
 /* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
  * the managed total came near L. */
 bool transit_policy_needs_launches(void);

@@ -89,9 +89,9 @@ static int want_external;           /* external correlation ids while profiling 
 static int have_profiling, have_um, have_external; /* what is enabled (written under control_lock only) */
 static uint64_t launches_off_at; /* the iteration from which the launch callbacks are off; 0: on */
 static uint64_t um_off_at;       /* likewise the unified memory counters (written under control_lock only) */
-/* The recorder unsubscribed while it has nothing on (steer_detach; written under control_lock only),
- * and the iteration it last did. */
-static int detached, detach_failed;
+/* CUPTI detached while the recorder has nothing on (steer_detach; written under control_lock only):
+ * asked for (the next launch's exit detaches), done, and the iteration it was last done at. */
+static int detach_due, detached, detach_failed;
 static uint64_t detached_at;
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes the recorder's CUPTI control calls */
 
@@ -352,12 +352,28 @@ static void set_activity_locked(const transit_cupti_api *api, int wp, int we, in
     }
 }
 
+/* Only while the recorder holds CUPTI: after it gave CUPTI up, the buffers are the other tool's
+ * (and while detached, a call would attach CUPTI again). */
+static void flush(uint32_t flag)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (api && activity_ok && get_state() == TRANSIT_RECORDER_CUPTI && !__atomic_load_n(&detached, __ATOMIC_ACQUIRE)) {
+        CUptiResult r = api->ActivityFlushAll(flag);
+        if (r != CUPTI_SUCCESS) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
+        }
+    }
+}
+
 /* ---- detaching CUPTI while the recorder has nothing on ---- */
 
 /* control_lock held: the recorder gives CUPTI up for the rest of the process (degraded), closing
  * any window; one warning. */
 static void degrade_locked(const char *why)
 {
+    __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
     set_state(TRANSIT_RECORDER_DEGRADED, why);
     pthread_mutex_lock(&win_lock);
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
@@ -367,54 +383,85 @@ static void degrade_locked(const char *why)
 }
 
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
+static bool register_activity(const transit_cupti_api *api);
 
-/* control_lock held, before turning anything on: subscribed again if detached. False when CUPTI
- * cannot be had again (the recorder is then degraded). */
+/* control_lock held, before turning anything on: CUPTI attached, a pending detach called off.
+ * False when CUPTI cannot be had again (the recorder is then degraded). */
 static bool attached_locked(const transit_cupti_api *api)
 {
     char why[sizeof reason];
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE)) { /* off first: a launch meanwhile must not count */
+        set_launch_callbacks(api, 0);
+        __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
+    }
     if (!__atomic_load_n(&detached, __ATOMIC_ACQUIRE))
         return true;
     CUptiResult r = api->Subscribe(&subscriber, on_callback, NULL);
     if (r != CUPTI_SUCCESS) { /* a tool subscribed past hooks_cupti.c (cuptiSubscribe_v2, a dlsym lookup) */
-        snprintf(why, sizeof why, "subscribing to CUPTI again at iteration %" PRIu64 " failed: %s; iteration marks "
-                 "only from there", transit_iteration_count(), transit_cupti_error(r));
+        snprintf(why, sizeof why, "attaching CUPTI again at iteration %" PRIu64 " failed: %s; iteration marks only "
+                 "from there", transit_iteration_count(), transit_cupti_error(r));
         degrade_locked(why);
         return false;
     }
+    if (activity_ok && !register_activity(api))
+        activity_ok = um_ok = 0;
     __atomic_store_n(&detached, 0, __ATOMIC_RELEASE);
     transit_add(&rc.cupti_reattaches, 1);
+    if (transit_limit_mode())
+        transit_warn("recorder: CUPTI attached again at iteration %" PRIu64 " (detached at %" PRIu64 "): its unified "
+                     "memory counters may give no records from here; limit mode then keeps L by its measured bound",
+                     transit_iteration_count(), __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE));
     return true;
 }
 
-/* A CUPTI subscriber costs step time even with every callback and activity kind off (on an H200,
- * the median step after warm-up 3-4 % over a run without the recorder in recorder-pairs runs 7-10).
- * So once the recorder has nothing on (the launch callbacks went off an iteration ago, so none is
- * still running; no window, no activity kind) and TRANSIT_CUPTI_DETACH allows, it unsubscribes.
- * The activity API needs no subscriber: its buffers and the unified memory counters' configuration
- * stay, and attached_locked subscribes again when something needs the callbacks or the records
- * (limit mode near L, a re-profile). (cuptiFinalize, which Kineto calls after a profile, tears
- * CUPTI down instead: on an H200 the unified memory counters then gave no records once it was
- * set up again.) Recorder thread. */
+/* CUPTI attached costs step time even with every callback and activity kind off (Kineto tears it
+ * down after a profile for this: pytorch/pytorch#146604 measured 10-20 %). On an H200 the median
+ * step after warm-up was 3-4 % over runs without the recorder while subscribed (recorder pairs
+ * 7-10), 5 % after unsubscribing alone (run 12), and 0 % after cuptiFinalize (run 11). So once
+ * the recorder has nothing on (the launch callbacks went off an iteration ago, no window, no
+ * activity kind), far under L (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows,
+ * it delivers its last records and detaches CUPTI with cuptiFinalize, at the exit of the next
+ * launch on an application thread, where NVIDIA's cupti_finalize sample calls it
+ * (detach_at_exit). attached_locked attaches it again when something needs it (limit mode near
+ * L); the unified memory counters then gave no records in the H200 run, hence far under L only:
+ * a job that started there rarely grows to L. Recorder thread. */
 static void steer_detach(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
     uint64_t off = __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE);
-    if (!api || !transit_g.cfg.cupti_detach || !off || transit_iteration_count() <= off)
+    if (!api || !transit_g.cfg.cupti_detach || !off || transit_iteration_count() <= off ||
+        !transit_policy_far_under_limit())
         return;
     pthread_mutex_lock(&control_lock);
-    if (get_state() == TRANSIT_RECORDER_CUPTI && !detached && !detach_failed && !have_profiling && !have_um &&
-        !have_external && !__atomic_load_n(&want_profiling, __ATOMIC_RELAXED) &&
+    if (get_state() == TRANSIT_RECORDER_CUPTI && !detached && !detach_due && !detach_failed && !have_profiling &&
+        !have_um && !have_external && !__atomic_load_n(&want_profiling, __ATOMIC_RELAXED) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
-        CUptiResult r = api->Unsubscribe(subscriber);
+        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* records since the last flush, before CUPTI's buffers go */
+        __atomic_store_n(&detach_due, 1, __ATOMIC_RELEASE);
+        set_launch_callbacks(api, 1);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* In a launch's exit callback (on_callback), while a detach is due. trylock: the recorder thread
+ * may be inside a CUPTI call under control_lock, and the next launch comes within microseconds. */
+static void detach_at_exit(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    if (pthread_mutex_trylock(&control_lock))
+        return;
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE) && get_state() == TRANSIT_RECORDER_CUPTI) {
+        CUptiResult r = api->Finalize();
         if (r == CUPTI_SUCCESS) {
             __atomic_store_n(&detached, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&detached_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
             transit_add(&rc.cupti_detaches, 1);
-        } else { /* stays subscribed, as before */
+        } else { /* stays attached, as before */
+            set_launch_callbacks(api, 0);
             detach_failed = 1;
-            transit_warn("recorder: cuptiUnsubscribe failed: %s; the subscription stays", transit_cupti_error(r));
+            transit_warn("recorder: cuptiFinalize failed: %s; CUPTI stays attached", transit_cupti_error(r));
         }
+        __atomic_store_n(&detach_due, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&control_lock);
 }
@@ -471,20 +518,6 @@ static void steer_launch_callbacks(void)
         transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
 }
 
-/* Only while the recorder holds CUPTI: after it gave CUPTI up, the buffers are the other tool's. */
-static void flush(uint32_t flag)
-{
-    const transit_cupti_api *api = transit_cupti(NULL);
-    if (api && activity_ok && get_state() == TRANSIT_RECORDER_CUPTI) {
-        CUptiResult r = api->ActivityFlushAll(flag);
-        if (r != CUPTI_SUCCESS) {
-            static int warned;
-            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-                transit_warn("recorder: cuptiActivityFlushAll failed: %s", transit_cupti_error(r));
-        }
-    }
-}
-
 /* Another tool takes CUPTI (hooks_cupti.c): torch.profiler's Kineto subscribes when a profile
  * starts and registers its own activity buffers, and CUPTI has one subscriber and one pair of
  * buffer callbacks per process. Without giving way, the tool's subscription would fail and its
@@ -505,17 +538,18 @@ void transit_recorder_yield(const char *call)
         pthread_mutex_unlock(&control_lock);
         return;
     }
-    bool subscribed = !__atomic_load_n(&detached, __ATOMIC_ACQUIRE);
-    if (subscribed)
+    bool attached = !__atomic_load_n(&detached, __ATOMIC_ACQUIRE); /* detached: nothing of ours is left in CUPTI */
+    if (attached) {
         set_launch_callbacks(api, 0);
-    if (activity_ok) {
-        set_activity_locked(api, 0, 0, 0);
-        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
+        if (activity_ok) {
+            set_activity_locked(api, 0, 0, 0);
+            flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* ours, to buffer_completed, before the tool's callbacks replace it */
+        }
     }
     snprintf(why, sizeof why, "another tool called %s at iteration %" PRIu64 " (torch.profiler, Nsight): TRANSIT gave "
              "CUPTI up; iteration marks only from there", call, transit_iteration_count());
     degrade_locked(why); /* from here no flush or control call of the recorder's reaches CUPTI */
-    if (subscribed)
+    if (attached)
         api->Unsubscribe(subscriber);
     pthread_mutex_unlock(&control_lock);
 }
@@ -993,6 +1027,11 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     (void)userdata;
     if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
         return;
+    if (__atomic_load_n(&detach_due, __ATOMIC_ACQUIRE)) { /* the launch callbacks are on for this alone */
+        if (cb->callbackSite == CUPTI_API_EXIT)
+            detach_at_exit();
+        return;
+    }
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
         uint64_t t0 = transit_monotonic_ns();
         runtime_launch(cb);
@@ -1047,6 +1086,19 @@ static void configure_unified_memory(const transit_cupti_api *api)
     um_ok = r == CUPTI_SUCCESS;
 }
 
+/* The buffer callbacks and the unified memory counters (again after a detach, attached_locked). */
+static bool register_activity(const transit_cupti_api *api)
+{
+    CUptiResult r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        transit_warn("recorder: cuptiActivityRegisterCallbacks failed: %s; launch callbacks only",
+                     transit_cupti_error(r));
+        return false;
+    }
+    configure_unified_memory(api);
+    return true;
+}
+
 /* control_lock held (transit_recorder_start). */
 static void start_cupti(void)
 {
@@ -1089,13 +1141,7 @@ static void start_cupti(void)
             return;
         }
     }
-    r = api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
-    activity_ok = r == CUPTI_SUCCESS;
-    if (activity_ok)
-        configure_unified_memory(api);
-    else
-        transit_warn("recorder: cuptiActivityRegisterCallbacks failed: %s; launch callbacks only",
-                     transit_cupti_error(r));
+    activity_ok = register_activity(api);
     if (!(period = transit_period_create(0)))
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
     __atomic_store_n(&want_external, transit_g.cfg.external_correlation, __ATOMIC_RELAXED);
@@ -1157,7 +1203,7 @@ void transit_recorder_after_fork(void)
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     launches_off_at = um_off_at = 0;
-    detached = detach_failed = 0;
+    detach_due = detached = detach_failed = 0;
     detached_at = 0;
     finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
