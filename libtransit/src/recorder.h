@@ -25,10 +25,11 @@
  * under L allocations and frees keep the estimate (a new allocation counts resident).
  * transit_recorder_reprofile() opens a new window. Once the window is done, nothing acts at launches
  * any more (transit_policy_needs_launches) and the API or the Python hook marks iterations, the
- * launch callbacks go off too.
+ * launch callbacks go off too. An iteration later, far under L (transit_policy_far_under_limit),
+ * CUPTI is detached (cuptiFinalize) until something needs it again (recorder.c, steer_detach).
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
- * that none is made inside a CUPTI callback and polls iteration marks (the only source of
+ * that none is made inside a CUPTI callback (but cuptiFinalize, at a launch's exit) and polls iteration marks (the only source of
  * boundaries when there are no launch callbacks). A second one ("transit-tick") calls
  * transit_policy_tick(): on an H200 the first stalled for 2 s at two optimizer steps of warm-up
  * while the bound rose by 8 GiB, and the evictions must not wait for it. */
