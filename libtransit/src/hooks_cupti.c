@@ -4,8 +4,9 @@
  * CUPTI, TRANSIT's recorder gives CUPTI up (transit_recorder_yield): the tool then works as if
  * TRANSIT were not there, and TRANSIT goes on degraded.
  *
- * Only calls bound at load time are caught (Kineto's are): not dlsym lookups, where a handle or
- * RTLD_NEXT says which library is meant, nor the _v2 entry points (per-subscriber buffers). */
+ * Only calls the dynamic loader resolves are caught (Kineto's are: undefined dynamic symbols of
+ * libtorch_cpu.so): not dlsym lookups, where a handle or RTLD_NEXT says which library is meant,
+ * nor the _v2 entry points (per-subscriber buffers). */
 #include "cupti_api.h"
 #include "cuda_api.h"
 #include "recorder.h"
