@@ -34,6 +34,21 @@ one() {
         "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
 }
 
+# The GPUs' clocks, power and clock-event reasons twice a second (read only), to tell slow stretches
+# of the GPU from those of the host; the field's newer name first (drivers 535+).
+mkdir -p "${OUT:?OUT must name the output directory}"
+for reasons in clocks_event_reasons.active clocks_throttle_reasons.active; do
+    fields=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,$reasons
+    nvidia-smi --query-gpu="$fields" --format=csv -c 1 >/dev/null 2>&1 && break
+done
+nvidia-smi --query-gpu="$fields" --format=csv -lms 500 >"$OUT/gpu-clocks.csv" 2>&1 &
+clock_log=$!
+trap 'kill $clock_log 2>/dev/null' EXIT
+
+# The first minute after setup ran slower by fits (pairs 1-5 of run 9 against 6-17): one unpaired
+# burn-in run per GPU first, left out of the pairs.
+for ((g = 0; g < (gpus >= 2 ? 2 : 1); g++)); do one "burnin-$g" "$g" 0 & done
+wait
 echo "recorder pairs: $PAIRS, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
 for ((i = 1; i <= PAIRS; i++)); do
     if ((gpus >= 2)); then

@@ -422,7 +422,8 @@ def test_verdict_gives_the_bound_per_iteration():
 
 def test_recorder_pairs_compare_each_pair_and_give_a_confidence_interval(tmp_path):
     """run_recorder_pairs.sh's work directory: pair i is rec-i and norec-i. Real runs (138109c's
-    rounds on an H200) as the pairs; a pair without its partner is named, not compared."""
+    rounds on an H200) as the pairs; a pair without its partner is named, not compared, and the
+    burn-in run is neither."""
     rounds = [json.loads((REPO / f"bench/results/overhead-rounds-h200x2/this{i}.json").read_text())["runs"]
               for i in (1, 2, 3)]
     for i, runs in enumerate(rounds, 1):
@@ -432,6 +433,8 @@ def test_recorder_pairs_compare_each_pair_and_give_a_confidence_interval(tmp_pat
             (tmp_path / f"{name}.json").write_text(json.dumps(runs[source]["result"]))
     (tmp_path / "rec-4.cmd").write_text("cut short")
     (tmp_path / "rec-4.rc").write_text("124")
+    for name in ("burnin-0.cmd", "burnin-0.rc", "burnin-0.json"):  # the unpaired run before the pairs
+        (tmp_path / name).write_bytes((tmp_path / name.replace("burnin-0", "norec-1")).read_bytes())
     out = tmp_path / "recorder.json"
     assert collect.main(["recorder", "--work", str(tmp_path), "--out", str(out)]) == 0
     summary = json.loads(out.read_text())["summary"]
@@ -457,6 +460,19 @@ def test_paired_ratio_is_met_only_when_the_interval_is_within():
     assert wide["point_within"] is True and wide["met"] is False
     assert collect.paired_ratio([1.0], 1.05)["ci95"][1] == float("inf")
     assert collect.paired_ratio([], 1.05)["met"] is None
+
+
+def test_the_median_of_the_ratios_keeps_its_interval_through_an_outlier():
+    """17 pairs: the sign test's interval runs from the 5th to the 13th smallest ratio (P(B <= 4)
+    = 2.45 % for B ~ Binomial(17, 1/2)); one whole-run slow side (1.25) widens the t interval
+    past the target, not the median's."""
+    ratios = [1.000 + i / 1000 for i in range(16)] + [1.25]
+    assert collect.median_interval(ratios) == [1.004, 1.012]
+    result = collect.paired_ratio(ratios, 1.02)
+    assert result["median"] == 1.008 and result["median_met"] is True
+    assert result["met"] is False
+    assert collect.median_interval([1.0] * 5) == [-float("inf"), float("inf")]  # 1/32 > 2.5 %: no interval
+    assert collect.median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == [1.0, 6.0]  # 1/64: min to max
 
 
 def test_pool_adds_another_commands_pairs_renumbered(tmp_path):
