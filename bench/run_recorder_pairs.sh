@@ -47,12 +47,16 @@ trap 'kill $clock_log 2>/dev/null' EXIT
 
 # The first minute after setup ran slower by fits (pairs 1-5 of run 9 against 6-17): one unpaired
 # burn-in run per GPU first, left out of the pairs.
-for ((g = 0; g < (gpus >= 2 ? 2 : 1); g++)); do one "burnin-$g" "$g" 0 & done
-wait
+# (Each wait names its runs: a bare one would wait for the clock log too.)
+burnins=()
+for ((g = 0; g < (gpus >= 2 ? 2 : 1); g++)); do one "burnin-$g" "$g" 0 & burnins+=($!); done
+wait "${burnins[@]}"
 echo "recorder pairs: $PAIRS, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
 for ((i = 1; i <= PAIRS; i++)); do
     if ((gpus >= 2)); then
-        one "rec-$i" $((i % 2)) & one "norec-$i" $(((i + 1) % 2)) 0 & wait
+        one "rec-$i" $((i % 2)) & rec=$!
+        one "norec-$i" $(((i + 1) % 2)) 0 & norec=$!
+        wait "$rec" "$norec"
     elif ((i % 2)); then
         one "rec-$i" 0; one "norec-$i" 0 0
     else
