@@ -5,9 +5,10 @@
 # target (0.12-0.16 s a median step on an H200), so the two runs of a pair go side by side on a 2-GPU
 # machine, sharing whatever the host does meanwhile (the GPUs swap each pair), or one after the
 # other on one GPU (the order swaps each pair). collect.py's `recorder` kind compares each pair's
-# two runs and gives the geometric mean ratio with its 95 % confidence interval.
+# two runs and gives the geometric mean ratio with its 95 % confidence interval, and the median
+# ratio with the sign test's.
 # One device command (nvidia-h200-x2, or nvidia-h200):
-#   PAIRS=10 bash bench/run_recorder_pairs.sh      (results: $OUT/recorder.json)
+#   PAIRS=10 bash bench/run_recorder_pairs.sh      (results: $OUT/recorder.json, $OUT/gpu-clocks.csv)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEADLINE_S=${DEADLINE_S:-500}
