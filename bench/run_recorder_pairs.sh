@@ -35,8 +35,9 @@ one() {
         "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
 }
 
-# The GPUs' clocks, power and clock-event reasons twice a second (read only), to tell slow stretches
-# of the GPU from those of the host; the field's newer name first (drivers 535+).
+# Both GPUs' clocks, power, utilisation and clock-event reasons twice a second (read only), beside
+# the SM clock and reasons train.py reads on its own GPU at each step's end: utilisation under
+# 100 % at full clock points to the host. The field's newer name first (drivers 535+).
 mkdir -p "${OUT:?OUT must name the output directory}"
 for reasons in clocks_event_reasons.active clocks_throttle_reasons.active; do
     fields=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,$reasons

@@ -417,8 +417,8 @@ static bool attached_locked(const transit_cupti_api *api)
 /* CUPTI attached costs step time even with every callback and activity kind off (Kineto tears it
  * down after a profile for this: pytorch/pytorch#146604 measured 10-20 %). On an H200 the median
  * step after warm-up was 3-4 % over runs without the recorder while subscribed (recorder pairs
- * 7-10), 5 % after unsubscribing alone (run 12), 0 and 3 % after cuptiFinalize (runs 11 and 13;
- * 7, 7 and 3 pairs, the intervals overlapping). So once the recorder has nothing on (the launch
+ * 7-10; run 9: 1.042, 1.018-1.068 over 17 pairs), 5 % after unsubscribing alone (run 12, 7
+ * pairs), and 0.993 (0.973-1.013) after cuptiFinalize (runs 11, 14 and 15: 41 pairs). So once the recorder has nothing on (the launch
  * callbacks went off an iteration ago, no window, no activity kind), far under L
  * (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows, it delivers its last records
  * and detaches CUPTI with cuptiFinalize, at the exit of the next launch on an application thread,

@@ -7,7 +7,8 @@
  * functions (runtime launches reach them too, so nothing is counted twice); callbacks on the
  * runtime's launch functions only note their correlation id, which kernel records may carry.
  * States:
- *   cupti    - subscribed: launch callbacks and activity records;
+ *   cupti    - subscribed: launch callbacks and activity records (CUPTI detached while none is
+ *              on, far under L, and attached again when one is needed);
  *   degraded - another subscriber holds CUPTI (torch.profiler, Nsight), from the start or since
  *              it took CUPTI over (transit_recorder_yield): no launch callbacks and no activity
  *              (its buffers are not ours to take); iteration marks only;
@@ -29,8 +30,8 @@
  * CUPTI is detached (cuptiFinalize) until something needs it again (recorder.c, steer_detach).
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
- * that none is made inside a CUPTI callback (but cuptiFinalize, at a launch's exit) and polls iteration marks (the only source of
- * boundaries when there are no launch callbacks). A second one ("transit-tick") calls
+ * that none is made inside a CUPTI callback (but cuptiFinalize, at a launch's exit), and polls
+ * iteration marks (the only source of boundaries when there are no launch callbacks). A second one ("transit-tick") calls
  * transit_policy_tick(): on an H200 the first stalled for 2 s at two optimizer steps of warm-up
  * while the bound rose by 8 GiB, and the evictions must not wait for it. */
 #ifndef TRANSIT_RECORDER_H
