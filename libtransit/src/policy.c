@@ -224,6 +224,14 @@ bool transit_policy_far_under_limit(void)
     return !transit_limit_mode() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit);
 }
 
+/* CUPTI's kernel tracing instruments every kernel (its timing code runs on the GPU), and only
+ * the ranges replayed or planned at launches need the times: prefetch's, and limit mode's, which
+ * far under L plans nothing. */
+bool transit_policy_needs_kernel_times(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || !transit_policy_far_under_limit();
+}
+
 /* Limit mode evicts at launches only once the managed total came near L. */
 bool transit_policy_needs_launches(void)
 {
@@ -838,13 +846,16 @@ void transit_policy_profile_begin(bool refine)
     pthread_mutex_unlock(&prof_lock);
 }
 
-bool transit_policy_profile_end(uint32_t max_launches)
+bool transit_policy_profile_end(uint32_t max_launches, bool timed)
 {
     bool learning = false;
     if (!transit_policy_uses_profile())
         return false;
     pthread_mutex_lock(&prof_lock);
-    if (collecting) {
+    if (collecting && !timed) { /* no migration could be placed: no profile, not an empty one */
+        collecting = 0;
+        transit_attrib_flush(attrib);
+    } else if (collecting) {
         collecting = 0;
         transit_attrib_flush(attrib);
         transit_attrib_counts n = transit_attrib_get_counts(attrib);

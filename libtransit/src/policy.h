@@ -50,6 +50,9 @@ bool transit_policy_near_limit(void);
 /* Physical mode, or limit mode with the managed total never past L/2: no reading of the estimate
  * or the bound could ask for anything yet (no smaps reading is taken, the recorder may detach CUPTI). */
 bool transit_policy_far_under_limit(void);
+/* Whether a profile needs kernel times now (prefetch; limit mode past L/2): they place migrations
+ * at launch ordinals, and nothing else uses them (see recorder.h). */
+bool transit_policy_needs_kernel_times(void);
 /* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
  * the managed total came near L. */
 bool transit_policy_needs_launches(void);
@@ -60,10 +63,11 @@ bool transit_policy_plans_at_launches(void);
  * kept, replayed, and added to), and the window's end after its records were flushed (the
  * ranges are built; max_launches: most launches in one profiled iteration). The end says whether
  * another refinement is worth its iterations: the window built a new profile (even an empty
- * one), or its refinement still grew the profile by more than 1/REFINE_GROWTH_DIV. Called from
- * the recorder's thread or an iteration-noticing thread. */
+ * one), or its refinement still grew the profile by more than 1/REFINE_GROWTH_DIV. A window
+ * without kernel times (timed false: transit_policy_needs_kernel_times() was false) builds none and
+ * leaves nothing to replay. Called from the recorder's thread or an iteration-noticing thread. */
 void transit_policy_profile_begin(bool refine);
-bool transit_policy_profile_end(uint32_t max_launches);
+bool transit_policy_profile_end(uint32_t max_launches, bool timed);
 /* Activity records, in the order CUPTI delivers them (CUPTI's buffer thread). */
 void transit_policy_profile_kernel(uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
 void transit_policy_htod(uint64_t start_ns, uint64_t addr, uint64_t bytes);

@@ -58,7 +58,7 @@ static struct {
     uint64_t gpu_faults, thrashing, remote_map_bytes;
     uint64_t corr_callback, corr_external, corr_cross_checked, corr_disagree, corr_none;
     uint64_t runtime_callbacks, runtime_without_driver, launch_callbacks_back;
-    uint64_t profiled_iterations, reprofiles, refine_windows;
+    uint64_t profiled_iterations, reprofiles, refine_windows, untimed_windows;
     uint64_t cupti_detaches, cupti_reattaches;
 } rc;
 static transit_hist htod_hist, dtoh_hist; /* under records_lock */
@@ -80,6 +80,7 @@ static uint32_t prev_launches;  /* launches in the previous iteration */
 static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static int win_phase = WINDOW_DONE;
 static int win_refine; /* the window refines the profile (open_window) */
+static int win_untimed; /* the last full window took no kernel times: nothing needed them then */
 static uint64_t win_begin, win_end, drain_until;
 static uint32_t win_max_launches;
 static int finalize_due;
@@ -168,8 +169,10 @@ static int in_window(uint64_t iteration)
 static void open_window(uint64_t begin, bool refine)
 {
     __atomic_store_n(&win_refine, refine, __ATOMIC_RELAXED);
-    if (!refine)
+    if (!refine) {
         __atomic_store_n(&rc.refine_windows, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&win_untimed, 0, __ATOMIC_RELEASE);
+    }
     win_begin = begin;
     win_end = begin + (refine ? 1 : transit_g.cfg.warmup_iters);
     win_max_launches = 0;
@@ -195,6 +198,10 @@ static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
             __atomic_store_n(&win_phase, WINDOW_DRAINING, __ATOMIC_RELEASE);
             drain_until = now + 1; /* one more iteration for late records; migrations still on */
             __atomic_store_n(&want_profiling, 0, __ATOMIC_RELAXED);
+            if (!win_refine && !__atomic_load_n(&have_profiling, __ATOMIC_ACQUIRE)) {
+                __atomic_store_n(&win_untimed, 1, __ATOMIC_RELEASE);
+                transit_add(&rc.untimed_windows, 1);
+            }
         }
     } else if (win_phase == WINDOW_DRAINING && now >= drain_until) {
         __atomic_store_n(&finalize_due, 1, __ATOMIC_RELEASE);
@@ -470,7 +477,7 @@ static void detach_at_exit(void)
 /* control_lock held, the recorder holding CUPTI: what the window asks for. */
 static void apply_locked(const transit_cupti_api *api)
 {
-    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED);
+    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED) && transit_policy_needs_kernel_times();
     /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
      * further under it, allocations and frees alone keep it, at or over what the device holds. */
     int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
@@ -566,7 +573,7 @@ static void finish_window(void)
     __atomic_store_n(&want_um, 0, __ATOMIC_RELAXED);
     /* Under win_lock (then prof_lock, the order open_window takes them), so that a re-profile
      * cannot open its window between this one's end and the profile it builds. */
-    bool learning = transit_policy_profile_end(win_max_launches);
+    bool learning = transit_policy_profile_end(win_max_launches, win_refine || !win_untimed);
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after it was evicted (it was resident when they ran in the profiled iterations):
      * one-iteration windows add those to the profile, for as long as they still find much (on an
@@ -594,6 +601,17 @@ static void check_callback_misses(void)
                  "correlation ids on from now (an API record per CUDA call while profiling)", misses);
 }
 
+/* A window that took no kernel times is taken again once a profile needs them (limit mode's
+ * managed total passed L/2), while the launch callbacks still count the ordinals; after they went
+ * off, their coming back near L opens the new window (steer_launch_callbacks). */
+static void retake_untimed_profile(void)
+{
+    if (__atomic_load_n(&win_untimed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE && transit_policy_needs_kernel_times())
+        transit_recorder_reprofile("the managed total passed L/2: limit mode plans by kernel times, which the last "
+                                   "window did not take");
+}
+
 static void recorder_step(void)
 {
     iteration_check();
@@ -613,6 +631,7 @@ static void recorder_step(void)
         finish_window();
         apply_activity(); /* physical mode: the migration counters go off now */
     }
+    retake_untimed_profile();
     steer_detach();
 }
 
@@ -1200,7 +1219,7 @@ void transit_recorder_after_fork(void)
     iter_seen = 0;
     iter_launches = prev_launches = 0;
     win_phase = WINDOW_DONE;
-    win_refine = 0;
+    win_refine = win_untimed = 0;
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     launches_off_at = um_off_at = 0;
@@ -1294,7 +1313,8 @@ void transit_recorder_state_json(jbuf *b)
               ", \"kernels\": %" PRIu64 ", \"kernel_records\": %" PRIu64 ", \"api_records\": %" PRIu64
               ", \"dropped_records\": %" PRIu64 ", \"buffers_refused\": %" PRIu64 ", \"overhead_s\": %.6f"
               ", \"records_s\": %.6f, \"kernels_profiling\": %" PRIu64 ", \"overhead_profiling_s\": %.6f"
-              ", \"profiling\": %s, \"refining\": %s, \"unified_memory_counters\": %s"
+              ", \"profiling\": %s, \"refining\": %s, \"windows_without_kernel_times\": %" PRIu64
+              ", \"unified_memory_counters\": %s"
               ", \"unified_memory_counters_off_at_iteration\": %" PRIu64
               ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64
               ", \"cupti_detached\": %s, \"cupti_detached_at_iteration\": %" PRIu64 ", \"cupti_detaches\": %" PRIu64
@@ -1307,7 +1327,7 @@ void transit_recorder_state_json(jbuf *b)
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"
                   : "false",
-              have_um ? "true" : "false", __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
+              transit_get(&rc.untimed_windows), have_um ? "true" : "false", __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
               __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
               transit_get(&rc.launch_callbacks_back), __atomic_load_n(&detached, __ATOMIC_ACQUIRE) ? "true" : "false",
               __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE), transit_get(&rc.cupti_detaches),

@@ -16,34 +16,44 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
-# GROW_AT (env): the step at which the loop takes 1 GiB more and keeps it
+# GROW_AT (env): the step at which the loop takes 1 GiB more and keeps it, filled by BALLAST
+# ("ones", or "empty": allocated only, no kernel). MARKS=0: neither transit_mark_iteration() nor
+# an optimizer step (a plain SGD update), so that the kernel-period detector marks the iterations.
 LOOP = r"""
 import ctypes, os, time, torch
 mark = ctypes.CDLL(None).transit_mark_iteration
 grow_at = int(os.environ.get("GROW_AT", "-1"))
+marks = os.environ.get("MARKS", "1") == "1"
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 x = torch.randn(32, 1024, device="cuda")
 for step in range(STEPS):
     if step == grow_at:
-        ballast = torch.ones(2**28, device="cuda")
+        ballast = getattr(torch, os.environ.get("BALLAST", "ones"))(2**28, device="cuda")
     model(x).square().mean().backward()
-    opt.step(); opt.zero_grad()
-    mark()
+    if marks:
+        opt.step(); opt.zero_grad()
+        mark()
+    else:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-1e-4); p.grad = None
     time.sleep(0.02)  # a step as long as a tick of the recorder's thread, which acts between steps
 torch.cuda.synchronize()
 """.replace("STEPS", str(STEPS))
 
 
 def run_loop(out: Path, policy: str = "base", limit: str = "8G", **env: str) -> dict:
-    """The loop under `transit run --policy POLICY --mem-limit LIMIT`; its stats file."""
+    """The loop under `transit run --policy POLICY --mem-limit LIMIT`; its stats file (its stderr
+    in OUT/stderr.log)."""
     env = dict(os.environ, **env,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", limit, "--out",
                         str(out), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stderr
+    (out / "stderr.log").write_text(r.stderr)
     (stats_file,) = out.glob("*.json")
     return json.loads(stats_file.read_text())
 
@@ -77,6 +87,22 @@ def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy:
     assert rec["cupti_detached"] is True and rec["cupti_detaches"] == 1 and rec["cupti_reattaches"] == 0
     assert off < rec["cupti_detached_at_iteration"] <= off + 3, rec
     assert rec["state"] == "cupti" and rec["dropped_records"] == 0
+    # no profile of base or advise far under L uses kernel times: CUPTI never traced a kernel
+    assert rec["kernel_records"] == 0 and rec["windows_without_kernel_times"] >= 1, rec
+
+
+def test_kernel_times_taken_once_limit_mode_passes_half_L(tmp_path: Path) -> None:
+    """The kernel-period detector marks the iterations (the launch callbacks stay on); the managed
+    total passes L/2 = 768 MiB at step 15 (1 GiB allocated, untouched) and stays under L - L/16:
+    the warm-up window, which took no kernel times, is taken again with them."""
+    out = tmp_path / "stats"
+    stats = run_loop(out, "base", "1536M", TRANSIT_WARMUP_ITERS="4", GROW_AT="15", BALLAST="empty", MARKS="0",
+                     TRANSIT_VERBOSE="1")
+    rec = stats["recorder"]
+    assert stats["iterations"]["method"] == "kernel-period" and rec["launch_callbacks_off_at_iteration"] == 0
+    assert rec["windows_without_kernel_times"] >= 1 and rec["kernel_records"] > 0, rec
+    assert "the managed total passed L/2" in (out / "stderr.log").read_text()
+    assert stats["evictions"]["count"] == 0  # under L - L/16: nothing to evict
 
 
 def test_cupti_stays_attached_with_detach_off(tmp_path: Path) -> None:
@@ -114,11 +140,13 @@ def test_cupti_attached_again_when_the_managed_total_nears_L(tmp_path: Path) -> 
 
 
 def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:
-    default = run_loop(tmp_path / "default", TRANSIT_WARMUP_ITERS="4")["recorder"]
+    # prefetch: far under L only its profile takes kernel times
+    default = run_loop(tmp_path / "default", "prefetch", TRANSIT_WARMUP_ITERS="4")["recorder"]
     assert default["correlation"]["external_ids"] == "off" and default["api_records"] == 0
     assert default["kernel_records"] > 0  # and callback ids missed too few for the fallback
 
-    forced = run_loop(tmp_path / "external", TRANSIT_WARMUP_ITERS="4", TRANSIT_EXTERNAL_CORRELATION="1")["recorder"]
+    forced = run_loop(tmp_path / "external", "prefetch", TRANSIT_WARMUP_ITERS="4",
+                      TRANSIT_EXTERNAL_CORRELATION="1")["recorder"]
     corr = forced["correlation"]
     assert corr["external_ids"] == "on: TRANSIT_EXTERNAL_CORRELATION" and forced["api_records"] > 0
     # most kernel records carry an id both ways found, and the two ordinals never differ
