@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 # GROW_AT (env): the step at which the loop takes 1 GiB more and keeps it, filled by BALLAST
 # ("ones", or "empty": allocated only, no kernel). MARKS=0: neither transit_mark_iteration() nor
-# an optimizer step (a plain SGD update), so that the kernel-period detector marks the iterations.
+# an optimizer step (a plain SGD update).
 LOOP = r"""
 import ctypes, os, time, torch
 mark = ctypes.CDLL(None).transit_mark_iteration
@@ -44,13 +44,16 @@ torch.cuda.synchronize()
 """.replace("STEPS", str(STEPS))
 
 
-def run_loop(out: Path, policy: str = "base", limit: str = "8G", **env: str) -> dict:
+def run_loop(out: Path, policy: str = "base", limit: str = "8G", marks: bool = True, **env: str) -> dict:
     """The loop under `transit run --policy POLICY --mem-limit LIMIT`; its stats file (its stderr
-    in OUT/stderr.log)."""
-    env = dict(os.environ, **env,
+    in OUT/stderr.log). Without marks the loop marks no iteration and runs without the Python hook
+    (its PYTHONPATH as this process has it), which would otherwise claim the marks from the
+    kernel-period detector."""
+    env = dict(os.environ, **env, MARKS="1" if marks else "0",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    python = [sys.executable] if marks else ["env", f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", sys.executable]
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", policy, "--mem-limit", limit, "--out",
-                        str(out), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
+                        str(out), "--", *python, "-c", LOOP], env=env, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     (out / "stderr.log").write_text(r.stderr)
@@ -96,7 +99,7 @@ def test_kernel_times_taken_once_limit_mode_passes_half_L(tmp_path: Path) -> Non
     total passes L/2 = 768 MiB at step 15 (1 GiB allocated, untouched) and stays under L - L/16:
     the warm-up window, which took no kernel times, is taken again with them."""
     out = tmp_path / "stats"
-    stats = run_loop(out, "base", "1536M", TRANSIT_WARMUP_ITERS="4", GROW_AT="15", BALLAST="empty", MARKS="0",
+    stats = run_loop(out, "base", "1536M", marks=False, TRANSIT_WARMUP_ITERS="4", GROW_AT="15", BALLAST="empty",
                      TRANSIT_VERBOSE="1")
     rec = stats["recorder"]
     assert stats["iterations"]["method"] == "kernel-period" and rec["launch_callbacks_off_at_iteration"] == 0
