@@ -4,9 +4,10 @@
  * CUPTI, TRANSIT's recorder gives CUPTI up (transit_recorder_yield): the tool then works as if
  * TRANSIT were not there, and TRANSIT goes on degraded.
  *
+ * cuptiSubscribe_v2 (CUDA 13; NVIDIA recommends it over cuptiSubscribe) is caught alike.
+ *
  * Only calls the dynamic loader resolves are caught (Kineto's are: undefined dynamic symbols of
- * libtorch_cpu.so): not dlsym lookups, where a handle or RTLD_NEXT says which library is meant,
- * nor the _v2 entry points (per-subscriber buffers). */
+ * libtorch_cpu.so): not dlsym lookups, where a handle or RTLD_NEXT says which library is meant. */
 #include "cupti_api.h"
 #include "cuda_api.h"
 #include "recorder.h"
@@ -51,6 +52,14 @@ HOOK CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_Callba
     CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) =
         (__typeof__(real))take_over("cuptiSubscribe", __builtin_return_address(0), (void *)cuptiSubscribe);
     return real ? real(subscriber, callback, userdata) : CUPTI_ERROR_NOT_INITIALIZED;
+}
+
+HOOK CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata,
+                                   CUpti_SubscriberParams *params)
+{
+    CUptiResult (*real)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *, CUpti_SubscriberParams *) =
+        (__typeof__(real))take_over("cuptiSubscribe_v2", __builtin_return_address(0), (void *)cuptiSubscribe_v2);
+    return real ? real(subscriber, callback, userdata, params) : CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 HOOK CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,

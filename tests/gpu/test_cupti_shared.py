@@ -2,7 +2,7 @@
 Whichever comes first, the training runs on, the profiler sees the kernels, and TRANSIT's recorder
 is degraded and says why: when the profiler held CUPTI first, TRANSIT never takes it; when TRANSIT
 held it, it gives CUPTI up as the profiler starts (hooks_cupti.c), during its profiling window or
-once it had detached CUPTI after it."""
+once it had detached CUPTI after it; and to a tool that subscribes with cuptiSubscribe_v2."""
 
 from __future__ import annotations
 
@@ -50,12 +50,33 @@ print(json.dumps({"profiled_kernels": kernels, "losses": losses}))
 """.replace("PROFILED_STEPS", str(PROFILED_STEPS)).replace("STEPS", str(STEPS))
 
 
-def run_profiled(out: Path, profile_at: int) -> tuple[dict, dict, str]:
+# A tool that subscribes with cuptiSubscribe_v2 (CUDA 13), found the way a process-wide lookup
+# finds it, at step SUBSCRIBE_AT: its result code.
+SUBSCRIBE_V2_LOOP = r"""
+import ctypes, json, os, torch
+class SubscriberParams(ctypes.Structure):  # CUpti_SubscriberParams
+    _fields_ = [("structSize", ctypes.c_size_t), ("subscriberName", ctypes.c_char_p),
+                ("oldSubscriberName", ctypes.c_char_p), ("oldSubscriberSize", ctypes.c_size_t)]
+process = ctypes.CDLL(None)
+x = torch.ones(1024, device="cuda")
+result = None
+for step in range(8):
+    if step == int(os.environ["SUBSCRIBE_AT"]):
+        handle, params = ctypes.c_void_p(), SubscriberParams(ctypes.sizeof(SubscriberParams), b"test", None, 0)
+        result = process.cuptiSubscribe_v2(ctypes.byref(handle), None, None, ctypes.byref(params))
+    x = x * 2 - 1
+    process.transit_mark_iteration()
+torch.cuda.synchronize()
+print(json.dumps({"subscribe_v2": result}))
+"""
+
+
+def run_profiled(out: Path, profile_at: int, loop: str = LOOP) -> tuple[dict, dict, str]:
     """The loop under `transit run --policy base --mem-limit 8G`: its output, its stats, its stderr."""
-    env = dict(os.environ, PROFILE_AT=str(profile_at), TRANSIT_WARMUP_ITERS="4",
+    env = dict(os.environ, PROFILE_AT=str(profile_at), SUBSCRIBE_AT=str(profile_at), TRANSIT_WARMUP_ITERS="4",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "base", "--mem-limit", "8G", "--out",
-                        str(out), "--", sys.executable, "-c", LOOP], env=env, capture_output=True, text=True,
+                        str(out), "--", sys.executable, "-c", loop], env=env, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     (stats_file,) = out.glob("*.json")
@@ -87,3 +108,11 @@ def test_transit_first_gives_cupti_up_when_the_profiler_starts(tmp_path: Path, p
         assert rec["cupti_reattaches"] == 0
     assert sum("recorder degraded: another tool called" in line for line in stderr.splitlines()) == 1
     assert stats["iterations"]["count"] == STEPS and stats["iterations"]["method"] == "api"
+
+
+def test_transit_gives_cupti_up_to_cupti_subscribe_v2(tmp_path: Path) -> None:
+    """Without the hook the tool's subscription fails (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)."""
+    out, stats, _ = run_profiled(tmp_path, 2, SUBSCRIBE_V2_LOOP)
+    assert out["subscribe_v2"] == 0  # CUPTI_SUCCESS
+    rec = stats["recorder"]
+    assert rec["state"] == "degraded" and "another tool called cuptiSubscribe_v2 at iteration 2" in rec["reason"], rec

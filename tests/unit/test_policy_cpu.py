@@ -181,15 +181,18 @@ int report(char *out, int cap)
     CUpti_SubscriberHandle handle;
     dladdr((void *)&cuptiSubscribe, &info); /* the definition this library's references bound to */
     int subscribe = cuptiSubscribe(&handle, NULL, NULL);
+    int subscribe_v2 = cuptiSubscribe_v2(&handle, NULL, NULL, NULL);
     int registered = cuptiActivityRegisterCallbacks(NULL, NULL);
-    return snprintf(out, cap, "{\"defined_in\": \"%s\", \"subscribe\": %d, \"register\": %d}",
-                    info.dli_fname ? info.dli_fname : "", subscribe, registered);
+    return snprintf(out, cap, "{\"defined_in\": \"%s\", \"subscribe\": %d, \"subscribe_v2\": %d, \"register\": %d}",
+                    info.dli_fname ? info.dli_fname : "", subscribe, subscribe_v2, registered);
 }
 """
 # A second libcupti (as CUDA 12's would be beside the toolkit's): its own answers tell which one a call reached.
 OTHER_CUPTI = r"""
 #include <cupti.h>
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc f, void *u) { (void)s; (void)f; (void)u; return 777; }
+CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *s, CUpti_CallbackFunc f, void *u, CUpti_SubscriberParams *p)
+{ (void)s; (void)f; (void)u; (void)p; return 779; }
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc a, CUpti_BuffersCallbackCompleteFunc b)
 { (void)a; (void)b; return 778; }
 """
@@ -214,7 +217,7 @@ def build(tmp_path: Path, name: str, source: str, include: Path, *link: str) -> 
 @pytest.mark.parametrize("mode", ["RTLD_LOCAL", "RTLD_GLOBAL"])
 def test_cupti_entry_points_pass_through_libtransit_to_the_callers_libcupti(cudart, clean_env, tmp_path,
                                                                             mode) -> None:
-    """A profiler library's cuptiSubscribe and cuptiActivityRegisterCallbacks bind to libtransit
+    """A profiler library's cuptiSubscribe(_v2) and cuptiActivityRegisterCallbacks bind to libtransit
     (which gives CUPTI up first when its recorder holds it) and go on to the libcupti that library
     links, loaded locally as Python loads torch's or globally, even beside another copy: the
     results are the ones that library gives without TRANSIT (here, without a driver, its errors)."""
@@ -238,5 +241,7 @@ def test_cupti_entry_points_pass_through_libtransit_to_the_callers_libcupti(cuda
     for which, caller in callers.items():
         without, under = call(caller, False), call(caller, True)
         assert Path(under["defined_in"]).resolve() == _native.lib_path().resolve(), which
-        assert (under["subscribe"], under["register"]) == (without["subscribe"], without["register"]), which
-    assert (call(callers["other"], True)["subscribe"], call(callers["other"], True)["register"]) == (777, 778)
+        calls = ("subscribe", "subscribe_v2", "register")
+        assert [under[c] for c in calls] == [without[c] for c in calls], which
+    other = call(callers["other"], True)
+    assert (other["subscribe"], other["subscribe_v2"], other["register"]) == (777, 779, 778)
