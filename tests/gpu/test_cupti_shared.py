@@ -111,7 +111,8 @@ def test_transit_first_gives_cupti_up_when_the_profiler_starts(tmp_path: Path, p
 
 
 def test_transit_gives_cupti_up_to_cupti_subscribe_v2(tmp_path: Path) -> None:
-    """Without the hook the tool's subscription fails (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)."""
+    """CUPTI has one subscriber: without the hook the tool's subscription would fail
+    (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, cupti_callbacks.h)."""
     out, stats, _ = run_profiled(tmp_path, 2, SUBSCRIBE_V2_LOOP)
     assert out["subscribe_v2"] == 0  # CUPTI_SUCCESS
     rec = stats["recorder"]

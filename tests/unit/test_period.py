@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import native_logic
 import pytest
 
 LOCKED, BEGIN, CHANGED = 1, 2, 4
+# bench/kernel_sequence.py's capture of bench/train.py --model small on an H200
+BENCH_KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "period" / "bench-small-h200.json.gz"
 TOL_MIN, TOL_DIV = 4, 8  # period.h: tolerance of an anchor's spacing
 
 
@@ -294,3 +299,22 @@ def test_real_training_op_sequence(native):
     final_lock = trace.positions(CHANGED)[-1]
     assert final_lock < seq.starts[5]
     check_follows(trace, seq, first_begin=final_lock)
+
+
+def test_real_kernel_sequence_of_the_bench_model(native):
+    """The bench model's kernel launches on an H200, in launch order: 12 optimizer steps, the first
+    with the model's initialization (3,157 launches), the others 2,565 each. The detector ends on
+    the step by the fifth and follows it. Before that it follows the layers, within the first
+    step only (periods of 9, 60 and 147 launches): the excess marks of a run that has neither the
+    API nor the Python hook."""
+    doc = json.loads(gzip.decompress(BENCH_KERNELS.read_bytes()))
+    hashes = [native[1].transit_period_hash_name(name.encode()) for name in doc["names"]]
+    seq = Sequence(tokens=[hashes[i] for i in doc["sequence"]], starts=[0, *doc["step_ends"][:-1]])
+    step = seq.starts[2] - seq.starts[1]
+    assert step == 2565 and all(b - a == step for a, b in zip(seq.starts[1:], seq.starts[2:]))
+    trace = feed(native, seq.tokens)
+    assert trace.period == step
+    final_lock = trace.positions(CHANGED)[-1]
+    assert final_lock < seq.starts[5]
+    check_follows(trace, seq, first_begin=final_lock)
+    assert all(b < seq.starts[1] for b in trace.positions(BEGIN) if b < final_lock)
