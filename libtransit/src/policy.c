@@ -852,12 +852,12 @@ bool transit_policy_profile_end(uint32_t max_launches, bool timed)
     if (!transit_policy_uses_profile())
         return false;
     pthread_mutex_lock(&prof_lock);
-    if (collecting && !timed) { /* no migration could be placed: no profile, not an empty one */
+    bool built = collecting && timed; /* untimed, no migration could be placed: no profile, not an empty one */
+    if (collecting) {
         collecting = 0;
         transit_attrib_flush(attrib);
-    } else if (collecting) {
-        collecting = 0;
-        transit_attrib_flush(attrib);
+    }
+    if (built) {
         transit_attrib_counts n = transit_attrib_get_counts(attrib);
         __atomic_store_n(&pc.unattributed_bytes, n.unattributed_bytes, __ATOMIC_RELAXED);
         if ((refining && transit_ranges_add_all(fresh, ranges)) || transit_ranges_finalize(fresh)) {

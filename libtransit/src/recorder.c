@@ -425,8 +425,9 @@ static bool attached_locked(const transit_cupti_api *api)
  * down after a profile for this: pytorch/pytorch#146604 measured 10-20 %). On an H200 the median
  * step after warm-up was 3-4 % over runs without the recorder while subscribed (recorder pairs
  * 7-10; run 9: 1.042, 1.018-1.068 over 17 pairs), 5 % after unsubscribing alone (run 12, 7
- * pairs), and 0.993 (0.973-1.013) after cuptiFinalize (runs 11, 14 and 15: 41 pairs). So once the recorder has nothing on (the launch
- * callbacks went off an iteration ago, no window, no activity kind), far under L
+ * pairs), and 0.993 (0.973-1.013) after cuptiFinalize (runs 11, 14 and 15: 41 pairs). So once
+ * the recorder has nothing on (the launch callbacks went off an iteration ago, no window, no
+ * activity kind), far under L
  * (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows, it delivers its last records
  * and detaches CUPTI with cuptiFinalize, at the exit of the next launch on an application thread,
  * where NVIDIA's cupti_finalize sample calls it (detach_at_exit). attached_locked attaches it
@@ -1327,7 +1328,8 @@ void transit_recorder_state_json(jbuf *b)
               __atomic_load_n(&win_refine, __ATOMIC_RELAXED) && __atomic_load_n(&win_phase, __ATOMIC_RELAXED) != WINDOW_DONE
                   ? "true"
                   : "false",
-              transit_get(&rc.untimed_windows), have_um ? "true" : "false", __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
+              transit_get(&rc.untimed_windows), have_um ? "true" : "false",
+              __atomic_load_n(&um_off_at, __ATOMIC_ACQUIRE),
               __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
               transit_get(&rc.launch_callbacks_back), __atomic_load_n(&detached, __ATOMIC_ACQUIRE) ? "true" : "false",
               __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE), transit_get(&rc.cupti_detaches),

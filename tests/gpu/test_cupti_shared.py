@@ -19,13 +19,13 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 16
 PROFILED_STEPS = 3
-# PROFILE_AT (env): the step at which torch.profiler starts, for PROFILED_STEPS steps; -1: before
+# TOOL_AT (env): the step at which torch.profiler starts, for PROFILED_STEPS steps; -1: before
 # the first CUDA allocation
 LOOP = r"""
 import ctypes, json, os, time, torch
 from torch.profiler import ProfilerActivity, profile
 mark = ctypes.CDLL(None).transit_mark_iteration
-at = int(os.environ["PROFILE_AT"])
+at = int(os.environ["TOOL_AT"])
 prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
 if at < 0:
     prof.start()
@@ -51,7 +51,7 @@ print(json.dumps({"profiled_kernels": kernels, "losses": losses}))
 
 
 # A tool that subscribes with cuptiSubscribe_v2 (CUDA 13), found the way a process-wide lookup
-# finds it, at step SUBSCRIBE_AT: its result code.
+# finds it, at step TOOL_AT: its result code.
 SUBSCRIBE_V2_LOOP = r"""
 import ctypes, json, os, torch
 class SubscriberParams(ctypes.Structure):  # CUpti_SubscriberParams
@@ -61,7 +61,7 @@ process = ctypes.CDLL(None)
 x = torch.ones(1024, device="cuda")
 result = None
 for step in range(8):
-    if step == int(os.environ["SUBSCRIBE_AT"]):
+    if step == int(os.environ["TOOL_AT"]):
         handle, params = ctypes.c_void_p(), SubscriberParams(ctypes.sizeof(SubscriberParams), b"test", None, 0)
         result = process.cuptiSubscribe_v2(ctypes.byref(handle), None, None, ctypes.byref(params))
     x = x * 2 - 1
@@ -71,9 +71,9 @@ print(json.dumps({"subscribe_v2": result}))
 """
 
 
-def run_profiled(out: Path, profile_at: int, loop: str = LOOP) -> tuple[dict, dict, str]:
+def run_profiled(out: Path, tool_at: int, loop: str = LOOP) -> tuple[dict, dict, str]:
     """The loop under `transit run --policy base --mem-limit 8G`: its output, its stats, its stderr."""
-    env = dict(os.environ, PROFILE_AT=str(profile_at), SUBSCRIBE_AT=str(profile_at), TRANSIT_WARMUP_ITERS="4",
+    env = dict(os.environ, TOOL_AT=str(tool_at), TRANSIT_WARMUP_ITERS="4",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "base", "--mem-limit", "8G", "--out",
                         str(out), "--", sys.executable, "-c", loop], env=env, capture_output=True, text=True,
