@@ -404,7 +404,7 @@ static bool attached_locked(const transit_cupti_api *api)
     if (!__atomic_load_n(&detached, __ATOMIC_ACQUIRE))
         return true;
     CUptiResult r = api->Subscribe(&subscriber, on_callback, NULL);
-    if (r != CUPTI_SUCCESS) { /* a tool subscribed past hooks_cupti.c (cuptiSubscribe_v2, a dlsym lookup) */
+    if (r != CUPTI_SUCCESS) { /* a tool subscribed past hooks_cupti.c (a dlsym lookup with a library's handle) */
         snprintf(why, sizeof why, "attaching CUPTI again at iteration %" PRIu64 " failed: %s; iteration marks only "
                  "from there", transit_iteration_count(), transit_cupti_error(r));
         degrade_locked(why);
@@ -427,10 +427,9 @@ static bool attached_locked(const transit_cupti_api *api)
  * 7-10; run 9: 1.042, 1.018-1.068 over 17 pairs), 5 % after unsubscribing alone (run 12, 7
  * pairs), and 0.993 (0.973-1.013) after cuptiFinalize (runs 11, 14 and 15: 41 pairs). So once
  * the recorder has nothing on (the launch callbacks went off an iteration ago, no window, no
- * activity kind), far under L
- * (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows, it delivers its last records
- * and detaches CUPTI with cuptiFinalize, at the exit of the next launch on an application thread,
- * where NVIDIA's cupti_finalize sample calls it (detach_at_exit). attached_locked attaches it
+ * activity kind), far under L (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows,
+ * it delivers its last records and detaches CUPTI with cuptiFinalize, at the exit of the next
+ * launch on an application thread, where NVIDIA's cupti_finalize sample calls it (detach_at_exit). attached_locked attaches it
  * again when something needs it (limit mode near L); its unified memory counters then gave no
  * records in the H200 runs, hence far under L only: a job that started there rarely grows to L.
  * Recorder thread. */

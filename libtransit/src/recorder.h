@@ -19,11 +19,11 @@
  * transit_iteration_count() == i; iteration 0, with its lazy initialisations, is profiled but
  * its kernels carry no ordinal), kernel activity only while a profile needs kernel times
  * (transit_policy_needs_kernel_times: prefetch, limit mode past L/2), for CUPTI's kernel tracing
- * instruments every kernel. A window that took none is taken again once they are needed.
- * After the window they are switched off. One iteration later
- * (so that the window's last kernels have completed and late records arrive) the recorder's
- * thread flushes CUPTI, calls transit_policy_profile_end() and switches the unified memory
- * counters off too, except in limit mode once the managed total has come near L
+ * instruments every kernel. A window that took none is taken again once they are needed. After
+ * the window they are switched off. One iteration later (so that the window's last kernels have
+ * completed and late records arrive) the recorder's thread flushes CUPTI, calls
+ * transit_policy_profile_end() and switches the unified memory counters off too, except in
+ * limit mode once the managed total has come near L
  * (transit_policy_near_limit): TRANSIT's residency estimate is then built from the HtoD/DtoH
  * migration records, and the counters stay on, or come back on, for the rest of the run. Further
  * under L allocations and frees keep the estimate (a new allocation counts resident).
@@ -34,9 +34,9 @@
  *
  * A small thread ("transit-rec") makes every CUPTI control call (enable, disable, flush) so
  * that none is made inside a CUPTI callback (but cuptiFinalize, at a launch's exit), and polls
- * iteration marks (the only source of boundaries when there are no launch callbacks). A second one ("transit-tick") calls
- * transit_policy_tick(): on an H200 the first stalled for 2 s at two optimizer steps of warm-up
- * while the bound rose by 8 GiB, and the evictions must not wait for it. */
+ * iteration marks (the only source of boundaries when there are no launch callbacks). A second
+ * one ("transit-tick") calls transit_policy_tick(): on an H200 the first stalled for 2 s at two
+ * optimizer steps of warm-up while the bound rose by 8 GiB, and the evictions must not wait for it. */
 #ifndef TRANSIT_RECORDER_H
 #define TRANSIT_RECORDER_H
 
@@ -61,9 +61,10 @@ bool transit_recorder_sees_launches(void);
 bool transit_recorder_sees_migrations(void);
 /* Kernel launches counted in the last complete iteration (0 when unknown). */
 uint32_t transit_recorder_prev_iteration_launches(void);
-/* Another tool is about to take CUPTI through `call` (cuptiSubscribe, cuptiActivityRegisterCallbacks;
- * hooks_cupti.c): the recorder gives CUPTI up for the rest of the process and is degraded from
- * then on. A no-op unless the recorder holds CUPTI in this process. */
+/* Another tool is about to take CUPTI through `call` (cuptiSubscribe, cuptiSubscribe_v2,
+ * cuptiActivityRegisterCallbacks; hooks_cupti.c): the recorder gives CUPTI up for the rest of
+ * the process and is degraded from then on. A no-op unless the recorder holds CUPTI in this
+ * process. */
 void transit_recorder_yield(const char *call);
 /* Opens a new profiling window at the next iteration (prefetch: the kernel sequence changed).
  * Ignored while a window is open or after TRANSIT_MAX_REPROFILES. */
