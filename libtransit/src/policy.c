@@ -58,6 +58,10 @@
  * readings decide; the first eviction (a reading over L) ends the fill for good and the margins
  * above apply again.
  *
+ * Without migration records (the recorder degraded by another CUPTI subscriber, or off) nothing
+ * gives recency: limit mode keeps L by the measured bound alone (no planning, no sweep, no fill),
+ * and the evictions go round the managed memory in address order (rewind_clock).
+ *
  * Never on a capturing stream; TRANSIT's own CUDA calls run in relaxed capture mode; nothing at a
  * launch synchronizes (the fill, on the tick thread, and an allocating thread that made room wait
  * for their own streams). */
@@ -115,6 +119,7 @@ static struct {
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
     uint64_t planned_marks, plan_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
+    uint64_t clock_rewinds; /* without records: turns of the eviction clock (rewind_clock) */
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -195,7 +200,8 @@ static void raise_peaks(uint64_t resident)
         transit_raise_peak(&pc.spilled_peak, live - resident);
 }
 
-/* The estimate is built only when migration records arrive. */
+/* The estimate follows recency only when migration records arrive. Without them (the recorder
+ * degraded or off) limit mode still measures its bound and evicts by it (see rewind_clock). */
 static bool estimating(void)
 {
     return transit_limit_mode() && transit_recorder_sees_migrations();
@@ -292,7 +298,8 @@ static void chunks_changed(void)
 {
     uint64_t resident = transit_chunks_resident_bytes(chunks);
     __atomic_store_n(&pc.resident, resident, __ATOMIC_RELAXED);
-    raise_peaks(resident);
+    if (estimating()) /* without records the estimate is only the eviction clock's */
+        raise_peaks(resident);
 }
 
 /* Cold: only the chunks the estimate lacks, as the next victims (see transit_policy_htod). */
@@ -514,7 +521,7 @@ static void record_bound(uint64_t bound)
  * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
 static uint64_t read_bound(void)
 {
-    int64_t rss = estimating() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
+    int64_t rss = transit_limit_mode() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
     int64_t not_managed = __atomic_load_n(&rss_not_managed, __ATOMIC_RELAXED);
     if (rss < 0)
         return UINT64_MAX;
@@ -546,6 +553,37 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
     return bound == UINT64_MAX ? 0 : bound_excess(bound + coming, fill_held);
 }
 
+static int by_address(const void *a, const void *b)
+{
+    uint64_t x = ((const transit_alloc *)a)->key, y = ((const transit_alloc *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* Without migration records the estimate never sees data fault back in: each chunk evicted stays
+ * counted on the host. So once the bound asks for more than the estimate has left, every live
+ * managed allocation counts resident again, in address order, the lowest as the next victim: the
+ * evictions go round the managed memory like a clock hand, not by recency (a chunk the host holds
+ * already costs a prefetch that moves nothing, and the bound, read again, asks on). False when
+ * nothing is allocated. */
+static bool rewind_clock(void)
+{
+    size_t n;
+    transit_alloc *all = transit_alloc_snapshot(TRANSIT_ALLOC_MANAGED, &n);
+    if (!all)
+        return false;
+    qsort(all, n, sizeof *all, by_address);
+    pthread_mutex_lock(&chunks_lock);
+    if (chunks_locked()) {
+        for (size_t i = 0; i < n; i++)
+            transit_chunks_migrated(chunks, all[i].key, all[i].size);
+        chunks_changed();
+    }
+    pthread_mutex_unlock(&chunks_lock);
+    free(all);
+    transit_add(&pc.clock_rewinds, 1);
+    return true;
+}
+
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound asks (bound_excess; 0 when not
  * measured, or earlier evictions still run); while advise's fill holds,
@@ -573,9 +611,12 @@ static uint64_t excess_now(uint64_t coming, bool fill_held)
 static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound_over, bool fill_held,
                   uint64_t coming)
 {
-    /* While the fill holds only the reading counts: the estimate, whole chunks, may be over L. */
-    uint64_t target = fill_held ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
+    /* While the fill holds, or without records, only the reading counts: the estimate, whole
+     * chunks, may be over L (without records it counts everything allocated since the clock's
+     * last turn). */
+    uint64_t target = fill_held || !estimating() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
+    bool rewound = false;
     while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
@@ -587,6 +628,10 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
+        if (!n && bound_over && !estimating() && !rewound) {
+            rewound = rewind_clock();
+            continue;
+        }
         if (!n)
             break;
         if (fill_held) /* the device did not hold still (only the tick thread ends a fill) */
@@ -693,7 +738,7 @@ uint64_t transit_policy_iteration_ended(void)
 static uint64_t check_host_residency(bool fill_held)
 {
     double now = transit_now();
-    if (!estimating() || transit_policy_far_under_limit() || now < host_check_next)
+    if (!transit_limit_mode() || transit_policy_far_under_limit() || now < host_check_next)
         return UINT64_MAX;
     int64_t rss_before = transit_process_rss();
     int64_t host = transit_uvm_host_rss();
@@ -731,7 +776,7 @@ static uint64_t check_host_residency(bool fill_held)
     uint64_t sweep_above = __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) ? limit : BOUND_TARGET(limit);
     bool sweep_allowed = !planning || bound > limit ||
                          (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
-    if (!sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
+    if (estimating() && !sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
         if (planning)
@@ -1099,7 +1144,7 @@ void transit_policy_tick(void)
         restore_capture_mode(drv, relaxed, &saved);
         tick.over = over;
     }
-    if (estimating()) {
+    if (transit_limit_mode()) {
         tick.planning = transit_policy_planning();
         tick.sweep_due = sweep_due;
         tick.fill_state = fill_state_names[fill_now()];
@@ -1167,7 +1212,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
     transit_recorder_start();
     /* PyTorch's device tensors are first touched by the GPU, which populates them on the device
      * without any migration record: count a new allocation as resident from the start. */
-    if (estimating())
+    if (transit_limit_mode())
         mark_resident(ptr, size, false);
     raise_peaks(transit_policy_resident());
     if (transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
@@ -1181,7 +1226,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 
 void transit_policy_on_free(uint64_t ptr, uint64_t size)
 {
-    if (estimating())
+    if (transit_limit_mode())
         mark_gone(ptr, size);
 }
 
@@ -1265,14 +1310,15 @@ void transit_policy_stats_json(jbuf *b)
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 ", \"clock_rewinds\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
               transit_get(&pc.plan_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
-              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes));
+              transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
+              transit_get(&pc.clock_rewinds));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -386,7 +386,8 @@ static void degrade_locked(const char *why)
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&win_lock);
     transit_warn("recorder degraded: %s%s", why,
-                 transit_limit_mode() ? "; limit mode no longer evicts: the limit is not held from here" : "");
+                 transit_limit_mode() ? "; limit mode keeps L by its measured bound alone from here, evicting round "
+                                         "the managed memory, not by recency" : "");
 }
 
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
@@ -1186,8 +1187,9 @@ void transit_recorder_start(void)
     start_cupti();
     pthread_mutex_unlock(&control_lock);
     if (transit_limit_mode() && !transit_recorder_sees_migrations())
-        transit_warn("limit mode without migration records: no residency estimate and no evictions; "
-                     "resident bytes are reported as min(managed, limit)");
+        transit_warn("limit mode without migration records: L is kept by the measured bound alone, evicting "
+                     "round the managed memory, not by recency; no residency estimate (resident bytes read "
+                     "min(managed, limit))");
     start_threads();
     if (!at_exit_registered) {
         at_exit_registered = 1;
