@@ -24,7 +24,7 @@
  *     included. DtoH records are then the evictions already counted; an HtoD record adds only
  *     the chunks the estimate lacks, as the next victims (transit_policy_htod); short-lived
  *     one-iteration windows refine the profile; each iteration's measured bound peak corrects
- *     the target (correct_plan).
+ *     the target (correct_target).
  * The record-driven estimate alone lets the device drift gigabytes over L within an iteration
  * (on an H200 the measured bound rose ~10 GiB per iteration), so every tick also measures, once
  * the managed total passed L/2 (HOST_CHECK_FROM; far under L nothing is measured, and until it
@@ -117,7 +117,7 @@ static struct {
     uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
     uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
     uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
-    uint64_t planned_marks, plan_correction;
+    uint64_t corrected_marks, target_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
     uint64_t clock_rewinds; /* without records: turns of the eviction clock (rewind_clock) */
 } pc = {.bound_peak_since = UINT64_MAX};
@@ -399,7 +399,7 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
  * more would cycle). */
 static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
-    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.plan_correction);
+    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.target_correction);
     transit_range victims[EVICT_BATCH];
     bool refused = false;
     pthread_mutex_lock(&chunks_lock);
@@ -538,11 +538,13 @@ static uint64_t read_bound(void)
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
+    /* Without records these evictions are all there is: their targets take the correction. */
+    uint64_t correction = estimating() ? 0 : transit_get(&pc.target_correction);
     if (fill_held)
         return 0;
     if (transit_policy_planning())
         return bound > limit ? bound - EVICT_TARGET(limit) : 0;
-    return bound > EVICT_TARGET(limit) ? bound - BOUND_TARGET(limit) : 0;
+    return bound > EVICT_TARGET(limit) - correction ? bound - (BOUND_TARGET(limit) - correction) : 0;
 }
 
 /* What the bound, read now, asks to evict with `coming` bytes about to be allocated counted in
@@ -681,23 +683,25 @@ static void sweep(const transit_driver_api *drv, CUstream stream)
 }
 
 /* The launches' correction (below) is at its cap. */
-static bool plan_correction_capped(void)
+static bool target_correction_capped(void)
 {
-    return transit_get(&pc.plan_correction) >= EVICT_TARGET(transit_g.cfg.mem_limit) / 2;
+    return transit_get(&pc.target_correction) >= EVICT_TARGET(transit_g.cfg.mem_limit) / 2;
 }
 
 /* While planning the device still holds more than the estimate: data that kernels the profile
  * did not name for it faulted back in (on an H200, 4.5-6.7 GiB of 36 after training). So each
  * iteration's measured bound peak moves the launches' target: down by what it was over
  * BOUND_TARGET, up by what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark
- * after planning began is skipped: that iteration still flushed what the estimate did not know. */
-static void correct_plan(uint64_t peak)
+ * after planning began is skipped: that iteration still flushed what the estimate did not know.
+ * Without records the same correction moves the bound's targets (bound_excess): the tick, behind
+ * the GPU, is all there is, and data faults back in while it evicts. */
+static void correct_target(uint64_t peak)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
-    if (__atomic_fetch_add(&pc.planned_marks, 1, __ATOMIC_RELAXED) == 0)
+    if (__atomic_fetch_add(&pc.corrected_marks, 1, __ATOMIC_RELAXED) == 0)
         return;
-    int64_t c = (int64_t)transit_get(&pc.plan_correction) + (int64_t)peak - (int64_t)BOUND_TARGET(limit);
-    __atomic_store_n(&pc.plan_correction, (uint64_t)TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2)),
+    int64_t c = (int64_t)transit_get(&pc.target_correction) + (int64_t)peak - (int64_t)BOUND_TARGET(limit);
+    __atomic_store_n(&pc.target_correction, (uint64_t)TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2)),
                      __ATOMIC_RELAXED);
 }
 
@@ -721,8 +725,8 @@ uint64_t transit_policy_iteration_ended(void)
 {
     uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
     __atomic_store_n(&swept_since_mark, 0, __ATOMIC_RELAXED);
-    if (peak != UINT64_MAX && transit_policy_planning())
-        correct_plan(peak);
+    if (peak != UINT64_MAX && (transit_policy_planning() || (transit_limit_mode() && !estimating())))
+        correct_target(peak);
     start_fill_when_still();
     return peak;
 }
@@ -775,7 +779,7 @@ static uint64_t check_host_residency(bool fill_held)
      * without it 6.3 s and 5.8-6.7 s). */
     uint64_t sweep_above = __atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) ? limit : BOUND_TARGET(limit);
     bool sweep_allowed = !planning || bound > limit ||
-                         (plan_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
+                         (target_correction_capped() && !__atomic_load_n(&swept_since_mark, __ATOMIC_RELAXED));
     if (estimating() && !sweep_due && sweep_allowed && !fill_held && bound > sweep_above &&
         bound > transit_get(&pc.resident) + HOST_CHECK_SLACK(limit)) {
         sweep_due = 1;
@@ -874,8 +878,8 @@ void transit_policy_profile_begin(bool refine)
     refining = refine && replay;
     if (!refining) { /* a new profile: its planning corrects itself anew */
         __atomic_store_n(&replay, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&pc.plan_correction, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&pc.planned_marks, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pc.target_correction, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pc.corrected_marks, 0, __ATOMIC_RELAXED);
     }
     if (!fresh && !(fresh = transit_ranges_create(transit_g.cfg.prefetch_gap, 0)))
         transit_warn("prefetch: out of memory for the range table; acting as base");
@@ -1307,7 +1311,7 @@ void transit_policy_stats_json(jbuf *b)
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64
-              ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"at_launch_correction_bytes\": %" PRIu64
+              ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"target_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
               ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 ", \"clock_rewinds\": %" PRIu64 "}, ",
@@ -1315,7 +1319,7 @@ void transit_policy_stats_json(jbuf *b)
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
               transit_get(&pc.launch_evict_bytes),
-              transit_get(&pc.plan_correction),
+              transit_get(&pc.target_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
               transit_get(&pc.clock_rewinds));

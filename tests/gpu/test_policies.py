@@ -63,7 +63,7 @@ PROFILED_TRAIN = r"""
 import torch
 _profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
 _profiler.start()
-""" + TRAIN
+""" + TRAIN + "_profiler.stop()\n"
 BOUND_SLACK = 256 << 20  # what can fault in during one 20 ms tick
 
 
@@ -92,10 +92,17 @@ def ticks(out: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[float], dict, list[dict[str, str]]]]:
-    """One run without TRANSIT and one per policy, shared by the tests below."""
+def native_losses() -> list[float]:
+    """The losses of the run without TRANSIT."""
     pytest.importorskip("torch")
-    results: dict[str, tuple[list[float], dict, list[dict[str, str]]]] = {"native": (run(None, None), {}, [])}
+    return run(None, None)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory,
+         native_losses: list[float]) -> dict[str, tuple[list[float], dict, list[dict[str, str]]]]:
+    """One run without TRANSIT and one per policy, shared by the tests below."""
+    results: dict[str, tuple[list[float], dict, list[dict[str, str]]]] = {"native": (native_losses, {}, [])}
     for policy in ("base", "prefetch", "advise"):
         out = tmp_path_factory.mktemp(policy)
         results[policy] = (run(out, policy), stats(out), ticks(out))
@@ -210,15 +217,15 @@ def test_measured_bound_holds_L_once_planned(runs, policy) -> None:
     (PROFILED_TRAIN, {}, "degraded", "another CUPTI subscriber is active"),
     (TRAIN, {"TRANSIT_RECORDER": "0"}, "off", "TRANSIT_RECORDER is off"),
 ], ids=["profiler-holds-cupti", "recorder-off"])
-def test_bound_alone_holds_L_without_records(runs, tmp_path: Path, program: str, env: dict[str, str], state: str,
-                                             reason: str) -> None:
+def test_bound_alone_holds_L_without_records(native_losses, tmp_path: Path, program: str, env: dict[str, str],
+                                             state: str, reason: str) -> None:
     """Without migration records there is no recency and no profile: the tick and the allocating
     threads evict by the measured bound alone, round the managed memory in address order
     (policy.c, rewind_clock). The last iterations stay within the planned policies' margin; the
     profiler changes no loss."""
     losses = run(tmp_path, "base", program, **env)
     doc = stats(tmp_path)
-    assert losses == runs["native"][0]
+    assert losses == native_losses
     rec = doc["recorder"]
     assert rec["state"] == state and rec["reason"].startswith(reason), rec
     assert doc["migrations"]["htod"]["count"] == 0 and doc["memory"]["resident_estimated"] is False

@@ -45,7 +45,7 @@ def check_sections(doc: dict) -> None:
     assert fill["state"] in ("waiting", "filling", "full", "ended")
     assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
-    for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "at_launch_correction_bytes",
+    for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "target_correction_bytes",
                 "cold_bytes", "sweeps", "sweep_bytes", "clock_rewinds"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
