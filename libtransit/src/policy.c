@@ -538,7 +538,8 @@ static uint64_t read_bound(void)
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
-    uint64_t correction = transit_get(&pc.target_correction);
+    /* Without records these evictions are all there is: their targets take the correction. */
+    uint64_t correction = estimating() ? 0 : transit_get(&pc.target_correction);
     if (fill_held)
         return 0;
     if (transit_policy_planning())
@@ -691,10 +692,9 @@ static bool target_correction_capped(void)
  * did not name for it faulted back in (on an H200, 4.5-6.7 GiB of 36 after training). So each
  * iteration's measured bound peak moves the launches' target: down by what it was over
  * BOUND_TARGET, up by what it was under, within [EVICT_TARGET / 2, EVICT_TARGET]. The first mark
- * after a profile began is skipped: that iteration still flushed what the estimate did not know.
- * Until planning (warm-up), and without records, the same correction moves the bound's targets
- * (bound_excess): the tick, behind the GPU, is all there is, and data faults back in while it
- * evicts. */
+ * after planning began is skipped: that iteration still flushed what the estimate did not know.
+ * Without records the same correction moves the bound's targets (bound_excess): the tick, behind
+ * the GPU, is all there is, and data faults back in while it evicts. */
 static void correct_target(uint64_t peak)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
@@ -725,7 +725,7 @@ uint64_t transit_policy_iteration_ended(void)
 {
     uint64_t peak = __atomic_exchange_n(&pc.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
     __atomic_store_n(&swept_since_mark, 0, __ATOMIC_RELAXED);
-    if (peak != UINT64_MAX && transit_limit_mode())
+    if (peak != UINT64_MAX && (transit_policy_planning() || (transit_limit_mode() && !estimating())))
         correct_target(peak);
     start_fill_when_still();
     return peak;
