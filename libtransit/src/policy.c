@@ -120,7 +120,6 @@ static struct {
     uint64_t corrected_marks, target_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
     uint64_t clock_rewinds; /* without records: turns of the eviction clock (rewind_clock) */
-    uint64_t lost_bytes;    /* with records: sent to the host past the estimate (evict_lost) */
 } pc = {.bound_peak_since = UINT64_MAX};
 
 /* The profile (prefetch policy, and limit mode): while a window collects, attrib feeds `fresh`;
@@ -460,9 +459,8 @@ static void replay_ordinal(const transit_driver_api *drv, const transit_launch *
 }
 
 /* From *cursor on, in address order, the parts of managed allocations that the estimate places
- * on the host are prefetched for `why`: to the host again (a sweep's paced part, evict_lost's
- * `budget` bytes) or to the device (a fill, at most `budget` bytes), until the clock passes `until`
- * or the budget is spent (the estimate's chunks are read
+ * on the host are prefetched for `why`: to the host again (a sweep's paced part) or to the device
+ * (a fill, at most `budget` bytes), until the clock passes `until` (the estimate's chunks are read
  * in batches under the lock; no lock across a driver call). True once the walk passed the last
  * allocation; the cursor then starts over. */
 static bool walk_spilled(const transit_driver_api *drv, CUstream stream, prefetch_purpose why, CUdevice dev,
@@ -588,21 +586,6 @@ static bool rewind_clock(void)
     return true;
 }
 
-/* With records, the bound can ask for more than the estimate has left to pick: it lost data that
- * faulted in (records arrive late: on an H200 at L = 1 GiB the estimate ran dry in warm-up while the
- * bound rose to 1.3-1.6 GiB). Then `ask` bytes of what the estimate places on the host go there
- * (again) from a cursor that goes round the managed memory in address order; some of them are on
- * the device. The estimate's recency stays. Under alloc_room_lock, like every bound eviction. */
-static void evict_lost(const transit_driver_api *drv, CUstream stream, uint64_t ask)
-{
-    static uint64_t cursor;
-    uint64_t before = transit_get(&pc.evict_bytes);
-    walk_spilled(drv, stream, PREFETCH_EVICT, 0, &cursor, INFINITY, ask);
-    uint64_t sent = transit_get(&pc.evict_bytes) - before;
-    transit_add(&pc.lost_bytes, sent);
-    transit_add(&pc.bound_evict_bytes, sent);
-}
-
 /* One tick's evictions: least recently migrated chunks of the estimate until it is at
  * EVICT_TARGET, and lower by bound_over, what the measured bound asks (bound_excess; 0 when not
  * measured, or earlier evictions still run); while advise's fill holds,
@@ -635,7 +618,7 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
      * last turn). */
     uint64_t target = fill_held || !estimating() ? UINT64_MAX : EVICT_TARGET(transit_g.cfg.mem_limit);
     transit_range victims[EVICT_BATCH];
-    bool went_round = false;
+    bool rewound = false;
     while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
         size_t n = 0;
         pthread_mutex_lock(&chunks_lock);
@@ -647,14 +630,9 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
-        if (!n && bound_over && !went_round) { /* once: the bound, read next, shows what it did */
-            went_round = true;
-            if (estimating()) {
-                evict_lost(drv, stream, bound_over);
-                break;
-            }
-            if (rewind_clock())
-                continue;
+        if (!n && bound_over && !estimating() && !rewound) {
+            rewound = rewind_clock();
+            continue;
         }
         if (!n)
             break;
@@ -1336,7 +1314,7 @@ void transit_policy_stats_json(jbuf *b)
               ", \"at_launch\": %s, \"at_launch_bytes\": %" PRIu64 ", \"target_correction_bytes\": %" PRIu64
               ", \"cold_bytes\": %" PRIu64
               ", \"untracked_bytes\": %" PRIu64 ", \"sweeps\": %" PRIu64
-              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 ", \"clock_rewinds\": %" PRIu64 ", \"lost_bytes\": %" PRIu64 "}, ",
+              ", \"sweep_ranges\": %" PRIu64 ", \"sweep_bytes\": %" PRIu64 ", \"clock_rewinds\": %" PRIu64 "}, ",
               transit_get(&pc.evict_count), transit_get(&pc.evict_bytes), transit_get(&pc.evict_errors),
               c->mem_limit ? EVICT_TARGET(c->mem_limit) : 0, c->mem_limit ? BOUND_TARGET(c->mem_limit) : 0,
               transit_get(&pc.bound_evict_bytes), transit_policy_planning() ? "true" : "false",
@@ -1344,7 +1322,7 @@ void transit_policy_stats_json(jbuf *b)
               transit_get(&pc.target_correction),
               transit_get(&pc.cold_bytes), transit_get(&pc.untracked_bytes),
               transit_get(&pc.sweeps), transit_get(&pc.sweep_ranges), transit_get(&pc.sweep_bytes),
-              transit_get(&pc.clock_rewinds), transit_get(&pc.lost_bytes));
+              transit_get(&pc.clock_rewinds));
     jb_printf(b, "\"capture_skips\": %" PRIu64 ", ", transit_get(&pc.capture_skips));
     transit_iteration_stats_json(b, c->warmup_iters);
     transit_recorder_state_json(b);

@@ -46,7 +46,7 @@ def check_sections(doc: dict) -> None:
     assert all(is_uint(fill[k]) for k in ("target_bytes", "ranges", "bytes", "from_bytes", "reached_bytes"))
     assert is_uint(doc["evictions"]["count"]) and is_uint(doc["evictions"]["bytes"])
     for key in ("target_bytes", "bound_target_bytes", "bound_bytes", "at_launch_bytes", "target_correction_bytes",
-                "cold_bytes", "sweeps", "sweep_bytes", "clock_rewinds", "lost_bytes"):
+                "cold_bytes", "sweeps", "sweep_bytes", "clock_rewinds"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
