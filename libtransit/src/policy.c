@@ -230,12 +230,22 @@ bool transit_policy_far_under_limit(void)
     return !transit_limit_mode() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit);
 }
 
+/* The device's memory; 0 when unknown. */
+static uint64_t device_bytes(void)
+{
+    int dev = transit_g.id.device;
+    return dev >= 0 && dev < TRANSIT_MAX_DEVICES ? transit_g.device_total[dev] : 0;
+}
+
 /* CUPTI's kernel tracing instruments every kernel (its timing code runs on the GPU), and only
- * the ranges replayed or planned at launches need the times: prefetch's, and limit mode's, which
- * far under L plans nothing. */
+ * the ranges replayed or planned at launches need the times: prefetch's, and limit mode's. Until
+ * the managed total passes half of what they plan for (L in limit mode, the device's memory in
+ * physical mode) no data is expected to migrate, and a profile would be empty. */
 bool transit_policy_needs_kernel_times(void)
 {
-    return transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || !transit_policy_far_under_limit();
+    uint64_t capacity = transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
+    bool plans = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || transit_limit_mode();
+    return plans && (!capacity || transit_get(&transit_g.n.managed_peak) > capacity / 2);
 }
 
 /* Limit mode evicts at launches only once the managed total came near L. */
@@ -280,10 +290,7 @@ static bool fill_holds(int state)
 static transit_chunks *chunks_locked(void)
 {
     if (!chunks) {
-        int dev = transit_g.id.device;
-        uint64_t device = dev >= 0 && dev < TRANSIT_MAX_DEVICES && transit_g.device_total[dev]
-                              ? transit_g.device_total[dev]
-                              : DEFAULT_DEVICE_BYTES;
+        uint64_t device = device_bytes() ? device_bytes() : DEFAULT_DEVICE_BYTES;
         uint64_t bytes = TRANSIT_MAX(device, 2 * transit_g.cfg.mem_limit);
         if (!(chunks = transit_chunks_create((size_t)(bytes / TRANSIT_CHUNK_BYTES)))) {
             static int warned;

@@ -50,8 +50,9 @@ bool transit_policy_near_limit(void);
 /* Physical mode, or limit mode with the managed total never past L/2: no reading of the estimate
  * or the bound could ask for anything yet (no smaps reading is taken, the recorder may detach CUPTI). */
 bool transit_policy_far_under_limit(void);
-/* Whether a profile needs kernel times now (prefetch; limit mode past L/2): they place migrations
- * at launch ordinals, and nothing else uses them (see recorder.h). */
+/* Whether a profile needs kernel times now (prefetch or limit mode, the managed total past half of
+ * L, or of the device in physical mode): they place migrations at launch ordinals, and nothing else
+ * uses them (see recorder.h). */
 bool transit_policy_needs_kernel_times(void);
 /* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
  * the managed total came near L. */

@@ -602,15 +602,19 @@ static void check_callback_misses(void)
                  "correlation ids on from now (an API record per CUDA call while profiling)", misses);
 }
 
-/* A window that took no kernel times is taken again once a profile needs them (limit mode's
- * managed total passed L/2), while the launch callbacks still count the ordinals; after they went
- * off, their coming back near L opens the new window (steer_launch_callbacks). */
+/* A window that took no kernel times is taken again once a profile needs them (the managed total
+ * passed half of L, or of the device in physical mode), while the launch callbacks still count the
+ * ordinals; after they went off, their coming back near L opens the new window
+ * (steer_launch_callbacks). */
 static void retake_untimed_profile(void)
 {
     if (__atomic_load_n(&win_untimed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE && transit_policy_needs_kernel_times())
-        transit_recorder_reprofile("the managed total passed L/2: limit mode plans by kernel times, which the last "
-                                   "window did not take");
+        transit_recorder_reprofile(transit_limit_mode()
+                                       ? "the managed total passed L/2: the profile places migrations by kernel "
+                                         "times, which the last window did not take"
+                                       : "the managed total passed half the device's memory: the profile places "
+                                         "migrations by kernel times, which the last window did not take");
 }
 
 static void recorder_step(void)

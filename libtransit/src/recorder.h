@@ -18,8 +18,9 @@
  * from the start through iteration TRANSIT_WARMUP_ITERS (iteration i is the span in which
  * transit_iteration_count() == i; iteration 0, with its lazy initialisations, is profiled but
  * its kernels carry no ordinal), kernel activity only while a profile needs kernel times
- * (transit_policy_needs_kernel_times: prefetch, limit mode past L/2), for CUPTI's kernel tracing
- * instruments every kernel. A window that took none is taken again once they are needed. After
+ * (transit_policy_needs_kernel_times: prefetch or limit mode, past half of L or of the device), for
+ * CUPTI's kernel tracing instruments every kernel. A window that took none is taken again once they
+ * are needed. After
  * the window they are switched off. One iteration later (so that the window's last kernels have
  * completed and late records arrive) the recorder's thread flushes CUPTI, calls
  * transit_policy_profile_end() and switches the unified memory counters off too, except in

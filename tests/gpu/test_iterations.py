@@ -63,11 +63,15 @@ def run_loop(out: Path, policy: str = "base", limit: str = "8G", marks: bool = T
 
 def test_three_sources_agree(tmp_path: Path) -> None:
     # prefetch replays at launches: its launch callbacks, which the detector needs, stay on
-    it = run_loop(tmp_path, "prefetch")["iterations"]
+    stats = run_loop(tmp_path, "prefetch")
+    it, rec = stats["iterations"], stats["recorder"]
     assert it["method"] == "api" and it["count"] == STEPS
     assert it["by_method"]["python-hook"] == STEPS
     # the detector needs a few periods to lock on; after that it must see every boundary
     assert STEPS - 4 <= it["by_method"]["kernel-period"] <= STEPS
+    # far under L no data migrates: prefetch's window traced no kernel, and built no profile
+    assert rec["kernel_records"] == 0 and rec["windows_without_kernel_times"] >= 1, rec
+    assert stats["prefetch"]["replaying"] is False
 
 
 @pytest.mark.parametrize("policy", ["base", "advise"])
@@ -143,12 +147,14 @@ def test_cupti_attached_again_when_the_managed_total_nears_L(tmp_path: Path) -> 
 
 
 def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:
-    # prefetch: far under L only its profile takes kernel times
-    default = run_loop(tmp_path / "default", "prefetch", TRANSIT_WARMUP_ITERS="4")["recorder"]
+    # prefetch takes kernel times past L/2 = 768 MiB: 1 GiB allocated at step 0 (untouched), under
+    # L - L/16, so nothing is evicted
+    past_half_L = {"TRANSIT_WARMUP_ITERS": "4", "GROW_AT": "0", "BALLAST": "empty"}
+    default = run_loop(tmp_path / "default", "prefetch", "1536M", **past_half_L)["recorder"]
     assert default["correlation"]["external_ids"] == "off" and default["api_records"] == 0
     assert default["kernel_records"] > 0  # and callback ids missed too few for the fallback
 
-    forced = run_loop(tmp_path / "external", "prefetch", TRANSIT_WARMUP_ITERS="4",
+    forced = run_loop(tmp_path / "external", "prefetch", "1536M", **past_half_L,
                       TRANSIT_EXTERNAL_CORRELATION="1")["recorder"]
     corr = forced["correlation"]
     assert corr["external_ids"] == "on: TRANSIT_EXTERNAL_CORRELATION" and forced["api_records"] > 0
