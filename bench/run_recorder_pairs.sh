@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 3 item 6: the recorder's cost, in PAIRS pairs of `transit run --policy base` on a workload
-# that fits, recorder on (TRANSIT's default: it profiles during warm-up) and off
+# Issue 3 item 6: the recorder's cost, in PAIRS pairs of `transit run --policy $POLICY` (base
+# unless set) on a workload that fits, recorder on (TRANSIT's default: it profiles during warm-up) and off
 # (TRANSIT_RECORDER=0). Step times of one configuration drift between runs by more than the 5 %
 # target (0.12-0.16 s a median step on an H200), so the two runs of a pair go side by side on a 2-GPU
 # machine, sharing whatever the host does meanwhile (the GPUs swap each pair), or one after the
@@ -16,6 +16,7 @@ source bench/device_setup.sh transit || exit 1
 source bench/lib.sh
 
 PAIRS=${PAIRS:-10}
+POLICY=${POLICY:-base} # prefetch: its profile too (off, prefetch acts as base)
 # The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 20 gives a warm-up window to time
 # (steps 1-19; step 0 allocates), and 30 steps after it.
 WARMUP_ITERS=20
@@ -31,7 +32,7 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l) cpus=$(nproc)
 one() {
     local half=(); ((gpus >= 2)) && half=(taskset -c "$(($2 * cpus / 2))-$((($2 + 1) * cpus / 2 - 1))")
     bench_run "$1" 120 "${half[@]}" env CUDA_VISIBLE_DEVICES="$2" TRANSIT_WARMUP_ITERS=$WARMUP_ITERS \
-        ${3:+TRANSIT_RECORDER=$3} $TRANSIT run --policy base --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
+        ${3:+TRANSIT_RECORDER=$3} $TRANSIT run --policy "$POLICY" --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
         "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
 }
 
@@ -53,7 +54,7 @@ trap 'kill $clock_log 2>/dev/null' EXIT
 burnins=()
 for ((g = 0; g < (gpus >= 2 ? 2 : 1); g++)); do one "burnin-$g" "$g" 0 & burnins+=($!); done
 wait "${burnins[@]}"
-echo "recorder pairs: $PAIRS, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
+echo "recorder pairs: $PAIRS, policy $POLICY, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
 for ((i = 1; i <= PAIRS; i++)); do
     if ((gpus >= 2)); then
         one "rec-$i" $((i % 2)) & rec=$!
