@@ -122,7 +122,8 @@ def test_started_without_gpu_reports_why_and_keeps_a_timeline(cudart, clean_env,
     assert rec["state"] == "off"
     assert rec["reason"].startswith(("cuptiSubscribe failed", "libcupti.so.13 not found")), rec["reason"]
     assert any(rec["reason"] in w for w in doc["warnings"])
-    assert any("limit mode without migration records" in w for w in doc["warnings"])
+    assert any("limit mode without migration records: L is kept by the measured bound alone" in w
+               for w in doc["warnings"])
     assert [e["iteration"] for e in doc["timeline"]] == [1, 2, 3]
     assert all(e["resident_bytes"] == 0 and e["htod_bytes"] == 0 and e["evicted_bytes"] == 0 for e in doc["timeline"])
     assert doc["advise"]["applied"] is False  # past warm-up, but no device to advise for
