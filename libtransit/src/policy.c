@@ -528,7 +528,8 @@ static void record_bound(uint64_t bound)
  * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
 static uint64_t read_bound(void)
 {
-    int64_t rss = transit_limit_mode() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE) ? transit_process_rss() : -1;
+    bool calibrated = transit_limit_mode() && __atomic_load_n(&rss_calibrated, __ATOMIC_ACQUIRE);
+    int64_t rss = calibrated ? transit_process_rss() : -1;
     int64_t not_managed = __atomic_load_n(&rss_not_managed, __ATOMIC_RELAXED);
     if (rss < 0)
         return UINT64_MAX;
@@ -573,7 +574,7 @@ static int by_address(const void *a, const void *b)
  * managed allocation counts resident again, in address order, the lowest as the next victim: the
  * evictions go round the managed memory like a clock hand, not by recency (a chunk the host holds
  * already costs a prefetch that moves nothing, and the bound, read again, asks on). False when
- * nothing is allocated. */
+ * nothing is allocated (or no memory for the snapshot). */
 static bool rewind_clock(void)
 {
     size_t n;
@@ -637,9 +638,10 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
             picked = resident - transit_chunks_resident_bytes(chunks);
         }
         pthread_mutex_unlock(&chunks_lock);
-        if (!n && bound_over && !estimating() && !rewound) {
-            rewound = rewind_clock();
-            continue;
+        if (!n && bound_over && !estimating() && !rewound) { /* once: nothing allocated, nothing to pick */
+            rewound = true;
+            if (rewind_clock())
+                continue;
         }
         if (!n)
             break;
@@ -708,8 +710,8 @@ static void correct_target(uint64_t peak)
     if (__atomic_fetch_add(&pc.corrected_marks, 1, __ATOMIC_RELAXED) == 0)
         return;
     int64_t c = (int64_t)transit_get(&pc.target_correction) + (int64_t)peak - (int64_t)BOUND_TARGET(limit);
-    __atomic_store_n(&pc.target_correction, (uint64_t)TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2)),
-                     __ATOMIC_RELAXED);
+    c = TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2));
+    __atomic_store_n(&pc.target_correction, (uint64_t)c, __ATOMIC_RELAXED);
 }
 
 /* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */

@@ -20,14 +20,13 @@
  * its kernels carry no ordinal), kernel activity only while a profile needs kernel times
  * (transit_policy_needs_kernel_times: prefetch or limit mode, past half of L or of the device), for
  * CUPTI's kernel tracing instruments every kernel. A window that took none is taken again once they
- * are needed. After
- * the window they are switched off. One iteration later (so that the window's last kernels have
- * completed and late records arrive) the recorder's thread flushes CUPTI, calls
- * transit_policy_profile_end() and switches the unified memory counters off too, except in
- * limit mode once the managed total has come near L
- * (transit_policy_near_limit): TRANSIT's residency estimate is then built from the HtoD/DtoH
- * migration records, and the counters stay on, or come back on, for the rest of the run. Further
- * under L allocations and frees keep the estimate (a new allocation counts resident).
+ * are needed. After the window they are switched off. One iteration later (so that the window's
+ * last kernels have completed and late records arrive) the recorder's thread flushes CUPTI, calls
+ * transit_policy_profile_end() and switches the unified memory counters off too, except in limit
+ * mode once the managed total has come near L (transit_policy_near_limit): TRANSIT's residency
+ * estimate is then built from the HtoD/DtoH migration records, and the counters stay on, or come
+ * back on, for the rest of the run. Further under L allocations and frees keep the estimate (a new
+ * allocation counts resident).
  * transit_recorder_reprofile() opens a new window. Once the window is done, nothing acts at launches
  * any more (transit_policy_needs_launches) and the API or the Python hook marks iterations, the
  * launch callbacks go off too. An iteration later, far under L (transit_policy_far_under_limit),
