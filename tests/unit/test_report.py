@@ -210,6 +210,7 @@ def test_notes_follow_thresholds(tmp_path: Path) -> None:
     assert found["migrations-every-iteration"]["ranks"] == list(range(8))
     assert found["recorder-degraded"]["ranks"] == [1]
     assert "CUPTI subscriber taken" in found["recorder-degraded"]["message"]
+    assert "in limit mode (rank 1) the measured bound alone kept L" in found["recorder-degraded"]["message"]
     assert found["policy-errors"]["ranks"] == [1]
     assert "2 prefetch" in found["policy-errors"]["message"]
     assert found["dropped-records"]["ranks"] == [1]

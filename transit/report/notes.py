@@ -130,13 +130,17 @@ def _recorder_degraded(report: Report) -> Note | None:
     if not hit:
         return None
     reasons = sorted({r.recorder_reason for r in hit if r.recorder_reason})
+    limited = [r for r in hit if r.mode == "limit"]
     return Note(
         "recorder-degraded",
         WARNING,
         f"the recorder was degraded on {rank_list(_numbers(hit))}"
         + (f" ({'; '.join(reasons)})" if reasons else "")
-        + ": another CUPTI subscriber (torch.profiler?) held it, so there are no migration records and "
-        "prefetch cannot profile; kernel launches were counted by interposition",
+        + ": another CUPTI subscriber (torch.profiler?) held it, so there are no migration records, "
+        "prefetch cannot profile, and iterations come from the API or the Python hook only"
+        + (f"; in limit mode ({rank_list(_numbers(limited))}) the measured bound alone kept L, evicting "
+           "round the managed memory rather than by recency, so expect more migrations and a looser hold"
+           if limited else ""),
         _numbers(hit),
     )
 
