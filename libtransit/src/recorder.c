@@ -46,6 +46,8 @@
 /* TRANSIT's external correlation ids are (iteration << 32) | ordinal. CUSTOM2, because
  * PyTorch's profiler (Kineto) pushes its own ids as CUSTOM0 and CUSTOM1. */
 #define EXTERNAL_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
+/* How limit mode keeps L without migration records (policy.c, rewind_clock): both warnings say it. */
+#define BOUND_ALONE "L is kept by the measured bound alone, evicting round the managed memory, not by recency"
 
 enum { WINDOW_COLLECTING, WINDOW_DRAINING, WINDOW_DONE };
 
@@ -385,9 +387,7 @@ static void degrade_locked(const char *why)
     pthread_mutex_lock(&win_lock);
     __atomic_store_n(&win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&win_lock);
-    transit_warn("recorder degraded: %s%s", why,
-                 transit_limit_mode() ? "; limit mode keeps L by its measured bound alone from here, evicting round "
-                                         "the managed memory, not by recency" : "");
+    transit_warn("recorder degraded: %s%s", why, transit_limit_mode() ? "; from here in limit mode " BOUND_ALONE : "");
 }
 
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
@@ -610,11 +610,8 @@ static void retake_untimed_profile(void)
 {
     if (__atomic_load_n(&win_untimed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE) &&
         __atomic_load_n(&win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE && transit_policy_needs_kernel_times())
-        transit_recorder_reprofile(transit_limit_mode()
-                                       ? "the managed total passed L/2: the profile places migrations by kernel "
-                                         "times, which the last window did not take"
-                                       : "the managed total passed half the device's memory: the profile places "
-                                         "migrations by kernel times, which the last window did not take");
+        transit_recorder_reprofile("the managed total passed L/2 (in physical mode, half the device's memory): the "
+                                   "profile places migrations by kernel times, which the last window did not take");
 }
 
 static void recorder_step(void)
@@ -1191,9 +1188,8 @@ void transit_recorder_start(void)
     start_cupti();
     pthread_mutex_unlock(&control_lock);
     if (transit_limit_mode() && !transit_recorder_sees_migrations())
-        transit_warn("limit mode without migration records: L is kept by the measured bound alone, evicting "
-                     "round the managed memory, not by recency; no residency estimate (resident bytes read "
-                     "min(managed, limit))");
+        transit_warn("limit mode without migration records: " BOUND_ALONE
+                     "; no residency estimate (resident bytes read min(managed, limit))");
     start_threads();
     if (!at_exit_registered) {
         at_exit_registered = 1;
