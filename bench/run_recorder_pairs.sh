@@ -20,7 +20,10 @@ POLICY=${POLICY:-base} # prefetch: its profile too (off, prefetch acts as base)
 # The recorder profiles for TRANSIT_WARMUP_ITERS iterations: 20 gives a warm-up window to time
 # (steps 1-19; step 0 allocates), and 30 steps after it.
 WARMUP_ITERS=20
-ROOMY_LIMIT=64G # every TRANSIT run on the device sets a limit; this one is far above the ~10 GiB footprint
+# Every TRANSIT run on the device sets a limit. The default is far above the workload's managed
+# peak (12.1 GiB on an H200): no profile takes kernel times. LIMIT=20G puts that peak past L/2, where
+# limit mode's profile (and prefetch's) traces kernels, and still under L - L/16: nothing is evicted.
+LIMIT=${LIMIT:-64G}
 # No memory monitor: its thread polls NVML every 20 ms and smaps every 0.2 s, taking the GIL from
 # the timed loop. (Without it steps varied as much: 131-207 ms within one run at c98ffa8.)
 TRAIN=(python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py --model small --global-batch 8
@@ -32,7 +35,7 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l) cpus=$(nproc)
 one() {
     local half=(); ((gpus >= 2)) && half=(taskset -c "$(($2 * cpus / 2))-$((($2 + 1) * cpus / 2 - 1))")
     bench_run "$1" 120 "${half[@]}" env CUDA_VISIBLE_DEVICES="$2" TRANSIT_WARMUP_ITERS=$WARMUP_ITERS \
-        ${3:+TRANSIT_RECORDER=$3} $TRANSIT run --policy "$POLICY" --mem-limit $ROOMY_LIMIT --out "$WORK/$1.transit" -- \
+        ${3:+TRANSIT_RECORDER=$3} $TRANSIT run --policy "$POLICY" --mem-limit "$LIMIT" --out "$WORK/$1.transit" -- \
         "${TRAIN[@]}" --label "$1" --out "$WORK/$1.json"
 }
 
@@ -54,7 +57,7 @@ trap 'kill $clock_log 2>/dev/null' EXIT
 burnins=()
 for ((g = 0; g < (gpus >= 2 ? 2 : 1); g++)); do one "burnin-$g" "$g" 0 & burnins+=($!); done
 wait "${burnins[@]}"
-echo "recorder pairs: $PAIRS, policy $POLICY, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
+echo "recorder pairs: $PAIRS, policy $POLICY, limit $LIMIT, $( ((gpus >= 2)) && echo "side by side on GPUs 0 and 1" || echo "one after the other on GPU 0")"
 for ((i = 1; i <= PAIRS; i++)); do
     if ((gpus >= 2)); then
         one "rec-$i" $((i % 2)) & rec=$!

@@ -96,6 +96,12 @@ static uint64_t um_off_at;       /* likewise the unified memory counters (writte
  * asked for (the next launch's exit detaches), done, and the iteration it was last done at. */
 static int detach_due, detached, detach_failed;
 static uint64_t detached_at;
+/* CUPTI was attached again with the unified memory counters configured, and none of their records
+ * came since: after a re-attach they gave none in the H200 runs (runs 44, 46). Until one comes the
+ * estimate follows nothing (transit_recorder_sees_migrations), and limit mode keeps L by its
+ * measured bound alone, as without records, instead of by an estimate that never sees data fault
+ * back in and drains. */
+static int um_silent;
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes the recorder's CUPTI control calls */
 
 /* Correlation id -> ((uint64_t)id << 32 | ordinal), from the launch callback and from
@@ -413,11 +419,12 @@ static bool attached_locked(const transit_cupti_api *api)
     }
     if (activity_ok && !register_activity(api))
         activity_ok = um_ok = 0;
+    __atomic_store_n(&um_silent, um_ok, __ATOMIC_RELEASE);
     __atomic_store_n(&detached, 0, __ATOMIC_RELEASE);
     transit_add(&rc.cupti_reattaches, 1);
     if (transit_limit_mode())
         transit_warn("recorder: CUPTI attached again at iteration %" PRIu64 " (detached at %" PRIu64 "): its unified "
-                     "memory counters may give no records from here; limit mode then keeps L by its measured bound",
+                     "memory counters may give no records from here; until one comes limit mode " BOUND_ALONE,
                      transit_iteration_count(), __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE));
     return true;
 }
@@ -815,6 +822,8 @@ static void kernel_record(uint32_t corr, uint64_t start, uint64_t end)
 
 static void unified_memory_record(const CUpti_ActivityUnifiedMemoryCounter3 *u)
 {
+    if (__atomic_load_n(&um_silent, __ATOMIC_RELAXED))
+        __atomic_store_n(&um_silent, 0, __ATOMIC_RELEASE);
     switch (u->counterKind) {
     case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
         transit_add(&rc.htod_bytes, u->value);
@@ -1225,7 +1234,7 @@ void transit_recorder_after_fork(void)
     win_begin = win_end = drain_until = 0;
     win_max_launches = 0;
     launches_off_at = um_off_at = 0;
-    detach_due = detached = detach_failed = 0;
+    detach_due = detached = detach_failed = um_silent = 0;
     detached_at = 0;
     finalize_due = want_profiling = want_um = want_external = have_profiling = have_um = have_external = 0;
     corr_pushed = 0;
@@ -1260,7 +1269,8 @@ bool transit_recorder_sees_launches(void)
 
 bool transit_recorder_sees_migrations(void)
 {
-    return get_state() == TRANSIT_RECORDER_CUPTI && __atomic_load_n(&um_ok, __ATOMIC_RELAXED);
+    return get_state() == TRANSIT_RECORDER_CUPTI && __atomic_load_n(&um_ok, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&um_silent, __ATOMIC_ACQUIRE);
 }
 
 uint32_t transit_recorder_prev_iteration_launches(void)
@@ -1320,7 +1330,7 @@ void transit_recorder_state_json(jbuf *b)
               ", \"unified_memory_counters_off_at_iteration\": %" PRIu64
               ", \"launch_callbacks_off_at_iteration\": %" PRIu64 ", \"launch_callbacks_back\": %" PRIu64
               ", \"cupti_detached\": %s, \"cupti_detached_at_iteration\": %" PRIu64 ", \"cupti_detaches\": %" PRIu64
-              ", \"cupti_reattaches\": %" PRIu64,
+              ", \"cupti_reattaches\": %" PRIu64 ", \"unified_memory_silent_since_reattach\": %s",
               transit_get(&rc.launches), transit_get(&rc.kernel_records), transit_get(&rc.api_records),
               transit_get(&rc.dropped), transit_get(&rc.buffers_refused),
               (double)transit_get(&rc.overhead_ns) * 1e-9, (double)transit_get(&rc.records_ns) * 1e-9,
@@ -1334,7 +1344,7 @@ void transit_recorder_state_json(jbuf *b)
               __atomic_load_n(&launches_off_at, __ATOMIC_ACQUIRE),
               transit_get(&rc.launch_callbacks_back), __atomic_load_n(&detached, __ATOMIC_ACQUIRE) ? "true" : "false",
               __atomic_load_n(&detached_at, __ATOMIC_ACQUIRE), transit_get(&rc.cupti_detaches),
-              transit_get(&rc.cupti_reattaches));
+              transit_get(&rc.cupti_reattaches), __atomic_load_n(&um_silent, __ATOMIC_ACQUIRE) ? "true" : "false");
     jb_printf(b,
               ", \"correlation\": {\"external_ids\": \"%s\", \"callback\": %" PRIu64 ", \"external\": %" PRIu64
               ", \"cross_checked\": %" PRIu64 ", \"disagree\": %" PRIu64 ", \"none\": %" PRIu64

@@ -17,13 +17,14 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 # GROW_AT (env): the step at which the loop takes 1 GiB more and keeps it, filled by BALLAST
-# ("ones", or "empty": allocated only, no kernel). MARKS=0: neither transit_mark_iteration() nor
-# an optimizer step (a plain SGD update).
+# ("ones", or "empty": allocated only, no kernel); TOUCH_BALLAST=1: every later step writes it
+# all again. MARKS=0: neither transit_mark_iteration() nor an optimizer step (a plain SGD update).
 LOOP = r"""
 import ctypes, os, time, torch
 mark = ctypes.CDLL(None).transit_mark_iteration
 grow_at = int(os.environ.get("GROW_AT", "-1"))
 marks = os.environ.get("MARKS", "1") == "1"
+touch = os.environ.get("TOUCH_BALLAST") == "1"
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -31,6 +32,8 @@ x = torch.randn(32, 1024, device="cuda")
 for step in range(STEPS):
     if step == grow_at:
         ballast = getattr(torch, os.environ.get("BALLAST", "ones"))(2**28, device="cuda")
+    elif touch and step > grow_at >= 0:
+        ballast.add_(0.0)
     model(x).square().mean().backward()
     if marks:
         opt.step(); opt.zero_grad()
@@ -132,16 +135,22 @@ def test_launch_callbacks_come_back_when_the_managed_total_nears_L(tmp_path: Pat
 
 
 def test_cupti_attached_again_when_the_managed_total_nears_L(tmp_path: Path) -> None:
-    """The same growth with CUPTI detached after warm-up (the managed total was under L/2): CUPTI is
-    attached again for the launch callbacks and the new profile, with a warning that its unified
-    memory counters may give no records from there; the measured bound still brings the device
-    back within L."""
+    """The same growth with CUPTI detached after warm-up (the managed total was under L/2), and the
+    1 GiB written again every step, so that what is evicted faults back: CUPTI is attached again for
+    the launch callbacks and the new profile, with a warning that its unified memory counters may
+    give no records from there. Until one comes the estimate follows nothing and the measured bound
+    alone brings the device back within L, going round the managed memory (an estimate that never
+    sees the ballast fault back in would drain, and the device stay over L)."""
     out = tmp_path / "stats"
-    stats = run_loop(out, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15")
-    rec, limit = stats["recorder"], stats["config"]["limit_bytes"]
+    stats = run_loop(out, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15", TOUCH_BALLAST="1")
+    rec, ev, limit = stats["recorder"], stats["evictions"], stats["config"]["limit_bytes"]
     assert rec["cupti_detaches"] == 1 and rec["cupti_detached_at_iteration"] < 15 and rec["cupti_reattaches"] == 1
     assert rec["cupti_detached"] is False and rec["launch_callbacks_back"] == 1
     assert any("CUPTI attached again at iteration" in w for w in stats["warnings"]), stats["warnings"]
+    if rec["unified_memory_silent_since_reattach"]:
+        assert stats["migrations"]["htod"]["count"] == 0 and ev["clock_rewinds"] >= 1, (rec, ev)
+    else:  # the counters came back: the estimate follows them again
+        assert stats["migrations"]["htod"]["bytes"] > 0, stats["migrations"]
     last = [e["device_bound_peak_bytes"] for e in stats["timeline"][-3:] if e["device_bound_peak_bytes"] is not None]
     assert last and all(peak <= limit + (256 << 20) for peak in last), stats["timeline"][-3:]
 

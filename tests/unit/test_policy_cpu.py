@@ -59,6 +59,7 @@ def check_sections(doc: dict) -> None:
     assert 0 <= rec["records_s"] <= rec["overhead_s"] - rec["overhead_profiling_s"]
     assert is_uint(rec["kernels_profiling"]) and rec["kernels_profiling"] <= rec["kernels"]
     assert isinstance(rec["profiling"], bool) and isinstance(rec["refining"], bool)
+    assert is_uint(rec["cupti_reattaches"]) and rec["unified_memory_silent_since_reattach"] is False
     assert isinstance(doc["timeline"], list)
     for entry in doc["timeline"]:
         assert set(entry) == {"t", "iteration", "resident_bytes", "htod_bytes", "dtoh_bytes", "gpu_page_faults",
