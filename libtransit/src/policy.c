@@ -248,11 +248,23 @@ bool transit_policy_needs_kernel_times(void)
     return plans && (!capacity || transit_get(&transit_g.n.managed_peak) > capacity / 2);
 }
 
+/* Prefetch has nothing to replay (its window took no kernel times, or nothing migrated in it),
+ * and the managed total stays under BOUND_TARGET of what it plans for (L, or the device's
+ * memory): its launches do nothing, as base's, and the launch callbacks can go off (and CUPTI
+ * with them, far under L) after the window. Past that mark they come back with a new profile
+ * (recorder.c, steer_launch_callbacks). */
+static bool prefetch_replays_nothing(void)
+{
+    uint64_t capacity = transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
+    bool ranges = __atomic_load_n(&replay, __ATOMIC_ACQUIRE) && transit_get(&pc.ranges_count);
+    return !ranges && capacity && transit_get(&transit_g.n.managed_peak) <= BOUND_TARGET(capacity);
+}
+
 /* Limit mode evicts at launches only once the managed total came near L. */
 bool transit_policy_needs_launches(void)
 {
     const transit_config *c = &transit_g.cfg;
-    return c->policy == TRANSIT_POLICY_PREFETCH ||
+    return (c->policy == TRANSIT_POLICY_PREFETCH && !prefetch_replays_nothing()) ||
            (c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE)) ||
            transit_policy_near_limit();
 }

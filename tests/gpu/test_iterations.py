@@ -65,24 +65,24 @@ def run_loop(out: Path, policy: str = "base", limit: str = "8G", marks: bool = T
 
 
 def test_three_sources_agree(tmp_path: Path) -> None:
-    # prefetch replays at launches: its launch callbacks, which the detector needs, stay on
-    stats = run_loop(tmp_path, "prefetch")
+    """Prefetch past L (1 GiB taken at step 0 and written every step, L = 1 GiB) replays its
+    profile at launches: its launch callbacks, which the detector needs, stay on."""
+    stats = run_loop(tmp_path, "prefetch", "1G", GROW_AT="0", TOUCH_BALLAST="1")
     it, rec = stats["iterations"], stats["recorder"]
     assert it["method"] == "api" and it["count"] == STEPS
     assert it["by_method"]["python-hook"] == STEPS
+    assert stats["prefetch"]["replaying"] is True and rec["launch_callbacks_off_at_iteration"] == 0
     # the detector needs a few periods to lock on; after that it must see every boundary
     assert STEPS - 4 <= it["by_method"]["kernel-period"] <= STEPS
-    # far under L no data migrates: prefetch's window traced no kernel, and built no profile
-    assert rec["kernel_records"] == 0 and rec["windows_without_kernel_times"] >= 1, rec
-    assert stats["prefetch"]["replaying"] is False
 
 
-@pytest.mark.parametrize("policy", ["base", "advise"])
+@pytest.mark.parametrize("policy", ["base", "advise", "prefetch"])
 def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy: str) -> None:
     """Iterations marked by the API, the managed total far under L: after warm-up (and advise's
-    applying) nothing acts at launches, and the period detector stops counting where the
-    callbacks went off. Nothing needs migration records either: the unified memory counters go
-    off with the window, and an iteration after the callbacks CUPTI is detached."""
+    applying) nothing acts at launches (far under L no data migrates: prefetch's window traces no
+    kernel and builds no profile), and the period detector stops counting where the callbacks
+    went off. Nothing needs migration records either: the unified memory counters go off with the
+    window, and an iteration after the callbacks CUPTI is detached."""
     stats = run_loop(tmp_path, policy, TRANSIT_WARMUP_ITERS="4")
     it, rec = stats["iterations"], stats["recorder"]
     off = rec["launch_callbacks_off_at_iteration"]
@@ -97,8 +97,9 @@ def test_launch_callbacks_go_off_once_nothing_needs_them(tmp_path: Path, policy:
     assert rec["cupti_detached"] is True and rec["cupti_detaches"] == 1 and rec["cupti_reattaches"] == 0
     assert off < rec["cupti_detached_at_iteration"] <= off + 3, rec
     assert rec["state"] == "cupti" and rec["dropped_records"] == 0
-    # no profile of base or advise far under L uses kernel times: CUPTI never traced a kernel
+    # no profile far under L uses kernel times: CUPTI never traced a kernel
     assert rec["kernel_records"] == 0 and rec["windows_without_kernel_times"] >= 1, rec
+    assert stats["prefetch"]["replaying"] is False
 
 
 def test_kernel_times_taken_once_limit_mode_passes_half_L(tmp_path: Path) -> None:
@@ -159,9 +160,14 @@ def test_external_ids_place_kernels_as_callback_ids_do(tmp_path: Path) -> None:
     # prefetch takes kernel times past L/2 = 768 MiB: 1 GiB allocated at step 0 (untouched), under
     # L - L/16, so nothing is evicted
     past_half_L = {"TRANSIT_WARMUP_ITERS": "4", "GROW_AT": "0", "BALLAST": "empty"}
-    default = run_loop(tmp_path / "default", "prefetch", "1536M", **past_half_L)["recorder"]
+    stats = run_loop(tmp_path / "default", "prefetch", "1536M", **past_half_L)
+    default = stats["recorder"]
     assert default["correlation"]["external_ids"] == "off" and default["api_records"] == 0
     assert default["kernel_records"] > 0  # and callback ids missed too few for the fallback
+    # nothing migrated in the window: an empty profile, nothing to replay at launches, which go
+    # unwatched after it (CUPTI stays attached past L/2)
+    assert stats["prefetch"]["ranges"] == 0 and default["launch_callbacks_off_at_iteration"] > 0, default
+    assert default["cupti_detaches"] == 0
 
     forced = run_loop(tmp_path / "external", "prefetch", "1536M", **past_half_L,
                       TRANSIT_EXTERNAL_CORRELATION="1")["recorder"]
