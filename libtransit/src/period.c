@@ -11,6 +11,7 @@ typedef struct sig_entry {
     uint64_t sig; /* 0: empty slot */
     uint32_t last; /* position of the latest occurrence, relative to the epoch start */
     uint32_t count;
+    uint32_t first_gap;        /* spacing of the first two occurrences */
     uint32_t min_gap, max_gap; /* over the spacings after the first */
 } sig_entry;
 
@@ -26,15 +27,24 @@ struct transit_period {
     size_t entries;
     uint64_t epoch_start;
 
+    /* A cycle begins at creation and again when a trusted lock is lost (the sequence changed). */
+    uint64_t cycle_start; /* first launch of the cycle that has a signature */
+    uint64_t part_span;   /* longest section of a held lock lost in this cycle */
+
     int locked;
+    int held;   /* locked but not trusted: returns neither BEGIN nor LOCKED */
+    int marked; /* this lock has returned BEGIN */
     uint64_t anchor;
     uint64_t period;
-    uint64_t start;       /* launch that began the current iteration (inferred after a miss) */
-    uint64_t last_anchor; /* launch of the latest anchor occurrence */
-    uint64_t last_gap;    /* spacing of the two latest anchor occurrences */
+    uint64_t first_anchor;    /* the anchor's first occurrence, from its spacings */
+    uint64_t held_iterations; /* iterations begun on time while held, the lock's own included */
+    uint64_t start;           /* launch that began the current iteration (inferred after a miss) */
+    uint64_t last_anchor;     /* launch of the latest anchor occurrence */
+    uint64_t last_gap;        /* spacing of the two latest anchor occurrences */
     unsigned misses;
 
-    uint64_t locks, iterations, changes;
+    uint64_t locks; /* taken, held or not */
+    uint64_t iterations, changes;
 };
 
 uint64_t transit_period_hash_name(const char *name)
@@ -84,6 +94,7 @@ transit_period *transit_period_create(uint32_t history_cap)
         return NULL;
     }
     p->mask = slots - 1;
+    p->cycle_start = TRANSIT_PERIOD_WINDOW - 1;
     p->base_pow_window = 1;
     for (int i = 0; i < TRANSIT_PERIOD_WINDOW; i++)
         p->base_pow_window *= SIG_BASE;
@@ -113,15 +124,51 @@ static sig_entry *find_entry(transit_period *p, uint64_t sig)
     return &p->table[s];
 }
 
+/* The period spans every part lost in this cycle: the iteration that held them. */
+static int encloses_parts(const transit_period *p)
+{
+    return p->part_span && p->period >= p->part_span;
+}
+
+/* Whether a held lock is trusted from this iteration on. Only an anchor seen on time releases
+ * it, so its first BEGIN is one iteration's, not a catch-up of those held back. */
+static int release(transit_period *p, int on_time)
+{
+    if (!on_time || (!encloses_parts(p) && ++p->held_iterations < TRANSIT_PERIOD_HOLD_ITERATIONS))
+        return 0;
+    p->held = 0;
+    return 1;
+}
+
 static unsigned begin_iteration(transit_period *p, uint64_t start, uint64_t t, unsigned flags,
                                 uint32_t *ordinal)
 {
     p->start = start;
+    if (p->held && !release(p, start == t))
+        return 0;
+    if (!p->marked) {
+        p->marked = 1;
+        if (p->locks > 1)
+            flags |= TRANSIT_PERIOD_CHANGED;
+    }
     p->iterations++;
     if (flags & TRANSIT_PERIOD_CHANGED)
         p->changes++;
     *ordinal = (uint32_t)(t - start);
     return TRANSIT_PERIOD_LOCKED | TRANSIT_PERIOD_BEGIN | flags;
+}
+
+/* A held lock lost was a part of a longer iteration, from its anchor's first occurrence to the end
+ * of its last iteration; a trusted one lost means the sequence changed, and its parts with it. */
+static void lose(transit_period *p, uint64_t t)
+{
+    p->locked = 0;
+    if (p->held) {
+        p->part_span = TRANSIT_MAX(p->part_span, p->last_anchor + p->period - p->first_anchor);
+    } else {
+        p->cycle_start = t;
+        p->part_span = 0;
+    }
 }
 
 static unsigned search(transit_period *p, uint64_t sig, uint64_t t, uint32_t *ordinal)
@@ -137,20 +184,31 @@ static unsigned search(transit_period *p, uint64_t sig, uint64_t t, uint32_t *or
     }
     uint32_t gap = pos - e->last;
     e->last = pos;
-    if (++e->count > 2) { /* the first spacing may span a warm-up iteration: not judged */
+    if (++e->count == 2) { /* the first spacing may span a warm-up iteration: not judged */
+        e->first_gap = gap;
+    } else {
         e->min_gap = TRANSIT_MIN(e->min_gap, gap);
         e->max_gap = TRANSIT_MAX(e->max_gap, gap);
     }
     if (e->count < TRANSIT_PERIOD_LOCK_OCCURRENCES || e->min_gap < TRANSIT_PERIOD_MIN ||
         e->max_gap - e->min_gap > tolerance(e->max_gap))
         return 0;
+    uint64_t run = e->first_gap + (uint64_t)(TRANSIT_PERIOD_LOCK_OCCURRENCES - 2) * gap;
     p->locked = 1;
     p->anchor = sig;
     p->period = gap;
+    p->first_anchor = t > run ? t - run : 0;
     p->last_anchor = t;
     p->last_gap = gap;
     p->misses = 0;
-    return begin_iteration(p, t, t, p->locks++ ? TRANSIT_PERIOD_CHANGED : 0, ordinal);
+    p->locks++;
+    p->marked = 0;
+    p->held_iterations = 0;
+    /* Trusted at once when nothing says it could be a part of a longer iteration (period.h). */
+    int explains_cycle = p->first_anchor < p->cycle_start + gap;
+    int longer_first_iteration = e->first_gap > e->max_gap;
+    p->held = !explains_cycle && !longer_first_iteration && !encloses_parts(p);
+    return begin_iteration(p, t, t, 0, ordinal);
 }
 
 static unsigned follow(transit_period *p, uint64_t sig, uint64_t t, uint32_t *ordinal)
@@ -174,11 +232,13 @@ static unsigned follow(transit_period *p, uint64_t sig, uint64_t t, uint32_t *or
         /* Too early: a spurious occurrence, an ordinary launch of this iteration. */
     } else if (since > p->period + tolerance(p->period)) {
         if (++p->misses > TRANSIT_PERIOD_MAX_MISSES) {
-            p->locked = 0;
+            lose(p, t);
             return 0;
         }
         return begin_iteration(p, p->start + p->period, t, 0, ordinal);
     }
+    if (p->held)
+        return 0;
     *ordinal = (uint32_t)since;
     return TRANSIT_PERIOD_LOCKED;
 }
@@ -198,7 +258,7 @@ unsigned transit_period_feed(transit_period *p, uint64_t name_hash, uint32_t *or
 
 uint32_t transit_period_length(const transit_period *p)
 {
-    return p->locked ? (uint32_t)p->period : 0;
+    return p->locked && !p->held ? (uint32_t)p->period : 0;
 }
 
 uint64_t transit_period_iterations(const transit_period *p)

@@ -15,6 +15,8 @@ LOCKED, BEGIN, CHANGED = 1, 2, 4
 # bench/kernel_sequence.py's capture of bench/train.py --model small on an H200
 BENCH_KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "period" / "bench-small-h200.json.gz"
 TOL_MIN, TOL_DIV = 4, 8  # period.h: tolerance of an anchor's spacing
+WINDOW = 12  # period.h: kernel names per signature
+HOLD_ITERATIONS = 128  # period.h: the most iterations a lock is held without marks
 
 
 def tolerance(period: int) -> int:
@@ -102,6 +104,27 @@ def check_follows(trace: Trace, seq: Sequence, period_tol: int = 0, first_begin:
         assert trace.ordinals[b + 1:nxt] == list(range(trace.ordinals[b] + 1, trace.ordinals[b] + nxt - b))
 
 
+def check_step_lock(trace: Trace, seq: Sequence) -> int:
+    """The detector ends on the whole step: no BEGIN (nor LOCKED) before the lock on it, which is its
+    one CHANGED, taken before the fifth step begins; it follows every step from there. Returns
+    where the step lock began."""
+    step = seq.starts[-1] - seq.starts[-2]
+    assert trace.period == step
+    final_lock, = trace.positions(CHANGED)
+    assert final_lock == trace.positions(BEGIN)[0] < seq.starts[5]
+    assert not any(f & LOCKED for f in trace.flags[:final_lock])
+    check_follows(trace, seq, first_begin=final_lock)
+    return final_lock
+
+
+def fourth_occurrence(seq: Sequence, at: int) -> int:
+    """Where the signature at launch `at` (its last WINDOW names) had occurred four times, the
+    fewest for a lock on it."""
+    window = seq.tokens[at + 1 - WINDOW:at + 1]
+    ends = [i + WINDOW - 1 for i in range(at + 2 - WINDOW) if seq.tokens[i:i + WINDOW] == window]
+    return ends[3]
+
+
 def llama_step(vocab: Vocabulary, layers: int, fwd: int, bwd: int) -> list[int]:
     """A training step shaped like a transformer's: identical layers forward and backward."""
     fwd_layer, bwd_layer = vocab.pattern(fwd), vocab.pattern(bwd)
@@ -127,7 +150,7 @@ def test_pure_periodic(native, period):
     assert set(trace.ordinals[trace.positions(BEGIN)[0]:]) == set(range(period))
 
 
-def test_warmup_prefix_and_longer_first_iteration(native):
+def warmup_sequence(native=None) -> Sequence:
     rng = random.Random(7)
     vocab = Vocabulary(rng, 80)
     step = vocab.pattern(400)
@@ -139,6 +162,11 @@ def test_warmup_prefix_and_longer_first_iteration(native):
     seq.add_iteration(first)
     for _ in range(10):
         seq.add_iteration(step)
+    return seq
+
+
+def test_warmup_prefix_and_longer_first_iteration(native):
+    seq = warmup_sequence()
     trace = feed(native, seq.tokens)
     assert trace.period == 400
     assert trace.positions(CHANGED) == []
@@ -228,18 +256,53 @@ def test_non_periodic_never_locks(native, vocab_size):
     assert not any(trace.flags)
 
 
-def test_layered_step_locks_on_the_whole_step(native):
-    """Identical layers are periodic for a while inside a step; the detector may follow them
-    during the first step but must end on the step, and stay there."""
+def layered_sequence(native=None) -> Sequence:
     vocab = Vocabulary(random.Random(2), 60)
-    step = llama_step(vocab, layers=32, fwd=60, bwd=90)
-    seq = periodic(step, 12, prefix=vocab.pattern(300))
+    return periodic(llama_step(vocab, layers=32, fwd=60, bwd=90), 12, prefix=vocab.pattern(300))
+
+
+def test_layered_step_locks_on_the_whole_step(native):
+    """Identical layers are periodic for a while inside a step; the detector locks on them during
+    the first step but holds those locks (no marks), and ends on the step, and stays there."""
+    seq = layered_sequence()
     trace = feed(native, seq.tokens)
-    assert trace.period == len(step)
+    assert trace.period == seq.starts[1] - seq.starts[0]
     final_lock = trace.positions(CHANGED)[-1]
     assert final_lock < seq.starts[5]  # the first step and four more
-    assert len(trace.positions(CHANGED)) <= 3
+    assert len(trace.positions(CHANGED)) == 1
     check_follows(trace, seq, first_begin=final_lock)
+    assert check_step_lock(trace, seq) == final_lock
+
+
+@pytest.mark.parametrize("layers", [12, 32, 80])
+def test_layered_steps_mark_no_layer(native, layers):
+    """Steps of a model after its initialization: a per-layer init loop, then steps whose first one
+    also creates the optimizer's state. The layer runs (init, forward, backward) are held until they
+    end; the step encloses them, so its marks start as soon as it is locked."""
+    rng = random.Random(layers)
+    vocab = Vocabulary(rng, 80)
+    init = vocab.pattern(40) + vocab.pattern(9) * layers + vocab.pattern(60)
+    step = llama_step(vocab, layers=layers, fwd=45, bwd=110)
+    seq = Sequence(tokens=init)
+    seq.add_iteration(step + vocab.pattern(3 * layers))
+    for _ in range(9):
+        seq.add_iteration(step)
+    trace = feed(native, seq.tokens)
+    check_step_lock(trace, seq)
+
+
+def test_step_without_sign_of_a_step_is_held(native):
+    """After unexplained launches, identical steps whose first one is no longer than the others
+    look like a run of layers: marked only once the lock has lasted HOLD_ITERATIONS iterations, from
+    the iteration that begins then."""
+    vocab = Vocabulary(random.Random(1), 60)
+    seq = periodic(vocab.pattern(50), HOLD_ITERATIONS + 20, prefix=vocab.pattern(300))
+    trace = feed(native, seq.tokens)
+    assert trace.period == 50
+    first = trace.positions(BEGIN)[0]
+    assert seq.starts[3 + HOLD_ITERATIONS - 1] <= first < seq.starts[3 + HOLD_ITERATIONS]
+    assert not any(trace.flags[:first])
+    check_follows(trace, seq)
 
 
 def test_long_period_llama_sized(native):
@@ -253,6 +316,7 @@ def test_long_period_llama_sized(native):
     final_lock = trace.positions(CHANGED)[-1]
     assert final_lock < seq.starts[5]
     check_follows(trace, seq, first_begin=final_lock)
+    check_step_lock(trace, seq)
 
 
 def test_history_cap_bounds_the_longest_period(native):
@@ -299,17 +363,22 @@ def test_real_training_op_sequence(native):
     final_lock = trace.positions(CHANGED)[-1]
     assert final_lock < seq.starts[5]
     check_follows(trace, seq, first_begin=final_lock)
+    check_step_lock(trace, seq)
+
+
+def bench_sequence(native) -> Sequence:
+    doc = json.loads(gzip.decompress(BENCH_KERNELS.read_bytes()))
+    hashes = [native[1].transit_period_hash_name(name.encode()) for name in doc["names"]]
+    return Sequence(tokens=[hashes[i] for i in doc["sequence"]], starts=[0, *doc["step_ends"][:-1]])
 
 
 def test_real_kernel_sequence_of_the_bench_model(native):
     """The bench model's kernel launches on an H200, in launch order: 12 optimizer steps, the first
     with the model's initialization (3,157 launches), the others 2,565 each. The detector ends on
-    the step by the fifth and follows it. Before that it follows the layers, within the first
-    step only (periods of 9, 60 and 147 launches): the excess marks of a run that has neither the
-    API nor the Python hook."""
-    doc = json.loads(gzip.decompress(BENCH_KERNELS.read_bytes()))
-    hashes = [native[1].transit_period_hash_name(name.encode()) for name in doc["names"]]
-    seq = Sequence(tokens=[hashes[i] for i in doc["sequence"]], starts=[0, *doc["step_ends"][:-1]])
+    the step by the fifth and follows it. Before that it locks on the layers, within the first step
+    only (periods of 9, 60 and 147 launches), but holds those locks: no excess marks in a run that
+    has neither the API nor the Python hook (there were 33 before the locks were held)."""
+    seq = bench_sequence(native)
     step = seq.starts[2] - seq.starts[1]
     assert step == 2565 and all(b - a == step for a, b in zip(seq.starts[1:], seq.starts[2:]))
     trace = feed(native, seq.tokens)
@@ -317,4 +386,18 @@ def test_real_kernel_sequence_of_the_bench_model(native):
     final_lock = trace.positions(CHANGED)[-1]
     assert final_lock < seq.starts[5]
     check_follows(trace, seq, first_begin=final_lock)
-    assert all(b < seq.starts[1] for b in trace.positions(BEGIN) if b < final_lock)
+    assert not [b for b in trace.positions(BEGIN) if b < final_lock]
+    assert check_step_lock(trace, seq) == final_lock
+
+
+@pytest.mark.parametrize("make", [bench_sequence, layered_sequence, warmup_sequence])
+def test_step_marks_are_not_held_back(native, make):
+    """Holding locks on layers must not hold the step's: its first mark comes at most one period
+    after its anchor had occurred the four times a lock needs. On the bench model and the layered
+    step it comes exactly one period after, as before locks were held: the table records no
+    signature while a lock is followed, so the step's occurrence during a held layer lock is missed."""
+    seq = make(native)
+    trace = feed(native, seq.tokens)
+    first = trace.positions(BEGIN)[0]
+    assert first <= fourth_occurrence(seq, first) + trace.period
+    check_follows(trace, seq)
