@@ -96,9 +96,10 @@ def _built_library(ffi: cffi.FFI):
 
 
 def compile_sources(build_dir: Path) -> Path:
-    """Builds the logic sources into build_dir/liblogic.so with the project's warning flags."""
+    """Builds the logic sources into build_dir/liblogic.so with the project's flags and definitions
+    (libtransit/CMakeLists.txt)."""
     out = build_dir / "liblogic.so"
-    cmd = ["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
+    cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
     subprocess.run(cmd + [str(SRC_DIR / s) for s in SOURCES], check=True, capture_output=True, text=True)
     return out
 
