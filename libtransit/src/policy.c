@@ -237,25 +237,32 @@ static uint64_t device_bytes(void)
     return dev >= 0 && dev < TRANSIT_MAX_DEVICES ? transit_g.device_total[dev] : 0;
 }
 
+/* What prefetch and limit mode plan for: L in limit mode, the device's memory in physical mode
+ * (0 when unknown). */
+static uint64_t planned_capacity(void)
+{
+    return transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
+}
+
 /* CUPTI's kernel tracing instruments every kernel (its timing code runs on the GPU), and only
  * the ranges replayed or planned at launches need the times: prefetch's, and limit mode's. Until
- * the managed total passes half of what they plan for (L in limit mode, the device's memory in
- * physical mode) no data is expected to migrate, and a profile would be empty. */
+ * the managed total passes half of their planned capacity no data is expected to migrate, and a
+ * profile would be empty. */
 bool transit_policy_needs_kernel_times(void)
 {
-    uint64_t capacity = transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
+    uint64_t capacity = planned_capacity();
     bool plans = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || transit_limit_mode();
     return plans && (!capacity || transit_get(&transit_g.n.managed_peak) > capacity / 2);
 }
 
 /* Prefetch has nothing to replay (its window took no kernel times, or nothing migrated in it),
- * and the managed total stays under BOUND_TARGET of what it plans for (L, or the device's
- * memory): its launches do nothing, as base's, and the launch callbacks can go off (and CUPTI
- * with them, far under L) after the window. Past that mark they come back with a new profile
- * (recorder.c, steer_launch_callbacks). */
+ * and the managed total stays under BOUND_TARGET of its planned capacity: its launches do
+ * nothing, as base's, and the launch callbacks can go off (and CUPTI with them, far under L)
+ * after the window. Past that mark they come back with a new profile (recorder.c,
+ * steer_launch_callbacks). */
 static bool prefetch_replays_nothing(void)
 {
-    uint64_t capacity = transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
+    uint64_t capacity = planned_capacity();
     bool ranges = __atomic_load_n(&replay, __ATOMIC_ACQUIRE) && transit_get(&pc.ranges_count);
     return !ranges && capacity && transit_get(&transit_g.n.managed_peak) <= BOUND_TARGET(capacity);
 }
