@@ -54,8 +54,9 @@ bool transit_policy_far_under_limit(void);
  * L, or of the device in physical mode): they place migrations at launch ordinals, and nothing else
  * uses them (see recorder.h). */
 bool transit_policy_needs_kernel_times(void);
-/* Whether the policies still act at launches: prefetch, advise until it applied, limit mode once
- * the managed total came near L. */
+/* Whether the policies still act at launches: prefetch while it has ranges to replay or the
+ * managed total nears its planned capacity, advise until it applied, limit mode once the managed
+ * total came near L. */
 bool transit_policy_needs_launches(void);
 /* Limit mode plans its evictions at launches: planning, and the managed total has passed
  * L - L/16. Refinement windows open only then. */

@@ -437,10 +437,10 @@ static bool attached_locked(const transit_cupti_api *api)
  * the recorder has nothing on (the launch callbacks went off an iteration ago, no window, no
  * activity kind), far under L (transit_policy_far_under_limit), and TRANSIT_CUPTI_DETACH allows,
  * it delivers its last records and detaches CUPTI with cuptiFinalize, at the exit of the next
- * launch on an application thread, where NVIDIA's cupti_finalize sample calls it (detach_at_exit). attached_locked attaches it
- * again when something needs it (limit mode near L); its unified memory counters then gave no
- * records in the H200 runs, hence far under L only: a job that started there rarely grows to L.
- * Recorder thread. */
+ * launch on an application thread, where NVIDIA's cupti_finalize sample calls it
+ * (detach_at_exit). attached_locked attaches it again when something needs it (limit mode near
+ * L); its unified memory counters then gave no records in the H200 runs (um_silent), hence far
+ * under L only: a job that started there rarely grows to L. Recorder thread. */
 static void steer_detach(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);

@@ -56,8 +56,8 @@ void transit_recorder_after_fork(void);
 transit_recorder_state transit_recorder_get_state(void);
 /* True when kernel-launch callbacks arrive (state cupti, and not switched off after warm-up). */
 bool transit_recorder_sees_launches(void);
-/* True when unified-memory migration records can arrive (state cupti, counters configured; they
- * are on while profiling and, in limit mode, near L). */
+/* True when unified-memory migration records can arrive (state cupti, counters configured, and
+ * not silent since a re-attach; they are on while profiling and, in limit mode, near L). */
 bool transit_recorder_sees_migrations(void);
 /* Kernel launches counted in the last complete iteration (0 when unknown). */
 uint32_t transit_recorder_prev_iteration_launches(void);
