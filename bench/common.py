@@ -141,6 +141,8 @@ def managed_probe_args(doc: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--gib", type=int, default=8)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--threads", type=lambda v: [int(n) for n in v.split(",")], default=[],
+                    help="comma-separated thread counts for parallel evictions (evict_cost.py)")
     return ap.parse_args()
 
 

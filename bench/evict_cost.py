@@ -20,6 +20,7 @@ import ctypes
 import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,6 +65,60 @@ def timed_eviction(drv: Driver, ranges: list[tuple[int, int]]) -> dict:
     return {"calls": len(ranges), "issue_s": round(t1 - t0, 4), "total_s": round(t2 - t0, 4)}
 
 
+def parallel_eviction(drv: Driver, addr: int, size: int, threads: int) -> dict:
+    """Evicts [addr, addr+size) in `threads` equal slices, one thread and stream each."""
+    ctx = ctypes.c_void_p()
+    drv.call("cuCtxGetCurrent", ctypes.byref(ctx))
+    loc = CUmemLocation(CU_MEM_LOCATION_TYPE_HOST, 0)
+    part = size // threads // CHUNK * CHUNK
+    spent: list[float] = [0.0] * threads
+
+    def evict_slice(i: int) -> None:
+        drv.call("cuCtxSetCurrent", ctx)
+        stream = ctypes.c_void_p()
+        drv.call("cuStreamCreate", ctypes.byref(stream), 1)  # CU_STREAM_NON_BLOCKING
+        t0 = time.perf_counter()
+        drv.call("cuMemPrefetchAsync_v2", ctypes.c_uint64(addr + i * part), ctypes.c_size_t(part), loc, 0, stream)
+        drv.call("cuStreamSynchronize", stream)
+        spent[i] = time.perf_counter() - t0
+        drv.call("cuStreamDestroy_v2", stream)
+
+    workers = [threading.Thread(target=evict_slice, args=(i,)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    total = time.perf_counter() - t0
+    return {"threads": threads, "bytes": part * threads, "total_s": round(total, 4),
+            "slowest_thread_s": round(max(spent), 4), "gib_per_s": round(part * threads / GIB / total, 2)}
+
+
+def parallel_rows(drv: Driver, addr: int, size: int, counts: list[int]) -> list[dict]:
+    """Whole-range evictions by 1..N threads, alone and while the GPU faults in another range."""
+    other = drv.alloc_managed(size)
+    gpu_stream = ctypes.c_void_p()
+    drv.call("cuStreamCreate", ctypes.byref(gpu_stream), 1)
+    rows = []
+    for contended in (False, True):
+        for threads in counts:
+            drv.memset_on_gpu(addr, size)
+            drv.prefetch(other, size, to_host=True)
+            if contended:  # queued, not waited for: the GPU faults `other` in while the threads evict
+                drv.call("cuMemsetD8Async", ctypes.c_uint64(other), ctypes.c_ubyte(3), ctypes.c_size_t(size),
+                         gpu_stream)
+            row = {"contended": contended, **parallel_eviction(drv, addr, size, threads)}
+            drv.sync()
+            row["left_on_device_bytes"] = sum(b for _, b in absent_runs(addr, size))
+            rows.append(row)
+            print(f"{'contended' if contended else 'alone':9s} {threads} threads: {row['gib_per_s']:6.2f} GiB/s "
+                  f"({row['total_s']:.3f} s, slowest thread {row['slowest_thread_s']:.3f} s), "
+                  f"left {row['left_on_device_bytes'] / GIB:.3f} GiB", flush=True)
+    drv.call("cuStreamDestroy_v2", gpu_stream)
+    drv.free(other)
+    return rows
+
+
 def main() -> int:
     args = managed_probe_args(__doc__)
     size = args.gib * GIB
@@ -88,8 +143,10 @@ def main() -> int:
             print(f"density {density:6.4f}  {form:16s} device {on_device / GIB:6.3f} GiB in {len(runs):6d} runs  "
                   f"{row['calls']:6d} calls  issue {row['issue_s']:7.4f} s  total {row['total_s']:7.4f} s  "
                   f"left {row['left_on_device_bytes'] / GIB:6.3f} GiB", flush=True)
+    parallel = parallel_rows(drv, addr, size, args.threads) if args.threads else []
     drv.free(addr)
-    write_json(args.out, {"schema": "transit.evict-cost/1", **provenance(), "gib": args.gib, "rows": rows})
+    write_json(args.out, {"schema": "transit.evict-cost/1", **provenance(), "gib": args.gib, "rows": rows,
+                          "parallel_rows": parallel})
     return 0
 
 
