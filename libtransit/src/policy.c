@@ -55,8 +55,8 @@
  * already: the next reading shows what moved), instead of staying at BOUND_TARGET, a margin for
  * faults that no longer come (on an H200 at L = 25.5 GiB it left 1.4 GiB of L unused). Once a
  * reading is near FILL_TARGET the device is full and fills stop. Meanwhile only the smaps
- * readings decide; the first eviction (a reading over L) ends the fill for good and the margins
- * above apply again.
+ * readings decide; the first eviction (a reading over L) once the device is full or a fill
+ * brought data ends the fill for good and the margins above apply again.
  *
  * Without migration records (the recorder degraded by another CUPTI subscriber, or off) nothing
  * gives recency: limit mode keeps L by the measured bound alone (no planning, no sweep, no fill),
@@ -664,7 +664,11 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
         }
         if (!n)
             break;
-        if (fill_held) /* the device did not hold still (only the tick thread ends a fill) */
+        /* The device did not hold still (only the tick thread ends a fill). Not while filling
+         * before anything was filled: the RSS's bound, which let the fill begin, can read under
+         * the first smaps reading (on an H200, 987 against 1,053 MiB at L = 1 GiB); this
+         * eviction takes the device back under L, and the fill goes on from there. */
+        if (fill_held && (fill_now() == FILL_FULL || transit_get(&pc.fill_ranges)))
             __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
