@@ -78,7 +78,8 @@ def parallel_eviction(drv: Driver, addr: int, size: int, threads: int) -> dict:
         stream = ctypes.c_void_p()
         drv.call("cuStreamCreate", ctypes.byref(stream), 1)  # CU_STREAM_NON_BLOCKING
         t0 = time.perf_counter()
-        drv.call("cuMemPrefetchAsync_v2", ctypes.c_uint64(addr + i * part), ctypes.c_size_t(part), loc, 0, stream)
+        drv.call("cuMemPrefetchAsync_v2", ctypes.c_uint64(addr + i * part), ctypes.c_size_t(part), loc, 0,
+                 stream)
         drv.call("cuStreamSynchronize", stream)
         spent[i] = time.perf_counter() - t0
         drv.call("cuStreamDestroy_v2", stream)
@@ -111,7 +112,8 @@ def parallel_rows(drv: Driver, addr: int, size: int, counts: list[int]) -> list[
             drv.sync()
             row["left_on_device_bytes"] = sum(b for _, b in absent_runs(addr, size))
             rows.append(row)
-            print(f"{'contended' if contended else 'alone':9s} {threads} threads: {row['gib_per_s']:6.2f} GiB/s "
+            label = "contended" if contended else "alone"
+            print(f"{label:9s} {threads} threads: {row['gib_per_s']:6.2f} GiB/s "
                   f"({row['total_s']:.3f} s, slowest thread {row['slowest_thread_s']:.3f} s), "
                   f"left {row['left_on_device_bytes'] / GIB:.3f} GiB", flush=True)
     drv.call("cuStreamDestroy_v2", gpu_stream)

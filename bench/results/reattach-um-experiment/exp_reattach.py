@@ -22,12 +22,14 @@ for variant in sys.argv[2:]:
     d.mkdir(parents=True)
     t0 = time.time()
     try:
-        s = run_loop(d, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15", TOUCH_BALLAST="1", TRANSIT_TICK_LOG="1")
+        s = run_loop(d, "base", "1G", TRANSIT_WARMUP_ITERS="4", GROW_AT="15", TOUCH_BALLAST="1",
+                     TRANSIT_TICK_LOG="1")
     except AssertionError as e:
-        print(variant, "FAILED", str(e)[-2000:]); continue
+        print(variant, "FAILED", str(e)[-2000:])
+        continue
     r, m = s["recorder"], s["migrations"]
-    print(variant, f"{time.time()-t0:.0f}s", "detaches", r["cupti_detaches"], "reattaches", r["cupti_reattaches"],
-          "silent", r["unified_memory_silent_since_reattach"], "htod", m["htod"]["count"], m["htod"]["bytes"],
-          "dtoh", m["dtoh"]["count"], "rewinds", s["evictions"]["clock_rewinds"],
-          "last3", [e["device_bound_peak_bytes"] >> 20 for e in s["timeline"][-3:] if e["device_bound_peak_bytes"]],
-          flush=True)
+    last3 = [e["device_bound_peak_bytes"] >> 20 for e in s["timeline"][-3:] if e["device_bound_peak_bytes"]]
+    print(variant, f"{time.time() - t0:.0f}s", "detaches", r["cupti_detaches"],
+          "reattaches", r["cupti_reattaches"], "silent", r["unified_memory_silent_since_reattach"],
+          "htod", m["htod"]["count"], m["htod"]["bytes"], "dtoh", m["dtoh"]["count"],
+          "rewinds", s["evictions"]["clock_rewinds"], "last3", last3, flush=True)
