@@ -618,7 +618,9 @@ static bool rewind_clock(void)
  * measured, or earlier evictions still run); while advise's fill holds,
  * only by bound_over, what the smaps reading is over FILL_TARGET, and any eviction ends the fill.
  * The evictions are not paced: on an H200, evictions limited to 20 ms a tick fell behind the
- * faults and left the device 10 GiB over L for whole iterations. Whenever the stream ran every
+ * faults and left the device 10 GiB over L for whole iterations. Nor are they split over threads:
+ * the driver ran such calls one after another, no faster than one thread
+ * (bench/results/evict-parallel-h200.json). Whenever the stream ran every
  * batch queued so far (after every batch, on an H200: cuMemPrefetchAsync to the host returned
  * only once the data had moved, bench/results/evict-cost-h200x2.json), the bound (with
  * `coming`, an allocation about to be made, counted in) is read again and can ask for more: the

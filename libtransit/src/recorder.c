@@ -97,7 +97,9 @@ static uint64_t um_off_at;       /* likewise the unified memory counters (writte
 static int detach_due, detached, detach_failed;
 static uint64_t detached_at;
 /* CUPTI was attached again with the unified memory counters configured, and none of their records
- * came since: after a re-attach they gave none in the H200 runs (runs 44, 46). Until one comes the
+ * came since: after a re-attach they gave none in the H200 runs (runs 44, 46, 57-62), nor with
+ * cuptiUnsubscribe before cuptiFinalize or the counters configured after their kind was enabled
+ * (bench/results/reattach-um-experiment/). Until one comes the
  * estimate follows nothing (transit_recorder_sees_migrations), and limit mode keeps L by its
  * measured bound alone, as without records, instead of by an estimate that never sees data fault
  * back in and drains. */
