@@ -125,6 +125,7 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
     cfg->prefetch_gap = TRANSIT_DEFAULT_PREFETCH_GAP;
     cfg->recorder = true;
     cfg->cupti_detach = true;
+    cfg->stats_interval_s = TRANSIT_DEFAULT_STATS_INTERVAL_S;
 
     if ((v = getenv("TRANSIT_POLICY")) && transit_parse_policy("TRANSIT_POLICY", v, &cfg->policy, err, errlen))
         return -1;
@@ -149,6 +150,18 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
         return -1;
     if ((v = getenv("TRANSIT_TICK_LOG")) && transit_parse_bool("TRANSIT_TICK_LOG", v, &cfg->tick_log, err, errlen))
         return -1;
+    if ((v = getenv("TRANSIT_PROFILE")) && transit_parse_bool("TRANSIT_PROFILE", v, &cfg->profile, err, errlen))
+        return -1;
+    if ((v = getenv("TRANSIT_STATS_INTERVAL"))) {
+        if (transit_parse_uint("TRANSIT_STATS_INTERVAL", v, 0, TRANSIT_MAX_STATS_INTERVAL_S, &cfg->stats_interval_s, err,
+                               errlen))
+            return -1;
+        if (cfg->stats_interval_s && cfg->stats_interval_s < TRANSIT_MIN_STATS_INTERVAL_S) {
+            snprintf(err, errlen, "TRANSIT_STATS_INTERVAL='" SHOWN "' is not allowed; use 0 (at exit only) or a whole "
+                     "number of seconds from %u to %u", SHOW(v), TRANSIT_MIN_STATS_INTERVAL_S, TRANSIT_MAX_STATS_INTERVAL_S);
+            return -1;
+        }
+    }
     if ((v = getenv("TRANSIT_OUT"))) {
         if (!*v || strlen(v) >= sizeof cfg->out_dir) {
             snprintf(err, errlen, "TRANSIT_OUT='" SHOWN "' is not usable; use a directory path of 1 to %zu bytes",
@@ -156,6 +169,11 @@ int transit_config_load(transit_config *cfg, char *err, size_t errlen)
             return -1;
         }
         strcpy(cfg->out_dir, v);
+    }
+    if (cfg->profile && !cfg->out_dir[0]) {
+        snprintf(err, errlen, "TRANSIT_PROFILE is on but TRANSIT_OUT is not set; set TRANSIT_OUT to the "
+                              "directory for the profile, or TRANSIT_PROFILE=0");
+        return -1;
     }
     if (cfg->tick_log && !cfg->out_dir[0]) {
         snprintf(err, errlen, "TRANSIT_TICK_LOG is on but TRANSIT_OUT is not set; set TRANSIT_OUT to the "

@@ -22,10 +22,17 @@ typedef struct transit_config {
                                  * has nothing on (recorder.c, steer_detach) */
     bool tick_log;              /* TRANSIT_TICK_LOG: bool (default off): limit mode's per-tick CSV beside
                                  * the stats file (needs TRANSIT_OUT) */
+    bool profile;               /* TRANSIT_PROFILE: bool (default off): the warm-up profile beside the stats
+                                 * file, rank<R>.<host>.<pid>.profile.json.gz (needs TRANSIT_OUT) */
+    unsigned stats_interval_s;  /* TRANSIT_STATS_INTERVAL: seconds between refreshes of a running process's
+                                 * stats file, 0 (at exit only) or 5..86400 (default 60) */
 } transit_config;
 
 #define TRANSIT_DEFAULT_WARMUP_ITERS 2u
 #define TRANSIT_DEFAULT_PREFETCH_GAP (128u * 1024u)
+#define TRANSIT_DEFAULT_STATS_INTERVAL_S 60u
+#define TRANSIT_MIN_STATS_INTERVAL_S 5u
+#define TRANSIT_MAX_STATS_INTERVAL_S 86400u
 
 const char *transit_policy_name(transit_policy p);
 
