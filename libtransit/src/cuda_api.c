@@ -121,6 +121,7 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(StreamCreate, "cuStreamCreate");
             RESOLVE_DRV(StreamQuery, "cuStreamQuery");
             RESOLVE_DRV(StreamSynchronize, "cuStreamSynchronize");
+            RESOLVE_DRV(FuncGetParamInfo, "cuFuncGetParamInfo");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

@@ -73,6 +73,7 @@
 #include "host_residency.h"
 #include "internal.h"
 #include "iteration.h"
+#include "profile.h"
 #include "ranges.h"
 #include "recorder.h"
 #include "state.h"
@@ -1248,6 +1249,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
     const transit_driver_api *drv;
     transit_recorder_start();
+    transit_profile_allocated(ptr, size);
     /* PyTorch's device tensors are first touched by the GPU, which populates them on the device
      * without any migration record: count a new allocation as resident from the start. */
     if (transit_limit_mode())
@@ -1273,6 +1275,7 @@ void transit_policy_after_fork(void)
     transit_iteration_reset();
     transit_recorder_after_fork();
     transit_ticklog_after_fork();
+    transit_profile_after_fork();
     pthread_mutex_init(&prof_lock, NULL);
     pthread_mutex_init(&chunks_lock, NULL);
     pthread_mutex_init(&alloc_room_lock, NULL);

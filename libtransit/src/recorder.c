@@ -13,6 +13,7 @@
 #include "iteration.h"
 #include "period.h"
 #include "policy.h"
+#include "profile.h"
 #include "state.h"
 
 /* cupti.h (through cupti_api.h) brings generated_cuda_meta.h: the launch parameter structs. */
@@ -191,6 +192,8 @@ static void open_window(uint64_t begin, bool refine)
     __atomic_store_n(&want_profiling, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&want_um, 1, __ATOMIC_RELAXED);
     transit_policy_profile_begin(refine);
+    if (!refine)
+        transit_profile_window_begin(begin, transit_g.cfg.warmup_iters);
 }
 
 /* The iteration count moved from `seen` to `now`; `launches` ran in iteration `seen`. */
@@ -487,7 +490,8 @@ static void detach_at_exit(void)
 /* control_lock held, the recorder holding CUPTI: what the window asks for. */
 static void apply_locked(const transit_cupti_api *api)
 {
-    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED) && transit_policy_needs_kernel_times();
+    int wp = __atomic_load_n(&want_profiling, __ATOMIC_RELAXED) &&
+             (transit_policy_needs_kernel_times() || transit_profile_collecting());
     /* Limit mode's estimate needs the migration records only near L (transit_policy_near_limit):
      * further under it, allocations and frees alone keep it, at or over what the device holds. */
     int wu = (__atomic_load_n(&want_um, __ATOMIC_RELAXED) || transit_policy_near_limit()) && um_ok;
@@ -595,6 +599,7 @@ static void finish_window(void)
         open_window(__atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE) + 1, true);
     }
     pthread_mutex_unlock(&win_lock);
+    transit_profile_window_end(true); /* the first full window's records are all in */
 }
 
 /* ---- the recorder thread ---- */
@@ -746,6 +751,7 @@ static void at_exit(void)
     stop_threads();
     iteration_check(); /* a last mark the thread had no time to see */
     flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    transit_profile_window_end(false); /* a run shorter than the window */
 }
 
 /* ---- activity records ---- */
@@ -819,6 +825,7 @@ static void kernel_record(uint32_t corr, uint64_t start, uint64_t end)
     transit_add(cb ? &rc.corr_callback : ext ? &rc.corr_external : &rc.corr_none, 1);
     if (cb && ext)
         transit_add(from_cb == from_ext ? &rc.corr_cross_checked : &rc.corr_disagree, 1);
+    transit_profile_kernel(corr, start, end);
     transit_policy_profile_kernel(start, end, ordinal);
 }
 
@@ -832,6 +839,7 @@ static void unified_memory_record(const CUpti_ActivityUnifiedMemoryCounter3 *u)
         transit_add(&rc.htod_count, 1);
         transit_hist_add(&htod_hist, u->value);
         transit_policy_htod(u->start, u->address, u->value);
+        transit_profile_event(PROFILE_HTOD, u->start, u->address, u->value);
         break;
     case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
         transit_add(&rc.dtoh_bytes, u->value);
@@ -841,16 +849,19 @@ static void unified_memory_record(const CUpti_ActivityUnifiedMemoryCounter3 *u)
         if (u->flags == CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_EVICTION)
             transit_add(&rc.unrequested_bytes, u->value);
         transit_policy_dtoh(u->address, u->value);
+        transit_profile_event(PROFILE_DTOH, u->start, u->address, u->value);
         break;
     case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
         transit_add(&rc.gpu_faults, u->value ? u->value : 1); /* value: fault groups for the page */
         transit_policy_gpu_fault(u->address);
+        transit_profile_event(PROFILE_FAULT, u->start, u->address, u->value ? u->value : 1);
         break;
     case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
         transit_add(&rc.thrashing, 1);
         break;
     case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP:
         transit_add(&rc.remote_map_bytes, u->value);
+        transit_profile_event(PROFILE_REMOTE, u->start, u->address, u->value);
         break;
     default:
         break;
@@ -910,45 +921,51 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 /* ---- launch callbacks ---- */
 
 /* The launch's function and stream; 0 for a callback that is not a kernel launch. */
-static int launch_params(CUpti_CallbackId cbid, const void *params, CUfunction *f, CUstream *stream)
+/* What a kernel launch's parameters say: its function, stream and arguments (the argument
+ * pointers, or the packed buffer in `extra`). */
+typedef struct launch_args {
+    CUfunction f;
+    CUstream stream;
+    void **params, **extra;
+} launch_args;
+
+/* 0 for a callback that is not a kernel launch. */
+static int launch_params(CUpti_CallbackId cbid, const void *params, launch_args *a)
 {
+    int ptsz = 0;
     if (!params)
         return 0;
     switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-        *f = ((const cuLaunchKernel_params *)params)->f;
-        *stream = ((const cuLaunchKernel_params *)params)->hStream;
-        return 1;
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-        *f = ((const cuLaunchKernel_ptsz_params *)params)->f;
-        *stream = ((const cuLaunchKernel_ptsz_params *)params)->hStream;
+        ptsz = 1;
+        __attribute__((fallthrough)); /* the same parameters */
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: {
+        const cuLaunchKernel_params *p = params;
+        *a = (launch_args){p->f, p->hStream, p->kernelParams, p->extra};
         break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-        *f = ((const cuLaunchCooperativeKernel_params *)params)->f;
-        *stream = ((const cuLaunchCooperativeKernel_params *)params)->hStream;
-        return 1;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-        *f = ((const cuLaunchCooperativeKernel_ptsz_params *)params)->f;
-        *stream = ((const cuLaunchCooperativeKernel_ptsz_params *)params)->hStream;
+        ptsz = 1;
+        __attribute__((fallthrough));
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel: {
+        const cuLaunchCooperativeKernel_params *p = params;
+        *a = (launch_args){p->f, p->hStream, p->kernelParams, NULL};
         break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+        ptsz = 1;
+        __attribute__((fallthrough));
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx: {
         const cuLaunchKernelEx_params *p = params;
-        *f = p->f;
-        *stream = p->config ? p->config->hStream : NULL;
-        return 1;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const cuLaunchKernelEx_ptsz_params *p = params;
-        *f = p->f;
-        *stream = p->config ? p->config->hStream : NULL;
+        *a = (launch_args){p->f, p->config ? p->config->hStream : NULL, p->kernelParams, p->extra};
         break;
     }
     default:
         return 0;
     }
     /* A _ptsz launch on stream 0 means the calling thread's default stream. */
-    if (!*stream)
-        *stream = CU_STREAM_PER_THREAD;
+    if (ptsz && !a->stream)
+        a->stream = CU_STREAM_PER_THREAD;
     return 1;
 }
 
@@ -1055,8 +1072,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
                                  const void *data)
 {
     const CUpti_CallbackData *cb = data;
-    CUfunction f = NULL;
-    CUstream stream = NULL;
+    launch_args args = {0};
     (void)userdata;
     if (!cb || get_state() != TRANSIT_RECORDER_CUPTI)
         return;
@@ -1072,19 +1088,21 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER ||
-        !launch_params(cbid, cb->functionParams, &f, &stream))
+        !launch_params(cbid, cb->functionParams, &args))
         return;
     uint64_t t0 = transit_monotonic_ns();
     runtime_saw_driver = 1;
     transit_add(&rc.launches, 1);
-    feed_period(cb->symbolName, f); /* may mark an iteration that begins with this launch */
+    feed_period(cb->symbolName, args.f); /* may mark an iteration that begins with this launch */
     iteration_check();
     transit_launch l = {
-        .stream = stream,
+        .stream = args.stream,
         .iteration = __atomic_load_n(&iter_seen, __ATOMIC_ACQUIRE),
         .ordinal = __atomic_fetch_add(&iter_launches, 1, __ATOMIC_ACQ_REL),
     };
     correlate(&l, cb->correlationId);
+    transit_profile_launch(l.iteration, l.ordinal, cb->correlationId, runtime_corr, cb->symbolName, args.f, args.params,
+                           args.extra);
     uint32_t profiled = __atomic_load_n(&win_max_launches, __ATOMIC_RELAXED);
     if (transit_policy_uses_profile() && profiled &&
         __atomic_load_n(&win_phase, __ATOMIC_RELAXED) == WINDOW_DONE && l.ordinal == profiled * REPROFILE_LAUNCH_FACTOR)

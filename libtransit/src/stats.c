@@ -21,7 +21,7 @@ static char render_buffer[STATS_BUFFER_BYTES];
 static const char *exit_reason_seen = "exit"; /* a signal's name outlives the exit that follows */
 static struct sigaction previous_term, previous_int;
 
-static void render_identity(jbuf *b)
+void transit_stats_render_identity(jbuf *b)
 {
     const transit_identity *id = &transit_g.id;
     jb_printf(b, "\"identity\": {\"job_id\": ");
@@ -41,7 +41,7 @@ static void render_identity(jbuf *b)
     jb_printf(b, "}, ");
 }
 
-static void render_config(jbuf *b)
+void transit_stats_render_config(jbuf *b)
 {
     const transit_config *c = &transit_g.cfg;
     jb_printf(b, "\"config\": {\"policy\": \"%s\", \"mode\": \"%s\", \"limit_bytes\": ",
@@ -77,8 +77,8 @@ static void render_allocations(jbuf *b)
 void transit_stats_render(jbuf *b, const char *exit_reason)
 {
     jb_printf(b, "{\"schema\": \"transit.rank/1\", \"version\": \"%s\", ", TRANSIT_VERSION);
-    render_identity(b);
-    render_config(b);
+    transit_stats_render_identity(b);
+    transit_stats_render_config(b);
     jb_printf(b, "\"cuda_active\": %s, \"cuda_error\": ", transit_g.cuda_active ? "true" : "false");
     jb_str(b, transit_g.cuda_error[0] ? transit_g.cuda_error : NULL);
     jb_printf(b, ", \"time\": {\"start_unix\": %.3f, \"end_unix\": %.3f, \"exit_reason\": ", transit_g.start_unix,

@@ -8,6 +8,9 @@
 
 /* Registers the exit hook and the SIGTERM/SIGINT handlers (at activation). */
 void transit_stats_install(void);
+/* The "identity" and "config" objects, each followed by ", " (the profile carries them too). */
+void transit_stats_render_identity(jbuf *b);
+void transit_stats_render_config(jbuf *b);
 /* Renders the whole document into b. */
 void transit_stats_render(jbuf *b, const char *exit_reason);
 /* path gets $TRANSIT_OUT/rank<R>.<host>.<pid><suffix> (TRANSIT_OUT set), its directory created;

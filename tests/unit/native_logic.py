@@ -1,4 +1,5 @@
-"""cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency) for unit tests.
+"""cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency, the
+profile's aggregation) for unit tests.
 
 Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
 functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
@@ -15,7 +16,7 @@ from transit import _native
 from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
-SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c", "host_residency.c")
+SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c", "host_residency.c", "profile_build.c", "json.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -74,11 +75,25 @@ int transit_hist_bin(uint64_t bytes);
 const char *transit_hist_label(int bin);
 void transit_hist_add(transit_hist *h, uint64_t bytes);
 int transit_hist_json(const transit_hist *h, transit_hist_field field, char *buf, size_t cap);
+
+typedef struct profile_launch { uint64_t start_ns, end_ns; uint32_t iteration, ordinal, name; } profile_launch;
+typedef struct profile_ref { uint64_t addr; uint32_t launch; } profile_ref;
+typedef struct profile_event { uint64_t start_ns, addr, bytes; uint32_t kind; } profile_event;
+typedef struct profile_alloc { uint64_t addr, bytes; } profile_alloc;
+typedef struct profile_input {
+    const profile_launch *launches; const profile_ref *refs; const profile_event *events;
+    const profile_alloc *allocs; const char *const *names;
+    uint64_t nlaunches, nrefs, nevents, nallocs, nnames;
+    uint64_t first_iteration; uint32_t iterations;
+    uint64_t dropped_launches, dropped_refs, dropped_events;
+} profile_input;
+char *transit_profile_build(const profile_input *in);
+void free(void *p);
 """
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
-          "transit_chunks_create", "transit_hist_json")
+          "transit_chunks_create", "transit_hist_json", "transit_profile_build")
 
 
 def _built_library(ffi: cffi.FFI):

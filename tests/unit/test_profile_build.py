@@ -1,0 +1,161 @@
+"""The profile's aggregation (libtransit/src/profile_build.c) on hand-made launches: a 3-phase
+training step with known reuse. Two micro-batches of forward and backward kernels touch the
+parameters and the activations, the backward ones the gradients, and one optimizer kernel the
+parameters, the gradients and the moments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import native_logic
+import pytest
+
+MiB = 1 << 20
+CHUNK = 2 * MiB
+BASE = 0x7F00_0000_0000  # 2 MiB aligned, as the driver hands out managed memory
+PARAMS = (BASE, 16 * MiB)
+GRADS = (BASE + 16 * MiB, 16 * MiB)
+MOMENTS = (BASE + 32 * MiB, 32 * MiB)
+ACTIVATIONS = (BASE + 64 * MiB, 8 * MiB)
+KERNEL_NS = 1_000
+HTOD, DTOH, FAULT, REMOTE = range(4)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory):
+    return native_logic.load(tmp_path_factory.mktemp("logic"))
+
+
+def chunks(region: tuple[int, int]) -> list[int]:
+    addr, size = region
+    return list(range(addr // CHUNK, (addr + size) // CHUNK))
+
+
+def step(micro_batches: int) -> list[tuple[str, list[int]]]:
+    """(kernel name, the pointers its parameters hold), in launch order."""
+    kernels: list[tuple[str, list[int]]] = []
+    for _ in range(micro_batches):
+        kernels += [("fwd", [PARAMS[0], ACTIVATIONS[0]])] * 4
+        kernels += [("bwd", [PARAMS[0], GRADS[0], ACTIVATIONS[0]])] * 4
+    kernels.append(("adam", [PARAMS[0], GRADS[0], MOMENTS[0]]))
+    return kernels
+
+
+def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 2,
+          events: list[tuple[int, int, int, int]] = (), stray: int = 0) -> dict:
+    ffi, lib = native
+    names = ["fwd", "bwd", "adam"]
+    launches, refs = [], []
+    t = 1_000_000
+    for it in range(1, iterations + 1):
+        for ordinal, (name, ptrs) in enumerate(step(micro_batches)):
+            start, end = (t, t + KERNEL_NS) if timed else (0, 0)
+            t += KERNEL_NS + 100
+            refs += [(p, len(launches)) for p in ptrs + ([stray] if stray else [])]
+            launches.append((start, end, it, ordinal, names.index(name)))
+    c_launches = ffi.new("profile_launch[]", [{"start_ns": s, "end_ns": e, "iteration": i, "ordinal": o, "name": n}
+                                              for s, e, i, o, n in launches])
+    c_refs = ffi.new("profile_ref[]", [{"addr": a, "launch": li} for a, li in refs])
+    c_events = ffi.new("profile_event[]", [{"start_ns": s, "addr": a, "bytes": b, "kind": k}
+                                           for s, a, b, k in events] or 1)
+    regions = [PARAMS, GRADS, MOMENTS, ACTIVATIONS]
+    c_allocs = ffi.new("profile_alloc[]", [{"addr": a, "bytes": b} for a, b in regions])
+    c_names = [ffi.new("char[]", n.encode()) for n in names]
+    c_name_array = ffi.new("char *[]", c_names)
+    inp = ffi.new("profile_input *", {
+        "launches": c_launches, "refs": c_refs, "events": c_events, "allocs": c_allocs, "names": c_name_array,
+        "nlaunches": len(launches), "nrefs": len(refs), "nevents": len(events), "nallocs": len(regions),
+        "nnames": len(names), "first_iteration": 1, "iterations": iterations})
+    text = lib.transit_profile_build(inp)
+    assert text != ffi.NULL
+    try:
+        return json.loads("{" + ffi.string(text).decode() + "}")
+    finally:
+        lib.free(text)
+
+
+def reuse_of(doc: dict, region: tuple[int, int]) -> set[int]:
+    table = doc["chunks"]
+    by_chunk = dict(zip(table["chunk"], table["reuse"]))
+    return {by_chunk[c] for c in chunks(region)}
+
+
+def test_every_launch_is_a_phase_when_there_are_few(native) -> None:
+    doc = build(native)
+    assert [it["iteration"] for it in doc["iterations"]] == [1, 2]
+    last = doc["iterations"][-1]
+    assert last["kernels"] == 17 and last["timed"] is True
+    assert last["phases"]["first_ordinal"] == list(range(17))
+    assert last["kernel_ns"] == 17 * KERNEL_NS
+    assert last["kernel_name"] == [0] * 4 + [1] * 4 + [0] * 4 + [1] * 4 + [2]
+    assert last["kernel_duration_ns"] == [KERNEL_NS] * 17
+
+
+def test_reuse_counts_the_phases_that_touch_a_chunk(native) -> None:
+    """Parameters: every kernel (17 phases); activations: the forward and backward kernels (16);
+    gradients: the backward ones and the optimizer (9); moments: the optimizer alone (1)."""
+    doc = build(native)
+    assert reuse_of(doc, PARAMS) == {17}
+    assert reuse_of(doc, ACTIVATIONS) == {16}
+    assert reuse_of(doc, GRADS) == {9}
+    assert reuse_of(doc, MOMENTS) == {1}
+
+
+def test_a_pointer_extends_to_its_allocation_end(native) -> None:
+    """One pointer per allocation: each touch is the whole allocation, as chunk ranges."""
+    doc = build(native)
+    adam = doc["iterations"][-1]["phases"]["touch"][16]
+    lo, hi = PARAMS[0] // CHUNK, (MOMENTS[0] + MOMENTS[1]) // CHUNK - 1
+    assert adam == [lo, hi]  # params, grads and moments are adjacent: one merged range
+
+
+def test_pointers_outside_allocations_are_counted(native) -> None:
+    doc = build(native, stray=BASE + 512 * MiB)
+    assert doc["dropped"]["pointers_outside_allocations"] == 2 * 17
+
+
+def test_untimed_iterations_split_by_launch_count(native) -> None:
+    doc = build(native, timed=False, micro_batches=300)  # 2,401 launches, under the phase cap
+    last = doc["iterations"][-1]
+    assert last["timed"] is False and last["kernel_ns"] == 0
+    assert len(last["phases"]["first_ordinal"]) == 2401
+
+
+def test_phases_are_capped_and_share_kernel_time(native) -> None:
+    doc = build(native, micro_batches=1200)  # 9,601 launches of equal time
+    phases = doc["iterations"][-1]["phases"]
+    assert len(phases["first_ordinal"]) == doc["phases_max"] == 4096
+    per_phase = {k // KERNEL_NS for k in phases["kernel_ns"]}
+    assert per_phase <= {2, 3}  # 9,601 / 4,096 = 2.3 launches each
+
+
+def test_migrations_go_to_the_phase_they_began_in(native) -> None:
+    """Kernel k of iteration 2 starts at 1e6 + (17 + k) x 1,100 ns."""
+    t_bwd = 1_000_000 + (17 + 5) * 1_100 + 10  # iteration 2, ordinal 5
+    moment = MOMENTS[0] + 4 * CHUNK
+    events = [(t_bwd, GRADS[0], 64 << 10, HTOD), (t_bwd, moment, 1 * MiB, DTOH), (t_bwd, GRADS[0], 3, FAULT),
+              (10, PARAMS[0], 4096, HTOD)]  # before the window: outside every iteration
+    doc = build(native, events=events)
+    it2 = doc["iterations"][1]
+    assert it2["htod_bytes"] == 64 << 10 and it2["dtoh_bytes"] == 1 * MiB and it2["gpu_page_faults"] == 3
+    assert it2["phases"]["htod_bytes"][5] == 64 << 10 and sum(it2["phases"]["htod_bytes"]) == 64 << 10
+    assert doc["dropped"]["records_outside_iterations"] == 1
+    table = doc["chunks"]
+    row = table["chunk"].index(moment // CHUNK)
+    assert table["dtoh_bytes"][row] == 1 * MiB and table["allocation"][row] == 2
+
+
+def test_file_documents_its_bounds(native) -> None:
+    doc = build(native, iterations=1)
+    assert doc["chunk_bytes"] == CHUNK
+    assert set(doc["bounds"]) == {"launches", "pointers", "records", "names"}
+    assert doc["window"] == {"first_iteration": 1, "iterations": 1}
+    assert doc["allocations"][0] == [PARAMS[0], PARAMS[1]]
+
+
+def test_docs_name_every_top_level_field(native) -> None:
+    doc = build(native, iterations=1)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "profile.md").read_text()
+    for key in doc:
+        assert f"`{key}`" in text, key
