@@ -122,6 +122,7 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(StreamQuery, "cuStreamQuery");
             RESOLVE_DRV(StreamSynchronize, "cuStreamSynchronize");
             RESOLVE_DRV(FuncGetParamInfo, "cuFuncGetParamInfo");
+            RESOLVE_DRV(KernelGetParamInfo, "cuKernelGetParamInfo");
         }
         __atomic_store_n(&driver_state, h && driver.MemAllocManaged && driver.MemFree ? 1 : -1, __ATOMIC_RELEASE);
     }

@@ -50,6 +50,8 @@ typedef struct transit_driver_api {
     CUresult (*StreamSynchronize)(CUstream);
     /* The profile reads kernels' parameters (CUDA 12.4+; NULL before). */
     CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+    /* A launch may name a CUkernel where a CUfunction goes (the runtime's library loading does). */
+    CUresult (*KernelGetParamInfo)(CUkernel, size_t, size_t *, size_t *);
 } transit_driver_api;
 
 /* The runtime the application uses (the cudart that called our hook); NULL if none loaded. */

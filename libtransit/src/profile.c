@@ -5,6 +5,7 @@
  * mutex, taken only while the window collects. */
 #include "profile.h"
 #include "alloc_table.h"
+#include "chunks.h"
 #include "cuda_api.h"
 #include "json.h"
 #include "period.h"
@@ -25,6 +26,7 @@
 #define PARAM_POOL (1u << 18)     /* parameter sizes of every cached function */
 #define REFS_PER_LAUNCH 1024u     /* managed pointers kept per launch (multi-tensor kernels pass hundreds) */
 #define DEDUP_WINDOW 8u           /* a launch's recent pointers, for repeats */
+#define MERGE_WINDOW_NS 1000000u  /* one chunk's unified memory records this close are one event */
 
 enum { IDLE, COLLECTING, DONE };
 
@@ -43,6 +45,7 @@ static struct {
     profile_event *events;
     uint64_t nlaunches, nrefs, nevents, cap_launches, cap_refs, cap_events;
     uint64_t dropped_launches, dropped_refs, dropped_events;
+    uint64_t unread_launches; /* no parameter sizes known for the kernel */
     char *names[PROFILE_MAX_NAMES];
     uint64_t nnames;
     uint32_t name_slot[NAME_SLOTS]; /* name index + 1 */
@@ -139,8 +142,11 @@ static const function_params *params_of(void *f)
     }
     uint32_t first = pf.nparam_sizes, n = 0;
     size_t offset, size;
+    bool as_kernel = drv->FuncGetParamInfo((CUfunction)f, 0, &offset, &size) != CUDA_SUCCESS &&
+                     drv->KernelGetParamInfo && drv->KernelGetParamInfo((CUkernel)f, 0, &offset, &size) == CUDA_SUCCESS;
     while (n < MAX_PARAMS && first + n < PARAM_POOL &&
-           drv->FuncGetParamInfo((CUfunction)f, n, &offset, &size) == CUDA_SUCCESS)
+           (as_kernel ? drv->KernelGetParamInfo((CUkernel)f, n, &offset, &size)
+                      : drv->FuncGetParamInfo((CUfunction)f, n, &offset, &size)) == CUDA_SUCCESS)
         pf.param_size[first + n++] = (uint32_t)size;
     pf.nparam_sizes += n;
     *e = (function_params){.f = f, .first = first, .count = n};
@@ -184,6 +190,8 @@ static void scan_params(uint32_t launch, void *f, void **params, void **extra)
         return;
     }
     const function_params *fp = params && f ? params_of(f) : NULL;
+    if (!fp || !fp->count)
+        pf.unread_launches++;
     for (uint32_t i = 0; fp && i < fp->count; i++)
         scan_words(launch, params[i], pf.param_size[fp->first + i], &kept);
 }
@@ -231,10 +239,21 @@ void transit_profile_event(profile_event_kind kind, uint64_t start_ns, uint64_t 
 {
     if (!transit_profile_collecting())
         return;
+    uint64_t first = addr >> TRANSIT_CHUNK_SHIFT;
+    uint32_t chunks = kind == PROFILE_FAULT || !bytes ? 1 : (uint32_t)(((addr + bytes - 1) >> TRANSIT_CHUNK_SHIFT) - first + 1);
     pthread_mutex_lock(&lock);
-    if (pf.state == COLLECTING && grow((void **)&pf.events, &pf.nevents, &pf.cap_events, sizeof *pf.events,
-                                       PROFILE_MAX_EVENTS, &pf.dropped_events))
-        pf.events[pf.nevents - 1] = (profile_event){.start_ns = start_ns, .addr = addr, .bytes = bytes, .kind = kind};
+    profile_event *last = pf.nevents ? &pf.events[pf.nevents - 1] : NULL;
+    /* The driver moves a chunk in many small records: one chunk's, back to back within
+     * MERGE_WINDOW_NS, are one event (they go to the same phase and chunk). */
+    if (pf.state == COLLECTING && last && last->kind == (uint32_t)kind && last->chunks == 1 && chunks == 1 &&
+        last->addr >> TRANSIT_CHUNK_SHIFT == first && start_ns >= last->start_ns &&
+        start_ns - last->start_ns <= MERGE_WINDOW_NS) {
+        last->bytes += bytes;
+    } else if (pf.state == COLLECTING && grow((void **)&pf.events, &pf.nevents, &pf.cap_events, sizeof *pf.events,
+                                              PROFILE_MAX_EVENTS, &pf.dropped_events)) {
+        pf.events[pf.nevents - 1] =
+            (profile_event){.start_ns = start_ns, .addr = addr, .bytes = bytes, .kind = kind, .chunks = chunks};
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -285,7 +304,7 @@ static void take_collected(profile_input *in, char ***names)
                           .nrefs = pf.nrefs, .nevents = pf.nevents, .nnames = pf.nnames,
                           .first_iteration = pf.first, .iterations = pf.iterations,
                           .dropped_launches = pf.dropped_launches, .dropped_refs = pf.dropped_refs,
-                          .dropped_events = pf.dropped_events};
+                          .dropped_events = pf.dropped_events, .unread_launches = pf.unread_launches};
     *names = malloc((pf.nnames + 1) * sizeof **names);
     if (*names)
         memcpy(*names, pf.names, pf.nnames * sizeof **names);

@@ -40,6 +40,7 @@ typedef struct profile_ref {
 typedef struct profile_event {
     uint64_t start_ns, addr, bytes; /* bytes: a fault counts its fault groups, a remote map its bytes */
     uint32_t kind;                  /* profile_event_kind */
+    uint32_t chunks;                /* 2 MiB chunks it spans from addr's (1 for a fault; records merged) */
 } profile_event;
 
 typedef struct profile_alloc {
@@ -57,6 +58,7 @@ typedef struct profile_input {
     uint64_t first_iteration; /* the window's first iteration */
     uint32_t iterations;      /* how many it profiled */
     uint64_t dropped_launches, dropped_refs, dropped_events;
+    uint64_t unread_launches; /* launches whose parameter sizes the driver did not give */
 } profile_input;
 
 /* The JSON fields the builder renders (no braces; the caller adds identity and config): a

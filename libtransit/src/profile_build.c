@@ -268,8 +268,7 @@ static bool place_event(const build *b, uint64_t t, uint32_t *itn, uint32_t *pha
 
 static uint64_t event_last_chunk(const profile_event *e)
 {
-    bool spans = e->kind == PROFILE_HTOD || e->kind == PROFILE_DTOH || e->kind == PROFILE_REMOTE;
-    return spans && e->bytes ? CHUNK(e->addr + e->bytes - 1) : CHUNK(e->addr);
+    return CHUNK(e->addr) + TRANSIT_MAX(e->chunks, 1u) - 1;
 }
 
 static int add_events(build *b)
@@ -358,7 +357,7 @@ static int chunk_table(build *b)
             int64_t j = floor_index(b->chunks, m, c);
             uint64_t lo = TRANSIT_MAX(e->addr, c << TRANSIT_CHUNK_SHIFT);
             uint64_t hi = TRANSIT_MIN(e->addr + e->bytes, (c + 1) << TRANSIT_CHUNK_SHIFT);
-            uint64_t part = e->kind == PROFILE_FAULT ? e->bytes : hi > lo ? hi - lo : 0;
+            uint64_t part = e->chunks <= 1 ? e->bytes : hi > lo ? hi - lo : 0; /* merged: all in one chunk */
             uint64_t *col = e->kind == PROFILE_HTOD   ? b->c_htod
                             : e->kind == PROFILE_DTOH ? b->c_dtoh
                             : e->kind == PROFILE_FAULT ? b->c_faults
@@ -452,11 +451,12 @@ static void render(jbuf *j, const build *b)
               "\"chunk_bytes\": %llu, \"phases_max\": %u, \"bounds\": {\"launches\": %u, \"pointers\": %u, "
               "\"records\": %u, \"names\": %u}, \"dropped\": {\"launches\": %" PRIu64 ", \"pointers\": %" PRIu64
               ", \"records\": %" PRIu64 ", \"pointers_outside_allocations\": %" PRIu64
-              ", \"records_outside_iterations\": %" PRIu64 "}, \"window\": {\"first_iteration\": %" PRIu64
+              ", \"records_outside_iterations\": %" PRIu64 "}, \"scan\": {\"pointers\": %" PRIu64
+              ", \"launches_unread\": %" PRIu64 "}, \"window\": {\"first_iteration\": %" PRIu64
               ", \"iterations\": %u}, \"allocations\": [",
               TRANSIT_CHUNK_BYTES, PROFILE_MAX_PHASES, PROFILE_MAX_LAUNCHES, PROFILE_MAX_REFS, PROFILE_MAX_EVENTS,
               PROFILE_MAX_NAMES, in->dropped_launches, in->dropped_refs, in->dropped_events, b->refs_outside,
-              b->events_outside, in->first_iteration, in->iterations);
+              b->events_outside, in->nrefs, in->unread_launches, in->first_iteration, in->iterations);
     for (uint64_t a = 0; a < in->nallocs; a++)
         jb_printf(j, a ? ", [%" PRIu64 ", %" PRIu64 "]" : "[%" PRIu64 ", %" PRIu64 "]", in->allocs[a].addr,
                   in->allocs[a].bytes);

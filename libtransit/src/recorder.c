@@ -640,7 +640,8 @@ static void recorder_step(void)
     uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
     uint64_t t = transit_monotonic_ns();
     if (due || ((have_profiling || have_um) && t - last_flush >= period_ns)) {
-        flush(0);
+        /* The profile is built from the window's records: the buffer still filling holds some. */
+        flush(due && transit_profile_collecting() ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
         last_flush = t;
     }
     if (due) {

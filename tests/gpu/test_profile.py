@@ -69,6 +69,8 @@ def test_profile_covers_the_warm_up_window(profiled) -> None:
     assert all(it["timed"] for it in its) and all(d > 0 for d in its[1]["kernel_duration_ns"])
     assert its[0]["kernel_name"] == its[1]["kernel_name"]
     assert prof["dropped"]["launches"] == prof["dropped"]["pointers"] == prof["dropped"]["records"] == 0
+    # every launch's parameters were read, and some point into managed memory
+    assert prof["scan"]["launches_unread"] == 0 and prof["scan"]["pointers"] > 0, prof["scan"]
 
 
 def test_pointers_cover_the_training_state(profiled) -> None:

@@ -78,7 +78,7 @@ int transit_hist_json(const transit_hist *h, transit_hist_field field, char *buf
 
 typedef struct profile_launch { uint64_t start_ns, end_ns; uint32_t iteration, ordinal, name; } profile_launch;
 typedef struct profile_ref { uint64_t addr; uint32_t launch; } profile_ref;
-typedef struct profile_event { uint64_t start_ns, addr, bytes; uint32_t kind; } profile_event;
+typedef struct profile_event { uint64_t start_ns, addr, bytes; uint32_t kind, chunks; } profile_event;
 typedef struct profile_alloc { uint64_t addr, bytes; } profile_alloc;
 typedef struct profile_input {
     const profile_launch *launches; const profile_ref *refs; const profile_event *events;
@@ -86,6 +86,7 @@ typedef struct profile_input {
     uint64_t nlaunches, nrefs, nevents, nallocs, nnames;
     uint64_t first_iteration; uint32_t iterations;
     uint64_t dropped_launches, dropped_refs, dropped_events;
+    uint64_t unread_launches;
 } profile_input;
 char *transit_profile_build(const profile_input *in);
 void free(void *p);

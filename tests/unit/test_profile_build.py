@@ -57,7 +57,8 @@ def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 
     c_launches = ffi.new("profile_launch[]", [{"start_ns": s, "end_ns": e, "iteration": i, "ordinal": o, "name": n}
                                               for s, e, i, o, n in launches])
     c_refs = ffi.new("profile_ref[]", [{"addr": a, "launch": li} for a, li in refs])
-    c_events = ffi.new("profile_event[]", [{"start_ns": s, "addr": a, "bytes": b, "kind": k}
+    c_events = ffi.new("profile_event[]", [{"start_ns": s, "addr": a, "bytes": b, "kind": k,
+                                            "chunks": 1 if k == FAULT else (a + b - 1) // CHUNK - a // CHUNK + 1}
                                            for s, a, b, k in events] or 1)
     regions = [PARAMS, GRADS, MOMENTS, ACTIVATIONS]
     c_allocs = ffi.new("profile_alloc[]", [{"addr": a, "bytes": b} for a, b in regions])
