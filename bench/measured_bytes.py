@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ PCIE_CALIBRATION = {"h2d_rx_per_byte": 1157649668 / GIB, "h2d_tx_per_byte": 1007
 
 def unwrapped(values: list[int]) -> list[int]:
     out = [values[0]]
-    for a, b in zip(values, values[1:]):
+    for a, b in itertools.pairwise(values):
         step = b - a
         out.append(out[-1] + (step + 2**32 if step < 0 else step))
     return out
@@ -67,7 +68,7 @@ def run_summary(root: Path, name: str, pcie: PcieSamples | None) -> dict:
     result = json.loads((root / f"{name}.json").read_text())
     timeline, start = stats["timeline"], stats["time"]["start_unix"]
     iterations = []
-    for prev, e in zip(timeline, timeline[1:]):
+    for prev, e in itertools.pairwise(timeline):
         row = {"iteration": e["iteration"], "seconds": round(e["t"] - prev["t"], 3),
                "htod_bytes": e["htod_bytes"] - prev["htod_bytes"], "dtoh_bytes": e["dtoh_bytes"] - prev["dtoh_bytes"],
                "gpu_page_faults": e["gpu_page_faults"] - prev["gpu_page_faults"],

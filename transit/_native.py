@@ -39,6 +39,24 @@ void transit_alloc_reset(void);
 transit_alloc *transit_alloc_snapshot(int kind, size_t *n);
 typedef struct transit_range { uint64_t addr; uint64_t bytes; } transit_range;
 size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, size_t cap);
+
+/* transit replay (libtransit/src/replay.h) */
+typedef struct transit_replay_input {
+    uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch;
+    const uint64_t *compute_ns; const uint32_t *first_launch; uint32_t launches;
+} transit_replay_input;
+typedef struct transit_replay_params {
+    int policy; uint64_t limit; uint32_t warmup; uint32_t iterations;
+    double prefetch_htod_bps, dtoh_bps, fault_htod_bps, zero_copy_bps;
+} transit_replay_params;
+typedef struct transit_replay_iteration {
+    uint64_t htod_bytes, dtoh_bytes, faults, zero_copy_bytes, evicted_chunks, resident_peak_bytes;
+    uint64_t fill_bytes; double compute_s, transfer_s, step_s;
+} transit_replay_iteration;
+int transit_replay_run(const transit_replay_input *in, const transit_replay_params *params,
+                       transit_replay_iteration *out, char *err, size_t errlen);
+const char *transit_policy_name(int p);
+int transit_parse_policy(const char *var, const char *text, int *out, char *err, size_t errlen);
 """
 TASK_ENV_MAX = 8
 
@@ -98,6 +116,15 @@ def task_env(
         return {ffi.string(vars_[i].name).decode(): ffi.string(vars_[i].value).decode() for i in range(n)}
     finally:
         lib().transit_task_env_free(vars_, n)
+
+
+def policy_number(name: str, what: str = "policy") -> int:
+    """The C enum value of a policy name (config.c holds the one list)."""
+    out = ffi.new("int *")
+    err = ffi.new("char[]", 512)
+    if lib().transit_parse_policy(what.encode(), name.encode(), out, err, 512):
+        raise UsageError(ffi.string(err).decode())
+    return int(out[0])
 
 
 def parse_size(text: str) -> int:

@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "submit": "transit.launch",
     "report": "transit.report",
     "simulate": "transit.sim",
+    "replay": "transit.replay",
     "cluster": "transit.cluster",  # wraps scripts/dev-cluster
 }
 

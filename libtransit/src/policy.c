@@ -70,6 +70,7 @@
 #include "attrib.h"
 #include "chunks.h"
 #include "cuda_api.h"
+#include "decide.h"
 #include "host_residency.h"
 #include "internal.h"
 #include "iteration.h"
@@ -88,9 +89,8 @@
 /* The estimate is evicted from L down to EVICT_TARGET, so not at every tick; the measured bound
  * from EVICT_TARGET down to BOUND_TARGET: data keeps faulting in during the tick and while the
  * evictions run, and the bound is what must not pass L. */
-#define EVICT_TARGET(limit) ((limit) - (limit) / 32)
-#define BOUND_TARGET(limit) ((limit) - (limit) / 16)
-#define PLAN_SLACK(limit) ((limit) / 16) /* the estimate over L by this: the tick evicts while planning */
+#define EVICT_TARGET TRANSIT_EVICT_TARGET
+#define BOUND_TARGET TRANSIT_BOUND_TARGET
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
@@ -103,8 +103,7 @@
 #define HOST_CHECK_PERIOD_S 0.25            /* smaps costs the kernel a walk of every mapping: not more often */
 #define HOST_CHECK_DUTY_DIV 10              /* ...nor for more than 1/10 of the tick thread's time */
 #define HOST_CHECK_FROM(limit) ((limit) / 2) /* ...nor while the managed total stays under it */
-#define FILL_TARGET(limit) ((limit) - (limit) / 128) /* room for an allocation between two readings */
-#define FILL_STEP_MIN (16 * TRANSIT_CHUNK_BYTES)      /* under FILL_TARGET by less: no fill */
+#define FILL_TARGET TRANSIT_FILL_TARGET
 
 static struct {
     uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
@@ -141,7 +140,8 @@ static int advise_applied;
  * without an eviction or sweep; filling until a reading is within FILL_STEP_MIN of FILL_TARGET;
  * full (no more fills: data the application itself moves to the host stays there); ended by an
  * eviction. */
-enum { FILL_WAITING, FILL_FILLING, FILL_FULL, FILL_ENDED };
+enum { FILL_WAITING = TRANSIT_FILL_WAITING, FILL_FILLING = TRANSIT_FILL_FILLING, FILL_FULL = TRANSIT_FILL_FULL,
+       FILL_ENDED = TRANSIT_FILL_ENDED };
 static const char *const fill_state_names[] = {"waiting", "filling", "full", "ended"};
 static int fill_state;
 static uint64_t moves_at_mark = UINT64_MAX; /* evictions and sweep ranges at the last mark since advise applied */
@@ -305,6 +305,14 @@ static bool fill_holds(int state)
     return state == FILL_FILLING || state == FILL_FULL;
 }
 
+/* What limit mode decides from (decide.h). */
+static transit_limit_view limit_view(bool fill_held)
+{
+    return (transit_limit_view){.limit = transit_g.cfg.mem_limit, .estimating = estimating(),
+                                .planning = transit_policy_planning(), .fill_held = fill_held,
+                                .correction = transit_get(&pc.target_correction)};
+}
+
 /* ---- limit mode: the chunk estimate (chunks_lock held) ---- */
 
 static transit_chunks *chunks_locked(void)
@@ -426,7 +434,8 @@ static bool prefetch_range(const transit_driver_api *drv, transit_range r, CUdev
  * more would cycle). */
 static void make_room(const transit_driver_api *drv, const transit_range *need, size_t n, CUstream stream)
 {
-    uint64_t target = EVICT_TARGET(transit_g.cfg.mem_limit) - transit_get(&pc.target_correction);
+    transit_limit_view v = limit_view(false);
+    uint64_t target = transit_decide_launch_target(&v);
     transit_range victims[EVICT_BATCH];
     bool refused = false;
     pthread_mutex_lock(&chunks_lock);
@@ -565,14 +574,8 @@ static uint64_t read_bound(void)
  * bound went 6.0 GiB over L, against 0.3-2.7 over L in them. */
 static uint64_t bound_excess(uint64_t bound, bool fill_held)
 {
-    uint64_t limit = transit_g.cfg.mem_limit;
-    /* Without records these evictions are all there is: their targets take the correction. */
-    uint64_t correction = estimating() ? 0 : transit_get(&pc.target_correction);
-    if (fill_held)
-        return 0;
-    if (transit_policy_planning())
-        return bound > limit ? bound - EVICT_TARGET(limit) : 0;
-    return bound > EVICT_TARGET(limit) - correction ? bound - (BOUND_TARGET(limit) - correction) : 0;
+    transit_limit_view v = limit_view(fill_held);
+    return transit_decide_bound_excess(&v, bound);
 }
 
 /* What the bound, read now, asks to evict with `coming` bytes about to be allocated counted in
@@ -671,8 +674,9 @@ static void evict(const transit_driver_api *drv, CUstream stream, uint64_t bound
          * before anything was filled: the RSS's bound, which let the fill begin, can read under
          * the first smaps reading (on an H200, 987 against 1,053 MiB at L = 1 GiB); this
          * eviction takes the device back under L, and the fill goes on from there. */
-        if (fill_held && (fill_now() == FILL_FULL || transit_get(&pc.fill_ranges)))
-            __atomic_store_n(&fill_state, FILL_ENDED, __ATOMIC_RELEASE);
+        if (fill_held)
+            __atomic_store_n(&fill_state, transit_decide_fill_at_eviction((transit_fill_state)fill_now(), transit_get(&pc.fill_ranges)),
+                             __ATOMIC_RELEASE);
         /* What went below the estimate's own target, the bound asked for. */
         uint64_t after = resident - picked;
         transit_add(&pc.bound_evict_bytes,
@@ -735,20 +739,19 @@ static void correct_target(uint64_t peak)
     uint64_t limit = transit_g.cfg.mem_limit;
     if (__atomic_fetch_add(&pc.corrected_marks, 1, __ATOMIC_RELAXED) == 0)
         return;
-    int64_t c = (int64_t)transit_get(&pc.target_correction) + (int64_t)peak - (int64_t)BOUND_TARGET(limit);
-    c = TRANSIT_MIN(TRANSIT_MAX(c, 0), (int64_t)(EVICT_TARGET(limit) / 2));
-    __atomic_store_n(&pc.target_correction, (uint64_t)c, __ATOMIC_RELAXED);
+    __atomic_store_n(&pc.target_correction, transit_decide_correction(transit_get(&pc.target_correction), peak, limit),
+                     __ATOMIC_RELAXED);
 }
 
 /* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */
 static void start_fill_when_still(void)
 {
-    if (fill_now() != FILL_WAITING || !estimating() ||
-        !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE))
+    if (fill_now() != FILL_WAITING || !estimating() || !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE))
         return;
     uint64_t moves = transit_get(&pc.evict_count) + transit_get(&pc.sweep_ranges);
-    if (__atomic_exchange_n(&moves_at_mark, moves, __ATOMIC_RELAXED) == moves)
-        __atomic_store_n(&fill_state, FILL_FILLING, __ATOMIC_RELEASE);
+    uint64_t at_mark = __atomic_exchange_n(&moves_at_mark, moves, __ATOMIC_RELAXED);
+    __atomic_store_n(&fill_state, transit_decide_fill_at_mark(TRANSIT_FILL_WAITING, true, true, at_mark, moves),
+                     __ATOMIC_RELEASE);
 }
 
 uint64_t transit_policy_evicted_bytes(void)
@@ -887,7 +890,7 @@ void transit_policy_launch(const transit_launch *l)
     bool do_replay =
         (c->policy == TRANSIT_POLICY_PREFETCH || transit_policy_plans_at_launches()) && has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&advise_applied, __ATOMIC_ACQUIRE) &&
-                     l->iteration > c->warmup_iters && prev && l->ordinal == prev / 2;
+                     transit_decide_advise_at_launch(l->iteration, c->warmup_iters, l->ordinal, prev);
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
@@ -1035,12 +1038,8 @@ static bool enter_context(const transit_driver_api *drv, int dev)
  * (bound_excess). */
 static bool evict_due(bool fill_held)
 {
-    uint64_t limit = transit_g.cfg.mem_limit, resident = transit_get(&pc.resident);
-    if (!estimating())
-        return false;
-    if (transit_policy_planning())
-        return resident > limit + PLAN_SLACK(limit);
-    return resident > limit && !fill_held;
+    transit_limit_view v = limit_view(fill_held);
+    return transit_decide_evict_due(&v, transit_get(&pc.resident));
 }
 
 /* What the bound, read now and recorded, asks to evict (bound_excess); 0 before the first smaps
@@ -1063,18 +1062,13 @@ static uint64_t bound_over(bool fill_held, uint64_t *bound_read)
  * how far the reading is over L, to come down to FILL_TARGET... */
 static uint64_t fill_over(uint64_t measured)
 {
-    uint64_t limit = transit_g.cfg.mem_limit;
-    return measured != UINT64_MAX && measured > limit ? measured - FILL_TARGET(limit) : 0;
+    return transit_decide_fill_over(measured, transit_g.cfg.mem_limit);
 }
 
-/* ...or how much to bring to the device, in whole chunks (0 when under FILL_TARGET by less than
- * FILL_STEP_MIN; for L of 256 MiB or more a chunk past it is still under L). */
+/* ...or how much to bring to the device (0 when the device is full). */
 static uint64_t fill_room(uint64_t measured)
 {
-    uint64_t target = FILL_TARGET(transit_g.cfg.mem_limit);
-    if (measured == UINT64_MAX || measured + FILL_STEP_MIN > target)
-        return 0;
-    return (target - measured + TRANSIT_CHUNK_BYTES - 1) & ~(TRANSIT_CHUNK_BYTES - 1);
+    return transit_decide_fill_room(measured, transit_g.cfg.mem_limit);
 }
 
 static void fill_is_full(uint64_t measured)

@@ -245,7 +245,8 @@ static int add_pointer_touches(build *b)
 }
 
 /* The iteration and phase an event's GPU time falls in: the last whose first kernel began at or
- * before it. False when it came before the window's first timed kernel, or nothing was timed. */
+ * before it. False when it came before the window's first timed kernel or after its last one ended,
+ * or nothing was timed. */
 static bool place_event(const build *b, uint64_t t, uint32_t *itn, uint32_t *phase)
 {
     bool found = false;
@@ -259,6 +260,8 @@ static bool place_event(const build *b, uint64_t t, uint32_t *itn, uint32_t *pha
     if (!found)
         return false;
     const iteration *it = &b->it[*itn];
+    if (*itn + 1 == b->in->iterations && t > it->t1)
+        return false; /* after the window's last kernel: the next iteration's (the window's drain) */
     *phase = 0;
     for (uint32_t q = 0; q < it->nphases; q++)
         if (it->phase_start[q] && it->phase_start[q] <= t)
