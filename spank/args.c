@@ -55,8 +55,8 @@ static int parse_mode(const char *value, mode_t *out, char *err, size_t errlen)
     unsigned long mode = strtoul(value, &end, 8);
     if (value[0] < '0' || value[0] > '7' || *end || mode > 0777 || (mode & 0700) != 0700) {
         transit_show(value, shown, sizeof shown);
-        snprintf(err, errlen, "plugstack.conf: report_dir_mode='%s' is not allowed; use octal permission bits "
-                 "from 0700 to 0777 that include 0700, e.g. 0750" ADMIN, shown);
+        snprintf(err, errlen, "plugstack.conf: report_dir_mode='%s' is not allowed; use octal permission "
+                 "bits from 0700 to 0777 that include 0700, e.g. 0750" ADMIN, shown);
         return -1;
     }
     *out = (mode_t)mode;
@@ -76,7 +76,8 @@ static int parse_one(struct transit_conf *conf, const char *arg, unsigned *seen,
     }
     unsigned bit = 1u << (key - conf_keys);
     if (*seen & bit) {
-        snprintf(err, errlen, "plugstack.conf: %s= is given twice ('%s' is the second)" ADMIN, key->name, shown);
+        snprintf(err, errlen, "plugstack.conf: %s= is given twice ('%s' is the second)" ADMIN, key->name,
+                 shown);
         return -1;
     }
     *seen |= bit;

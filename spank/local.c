@@ -45,7 +45,8 @@ static int task_environment(const char *policy, const char *mem_limit, const cha
         return -1;
     for (char **e = environ; *e; e++) {
         if (strncmp(*e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !strncmp(*e, "TRANSIT_POLICY=", 15) ||
-            (mem_limit && !strncmp(*e, "TRANSIT_MEM_LIMIT=", 18)) || (report_dir && !strncmp(*e, "TRANSIT_OUT=", 12)))
+            (mem_limit && !strncmp(*e, "TRANSIT_MEM_LIMIT=", 18)) ||
+            (report_dir && !strncmp(*e, "TRANSIT_OUT=", 12)))
             continue;
         if (!(envp[n++] = strdup(*e)))
             goto oom;
@@ -71,7 +72,8 @@ int transit_local_post_opt(spank_t sp)
 
     if (!transit_opts.requested) {
         if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
-            return transit_refuse("--transit-mem-limit and --transit-report-dir need --transit (e.g. --transit=advise)");
+            return transit_refuse("--transit-mem-limit and --transit-report-dir need --transit "
+                                  "(e.g. --transit=advise)");
         return 0;
     }
     if (transit_opts.off)

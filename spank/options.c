@@ -97,16 +97,18 @@ int transit_refuse(const char *fmt, ...)
     return -1;
 }
 
-/* Copies a user value into dst after `var`'s rules accepted it; -1 (and one line) otherwise.
- * In slurmstepd (remote) the value is recorded as it is: a refusal there would silently run the
- * job without TRANSIT, while the task's own checks fail the task with the same message. */
-static int store(char *dst, size_t dstlen, const char *opt, const char *var, const char *value, int remote)
+/* Copies a user value into dst after `var`'s rules accepted it; -1 (and one line, ending with
+ * `also`: what the option allows beyond the variable) otherwise. In slurmstepd (remote) the value
+ * is recorded as it is: a refusal there would silently run the job without TRANSIT, while the
+ * task's own checks fail the task with the same message. */
+static int store(char *dst, size_t dstlen, const char *opt, const char *var, const char *also,
+                 const char *value, int remote)
 {
     char err[TRANSIT_ERR_MAX], shown[TRANSIT_SHOW_MAX], name[TRANSIT_WORD_MAX];
     size_t len = strlen(value);
     snprintf(name, sizeof(name), "--%s", opt);
     if (!remote && var && transit_check_value(var, name, value, err, sizeof(err)) < 0)
-        return transit_refuse("%s", err);
+        return transit_refuse("%s%s", err, also);
     if (len >= dstlen) {
         transit_show(value, shown, sizeof(shown));
         return transit_refuse("%s='%s' is longer than %zu characters", name, shown, dstlen - 1);
@@ -138,15 +140,13 @@ int transit_opt_policy(int val, const char *optarg, int remote)
         transit_opts = next;
         return 0;
     }
-    if (optarg[0] == '\0')
-        return transit_refuse("--transit= needs a value: %s (or plain --transit for the site default)",
-                              policy_arginfo);
     if (!strcmp(optarg, TRANSIT_OFF)) {
         next.off = true; /* nothing to check: the tasks are left alone */
         transit_opts = next;
         return 0;
     }
-    if (store(next.policy, sizeof(next.policy), "transit", "TRANSIT_POLICY", optarg, remote) < 0)
+    if (store(next.policy, sizeof(next.policy), "transit", "TRANSIT_POLICY",
+              ", or off (plain --transit: the site default)", optarg, remote) < 0)
         return -1;
     transit_opts = next;
     return 0;
@@ -156,7 +156,7 @@ int transit_opt_mem_limit(int val, const char *optarg, int remote)
 {
     (void)val;
     struct transit_opts next = transit_opts;
-    if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", "TRANSIT_MEM_LIMIT",
+    if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", "TRANSIT_MEM_LIMIT", "",
               optarg ? optarg : "", remote) < 0)
         return -1;
     transit_opts = next;
@@ -168,9 +168,10 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     (void)val;
     char err[TRANSIT_ERR_MAX];
     struct transit_opts next = transit_opts;
-    if (!remote && transit_check_dir("--transit-report-dir", optarg ? optarg : "", true, err, sizeof(err)) < 0)
+    if (!remote &&
+        transit_check_dir("--transit-report-dir", optarg ? optarg : "", true, err, sizeof(err)) < 0)
         return transit_refuse("%s", err);
-    if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, optarg ? optarg : "",
+    if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, "", optarg ? optarg : "",
               remote) < 0)
         return -1;
     transit_opts = next;

@@ -88,9 +88,13 @@ static int open_job_dir(const char *base, bool privileged, bool create_base)
         step_error("cannot create %.300s/%s: %s", base, name, strerror(errno));
         goto fail;
     }
-    if ((fd = openat(basefd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+    fd = openat(basefd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int why = errno;
+        struct stat found; /* only to say what it is: the refusal above did not follow it */
+        bool link = fstatat(basefd, name, &found, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(found.st_mode);
         step_error("%.300s/%s is not a directory this job can use (%s); %s", base, name,
-                   errno == ELOOP ? "a symbolic link" : strerror(errno), who);
+                   link ? "a symbolic link" : strerror(why), who);
         goto fail;
     }
     uid_t expected = privileged ? transit_step.uid : geteuid();
@@ -101,7 +105,8 @@ static int open_job_dir(const char *base, bool privileged, bool create_base)
     }
     if (st.st_uid != expected) { /* root's, fresh from mkdirat here or on another node */
         if (fchown(fd, transit_step.uid, transit_step.gid) < 0) {
-            step_error("cannot give %.300s/%s to uid %u: %s", base, name, (unsigned)transit_step.uid, strerror(errno));
+            step_error("cannot give %.300s/%s to uid %u: %s", base, name, (unsigned)transit_step.uid,
+                       strerror(errno));
             goto fail;
         }
         created = true;
@@ -145,7 +150,8 @@ int transit_step_post_opt(spank_t sp)
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (!report_dir)
         return 0;
-    int n = snprintf(transit_step.job_dir, sizeof(transit_step.job_dir), "%s/%u/", report_dir, transit_step.job_id);
+    int n = snprintf(transit_step.job_dir, sizeof(transit_step.job_dir), "%s/%u/", report_dir,
+                     transit_step.job_id);
     if (n < 0 || (size_t)n >= sizeof(transit_step.job_dir)) {
         step_error("the report directory %.300s is too long", report_dir);
         return 0;
@@ -171,7 +177,8 @@ static int write_step_file(spank_t sp, int dirfd)
     int fd, rc = -1;
     char err[TRANSIT_ERR_MAX];
 
-    if (transit_step.policy && transit_parse_policy("TRANSIT_POLICY", transit_step.policy, &policy, err, sizeof(err)))
+    if (transit_step.policy &&
+        transit_parse_policy("TRANSIT_POLICY", transit_step.policy, &policy, err, sizeof(err)))
         goto bad_value;
     if (transit_step.mem_limit &&
         transit_parse_size("TRANSIT_MEM_LIMIT", transit_step.mem_limit, &limit, err, sizeof(err)))
@@ -189,8 +196,8 @@ static int write_step_file(spank_t sp, int dirfd)
     jb_printf(&b, "{\"schema\": \"%s\", \"job_id\": \"%u\", \"step_id\": \"%u\", \"user\": ", STEP_SCHEMA,
               transit_step.job_id, transit_step.step_id);
     jb_str(&b, found ? pw.pw_name : NULL);
-    jb_printf(&b, ", \"uid\": %u, \"policy\": \"%s\", \"mode\": \"%s\", \"limit_bytes\": ", (unsigned)transit_step.uid,
-              transit_policy_name(policy), limit ? "limit" : "physical");
+    jb_printf(&b, ", \"uid\": %u, \"policy\": \"%s\", \"mode\": \"%s\", \"limit_bytes\": ",
+              (unsigned)transit_step.uid, transit_policy_name(policy), limit ? "limit" : "physical");
     if (limit)
         jb_printf(&b, "%llu", (unsigned long long)limit);
     else
@@ -213,7 +220,8 @@ static int write_step_file(spank_t sp, int dirfd)
     jb_trim_comma(&b);
     jb_printf(&b, "}, \"nodes\": ");
     jb_str(&b, nodes_p);
-    jb_printf(&b, ", \"ntasks\": %u, \"start_unix\": %.3f}\n", ntasks, (double)now.tv_sec + now.tv_nsec / 1e9);
+    jb_printf(&b, ", \"ntasks\": %u, \"start_unix\": %.3f}\n", ntasks,
+              (double)now.tv_sec + now.tv_nsec / 1e9);
     if (b.overflow) {
         step_error("the step file does not fit in %zu bytes", cap);
         goto out;

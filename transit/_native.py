@@ -159,4 +159,5 @@ def show(text: str) -> str:
 
 def policies() -> tuple[str, ...]:
     """libtransit's policies, in its order (config.c holds the one list)."""
-    return tuple(ffi.string(lib().transit_policy_name(i)).decode() for i in range(lib().transit_policy_count()))
+    count = lib().transit_policy_count()
+    return tuple(ffi.string(lib().transit_policy_name(i)).decode() for i in range(count))

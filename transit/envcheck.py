@@ -17,7 +17,8 @@ def check(env: Mapping[str, str]) -> None:
     _native.env_check({k: v for k, v in env.items() if k.startswith(PREFIX)})
 
 
-def pick(option: str | None, option_name: str, env: Mapping[str, str], var: str) -> tuple[str | None, str | None]:
+def pick(option: str | None, option_name: str, env: Mapping[str, str],
+         var: str) -> tuple[str | None, str | None]:
     """The value that applies, the option's over the environment's, and a note (or None) that
     tells the user when the environment's value is overridden or applies on its own."""
     from_env = env.get(var)
@@ -25,4 +26,5 @@ def pick(option: str | None, option_name: str, env: Mapping[str, str], var: str)
         return from_env, None
     if from_env is None or from_env == option:
         return option, None
-    return option, f"note: {option_name}={_native.show(option)} overrides {var}='{_native.show(from_env)}' from the environment"
+    return option, (f"note: {option_name}={_native.show(option)} overrides {var}='{_native.show(from_env)}' "
+                    "from the environment")

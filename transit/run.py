@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="emulated device capacity from 256M to 16T, e.g. 40G (limit mode; default: "
                      "$TRANSIT_MEM_LIMIT, else physical mode)")
     run.add_argument("--out", metavar="DIR",
-                     help=f"directory for the per-process stats files (default: $TRANSIT_OUT, else ./{DEFAULT_OUT})")
+                     help="directory for the per-process stats files (default: $TRANSIT_OUT, else "
+                     f"./{DEFAULT_OUT})")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     run.set_defaults(func=main_run)
 
@@ -57,10 +58,12 @@ def main_run(args: argparse.Namespace) -> int:
     if args.mem_limit is not None:
         _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
     elif mem_limit is not None:
-        limit_note = f"note: TRANSIT_MEM_LIMIT='{_native.show(mem_limit)}' from the environment turns limit " \
-                     "mode on, as --mem-limit would"
+        limit_note = (f"note: TRANSIT_MEM_LIMIT='{_native.show(mem_limit)}' from the environment turns "
+                      "limit mode on, as --mem-limit would")
     out = DEFAULT_OUT if out is None else out
-    _native.check_dir("--out" if args.out is not None else "TRANSIT_OUT", os.path.abspath(out) if out else out)
+    # as typed, only made absolute: the message shows what the user gave
+    _native.check_dir("--out" if args.out is not None else "TRANSIT_OUT",
+                      os.path.join(os.getcwd(), out) if out else out)
     env = build_env(policy, mem_limit, out, base)
     envcheck.check(env)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:

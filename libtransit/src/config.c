@@ -197,11 +197,13 @@ static int parse_size_as(const char *var, const char *shown, const char *text, u
     transit_show(text, value, sizeof value);
     if (!text || size_grammar(text, &bytes) < 0) {
         snprintf(err, errlen, "%s='%s' is not a size; use a whole or decimal number with an optional K, M, G "
-                 "or T (powers of 1024) and an optional B or iB, from %s to %s", shown, value, lo_text, hi_text);
+                 "or T (powers of 1024) and an optional B or iB, from %s to %s", shown, value, lo_text,
+                 hi_text);
         return -1;
     }
     if (bytes < lo || bytes > hi) {
-        snprintf(err, errlen, "%s='%s' is out of range; use a size from %s to %s", shown, value, lo_text, hi_text);
+        snprintf(err, errlen, "%s='%s' is out of range; use a size from %s to %s", shown, value, lo_text,
+                 hi_text);
         return -1;
     }
     *out = bytes;
@@ -280,8 +282,8 @@ static int parse_uint_as(const char *var, const char *text, unsigned lo, unsigne
     }
     transit_show(text, value, sizeof value);
     if (zero_means)
-        snprintf(err, errlen, "%s='%s' is not allowed; use 0 (%s) or a whole number from %u to %u", var, value,
-                 zero_means, lo, hi);
+        snprintf(err, errlen, "%s='%s' is not allowed; use 0 (%s) or a whole number from %u to %u", var,
+                 value, zero_means, lo, hi);
     else
         snprintf(err, errlen, "%s='%s' is not allowed; use a whole number from %u to %u", var, value, lo, hi);
     return -1;
@@ -311,8 +313,8 @@ static int parse_dir(const char *shown, const char *text, char *out, size_t outl
 }
 
 /* Parses `text` as variable v into cfg (or only checks it when cfg is NULL), naming it `shown`. */
-static int parse_var(const transit_var *v, const char *shown, const char *text, transit_config *cfg, char *err,
-                     size_t errlen)
+static int parse_var(const transit_var *v, const char *shown, const char *text, transit_config *cfg,
+                     char *err, size_t errlen)
 {
     transit_config scratch;
     char *field = (char *)(cfg ? cfg : &scratch) + v->field;
@@ -320,8 +322,8 @@ static int parse_var(const transit_var *v, const char *shown, const char *text, 
     case VAR_POLICY: return transit_parse_policy(shown, text, (transit_policy *)(void *)field, err, errlen);
     case VAR_SIZE: return parse_size_as(v->name, shown, text, (uint64_t *)(void *)field, err, errlen);
     case VAR_UINT:
-        return parse_uint_as(shown, text, (unsigned)v->lo, (unsigned)v->hi, v->zero, (unsigned *)(void *)field, err,
-                             errlen);
+        return parse_uint_as(shown, text, (unsigned)v->lo, (unsigned)v->hi, v->zero,
+                             (unsigned *)(void *)field, err, errlen);
     case VAR_BOOL: return transit_parse_bool(shown, text, (bool *)(void *)field, err, errlen);
     case VAR_DIR: return parse_dir(shown, text, field, sizeof scratch.out_dir, err, errlen);
     case VAR_TOOL: return 0;
@@ -357,7 +359,8 @@ TRANSIT_INTERNAL int transit_check_dir(const char *shown, const char *path, bool
     if (parse_dir(shown, path, probe, sizeof probe - REPORT_DIR_ROOM, err, errlen) < 0)
         return -1;
     if (path[0] != '/') {
-        snprintf(err, errlen, "%s='%s' is not an absolute path; use a directory path starting with /", shown, value);
+        snprintf(err, errlen, "%s='%s' is not an absolute path; use a directory path starting with /", shown,
+                 value);
         return -1;
     }
     /* the deepest part of the path that exists, resolved (symbolic links, ..), then the rest */
@@ -384,8 +387,8 @@ TRANSIT_INTERNAL int transit_check_dir(const char *shown, const char *path, bool
         snprintf(whole, sizeof whole, "%s", resolved);
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         if (under(whole, refused[i])) {
-            snprintf(err, errlen, "%s='%s' is under %s; use a directory outside /proc, /sys and /dev", shown, value,
-                     refused[i]);
+            snprintf(err, errlen, "%s='%s' is under %s; use a directory outside /proc, /sys and /dev", shown,
+                     value, refused[i]);
             return -1;
         }
     }

@@ -118,9 +118,10 @@ static void option_cases(void)
     EXPECT(parse(3, site) == 0 && !strcmp(transit_conf.hook_dir, "/x/hook"));
     EXPECT(transit_opt_policy(0, NULL, 0) == 0);
     EXPECT(!strcmp(transit_effective_policy(&transit_opts, NULL, &transit_conf), "prefetch"));
-    EXPECT(!strcmp(transit_effective_policy(&transit_opts, "advise", &transit_conf), "advise")); /* env over site */
+    /* the environment over the site's default, the option over the environment */
+    EXPECT(!strcmp(transit_effective_policy(&transit_opts, "advise", &transit_conf), "advise"));
     EXPECT(transit_opt_policy(0, "base", 0) == 0);
-    EXPECT(!strcmp(transit_effective_policy(&transit_opts, "advise", &transit_conf), "base")); /* option over env */
+    EXPECT(!strcmp(transit_effective_policy(&transit_opts, "advise", &transit_conf), "base"));
     free(longval);
 }
 
@@ -172,9 +173,10 @@ static unsigned rnd(unsigned n)
  * bytes, sometimes very long. */
 static char *random_value(void)
 {
-    static const char *const pieces[] = {"base", "prefetch", "advise", "off", "(null)", "40", "1.5", "G", "T", "K",
-                                         "iB", "B", "/", "..", "e308", "-", "=", " ", "%s", "%n", "0x1p9", "inf",
-                                         "nan", ":", "/proc", "/tmp", "TRANSIT_", "POLICY", "\n", "'"};
+    static const char *const pieces[] = {"base", "prefetch", "advise", "off", "(null)", "40", "1.5", "G",
+                                         "T", "K", "iB", "B", "/", "..", "e308", "-", "=", " ", "%s", "%n",
+                                         "0x1p9", "inf", "nan", ":", "/proc", "/tmp", "TRANSIT_", "POLICY",
+                                         "\n", "'"};
     /* lengths at the edges of the plugin's buffers, where off-by-one errors live */
     static const size_t edges[] = {TRANSIT_WORD_MAX - 1, TRANSIT_WORD_MAX, TRANSIT_WORD_MAX + 1,
                                    PATH_MAX - 65, PATH_MAX - 64, PATH_MAX - 1, PATH_MAX, PATH_MAX + 1};
@@ -209,7 +211,8 @@ static void check_terminated(void)
 {
     EXPECT(strnlen(transit_opts.policy, sizeof(transit_opts.policy)) < sizeof(transit_opts.policy));
     EXPECT(strnlen(transit_opts.mem_limit, sizeof(transit_opts.mem_limit)) < sizeof(transit_opts.mem_limit));
-    EXPECT(strnlen(transit_opts.report_dir, sizeof(transit_opts.report_dir)) < sizeof(transit_opts.report_dir));
+    EXPECT(strnlen(transit_opts.report_dir, sizeof(transit_opts.report_dir)) <
+           sizeof(transit_opts.report_dir));
 }
 
 /* What messages show of a value: bounded, printable ASCII only. */
@@ -225,9 +228,9 @@ static void check_shown(const char *value)
 /* A random environment: TRANSIT_* names (known, misspelt, random) with random values. */
 static void fuzz_env(const char *value)
 {
-    static const char *const names[] = {"TRANSIT_POLICY", "TRANSIT_MEM_LIMIT", "TRANSIT_OUT", "TRANSIT_TICK_LOG",
-                                        "TRANSIT_STATS_INTERVAL", "TRANSIT_PROFILE", "TRANSIT_POLCY", "TRANSIT_",
-                                        "PATH", "TRANSIT_GLOBAL_BATCH"};
+    static const char *const names[] = {"TRANSIT_POLICY", "TRANSIT_MEM_LIMIT", "TRANSIT_OUT",
+                                        "TRANSIT_TICK_LOG", "TRANSIT_STATS_INTERVAL", "TRANSIT_PROFILE",
+                                        "TRANSIT_POLCY", "TRANSIT_", "PATH", "TRANSIT_GLOBAL_BATCH"};
     char err[TRANSIT_ERR_MAX];
     char *envp[4] = {NULL};
     for (int i = 0; i < 3; i++) {

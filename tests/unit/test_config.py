@@ -18,8 +18,8 @@ KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
     ("text", "expected"),
     [("40G", 40 * GIB), ("512M", 512 * MIB), ("1.5T", int(1.5 * TIB)), ("4096", 4096), ("4096B", 4096),
      ("128K", 128 * KIB), ("24GiB", 24 * GIB), ("24gib", 24 * GIB), ("2gb", 2 * GIB), ("2GB", 2 * GIB),
-     (".5G", GIB // 2), ("0.1K", 102), ("1.000000001G", GIB + 1), ("1.999999999K", 2047), ("1024T", 1024 * TIB),
-     ("007G", 7 * GIB)],
+     (".5G", GIB // 2), ("0.1K", 102), ("1.000000001G", GIB + 1), ("1.999999999K", 2047),
+     ("1024T", 1024 * TIB), ("007G", 7 * GIB)],
 )
 def test_sizes(text: str, expected: int) -> None:
     assert _native.parse_size(text) == expected
@@ -27,7 +27,8 @@ def test_sizes(text: str, expected: int) -> None:
 
 @pytest.mark.parametrize("text", [
     "", "12Q", "G", "-1G", "+1G", "0", "1.2.3G", "40 G", " 40G", "40G ", "nan", "inf", "1e400", "x" * 5000,
-    "0x10G", "0x10", "1e3G", "1E3", "1.", "1.G", ".G", "1,5G", "40GiBB", "40iB", "40Gi", "40BB", "1P", "1025T",
+    "0x10G", "0x10", "1e3G", "1E3", "1.", "1.G", ".G", "1,5G", "40GiBB", "40iB", "40Gi", "40BB", "1P",
+    "1025T",
     "99999999999999999999", "1.0000000001G", "\u0664\u0660G",
 ])
 def test_bad_sizes_name_the_value_and_what_is_allowed(text: str) -> None:
@@ -44,7 +45,8 @@ def test_bad_sizes_name_the_value_and_what_is_allowed(text: str) -> None:
 def test_each_size_variable_has_its_bounds(var: str, lo: str, hi: str) -> None:
     low, high = _native.parse_size(lo, var), _native.parse_size(hi, var)
     for outside in (low - 1, high + 1):
-        with pytest.raises(UsageError, match=rf"^{var}='{outside}' is out of range; use a size from {lo} to {hi}$"):
+        expected = rf"^{var}='{outside}' is out of range; use a size from {lo} to {hi}$"
+        with pytest.raises(UsageError, match=expected):
             _native.parse_size(str(outside), var)
 
 
@@ -99,8 +101,9 @@ def test_directories_that_resolve_under_proc_are_refused(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("name", "nearest"), [
-    ("TRANSIT_POLCY", "TRANSIT_POLICY"), ("TRANSIT_MEMLIMIT", "TRANSIT_MEM_LIMIT"), ("TRANSIT_OUTDIR", "TRANSIT_OUT"),
-    ("TRANSIT_policy", "TRANSIT_POLICY"), ("TRANSIT_REPORTDIR", "TRANSIT_REPORT_DIR"),
+    ("TRANSIT_POLCY", "TRANSIT_POLICY"), ("TRANSIT_MEMLIMIT", "TRANSIT_MEM_LIMIT"),
+    ("TRANSIT_OUTDIR", "TRANSIT_OUT"), ("TRANSIT_policy", "TRANSIT_POLICY"),
+    ("TRANSIT_REPORTDIR", "TRANSIT_REPORT_DIR"),
 ])
 def test_unknown_names_get_the_nearest_one(name: str, nearest: str) -> None:
     with pytest.raises(UsageError) as exc:
@@ -116,9 +119,11 @@ def test_environment_check_reads_like_libtransit() -> None:
 
 
 def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
-    code = f"import ctypes; c=ctypes.c_void_p(); ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 64); print('after')"
+    code = (f"import ctypes; c=ctypes.c_void_p(); ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 64); "
+            "print('after')")
     env = dict(env, LD_PRELOAD=str(_native.lib_path()))
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
 
 
 @pytest.mark.parametrize(
@@ -135,7 +140,8 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_TICK_LOG", "often", "true/false"),
      ("TRANSIT_PREFETCH_GAP", "lots", "from 4K to 1G")],
 )
-def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str, allowed: str) -> None:
+def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str,
+                                                 allowed: str) -> None:
     r = run_with_env(cudart, dict(clean_env, **{var: value}))
     assert r.returncode == 1
     assert "after" not in r.stdout  # stopped at the first CUDA call
