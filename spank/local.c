@@ -23,6 +23,13 @@ static void note(const char *before, const char *name, const char *value, const 
     slurm_info("transit: note: %s%s='%s' from the environment%s", before, name, shown, after);
 }
 
+/* True when the "NAME=value" string `entry` sets `name`. */
+static bool sets(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
 /* One "NAME=value" string, malloc'd; NULL when out of memory. */
 static char *env_entry(const char *name, const char *value)
 {
@@ -44,9 +51,8 @@ static int task_environment(const char *policy, const char *mem_limit, const cha
     if (!envp)
         return -1;
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !strncmp(*e, "TRANSIT_POLICY=", 15) ||
-            (mem_limit && !strncmp(*e, "TRANSIT_MEM_LIMIT=", 18)) ||
-            (report_dir && !strncmp(*e, "TRANSIT_OUT=", 12)))
+        if (strncmp(*e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || (policy && sets(*e, "TRANSIT_POLICY")) ||
+            (mem_limit && sets(*e, "TRANSIT_MEM_LIMIT")) || (report_dir && sets(*e, "TRANSIT_OUT")))
             continue;
         if (!(envp[n++] = strdup(*e)))
             goto oom;

@@ -84,6 +84,10 @@ const char *transit_effective_policy(const struct transit_opts *opts, const char
 /* The report directory a task gets: the option, else plugstack's report_dir=, else NULL. */
 const char *transit_effective_report_dir(const struct transit_opts *opts, const struct transit_conf *conf);
 
+/* task.c: the job's or task's value of `name` in *out (malloc'd, NULL when unset); the buffer
+ * grows until the whole value fits. 0, or -1 on failure. */
+int transit_getenv_alloc(spank_t sp, const char *name, char **out);
+
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */
 int transit_local_post_opt(spank_t sp);                     /* local.c */

@@ -34,8 +34,7 @@
 
 struct transit_step transit_step;
 
-/* The job's TRANSIT_POLICY and TRANSIT_MEM_LIMIT, which its tasks inherit (a value too long to
- * fit is cut, and then refused by libtransit's rules like any other bad value). */
+/* The job's TRANSIT_POLICY and TRANSIT_MEM_LIMIT, which its tasks inherit. */
 static char env_policy[TRANSIT_WORD_MAX], env_limit[TRANSIT_WORD_MAX];
 
 static void step_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -53,11 +52,14 @@ static bool is_job_step(uint32_t stepid)
     return stepid != SLURM_BATCH_SCRIPT && stepid != SLURM_EXTERN_CONT && stepid != SLURM_INTERACTIVE_STEP;
 }
 
-/* The job's value of `name` in buf, or NULL when unset. */
+/* The job's value of `name` in buf, or NULL when unset; a value that does not fit is an error
+ * (srun refused it already, so it reached the job some other way). */
 static const char *job_getenv(spank_t sp, const char *name, char *buf, int len)
 {
     spank_err_t rc = spank_getenv(sp, name, buf, len);
-    return rc == ESPANK_SUCCESS || rc == ESPANK_NOSPACE ? buf : NULL;
+    if (rc == ESPANK_NOSPACE)
+        step_error("%s in the job's environment is longer than %d characters", name, len - 1);
+    return rc == ESPANK_SUCCESS ? buf : NULL;
 }
 
 /*
@@ -167,8 +169,8 @@ int transit_step_post_opt(spank_t sp)
 /* <job dir>/step-<stepid>.json, written as the user through a temporary file and a rename. */
 static int write_step_file(spank_t sp, int dirfd)
 {
-    char nodes[8192] = "", tmp[64], final[64], user_buf[1024];
-    const char *nodes_p = job_getenv(sp, "SLURM_STEP_NODELIST", nodes, sizeof(nodes));
+    char tmp[64], final[64], user_buf[1024];
+    char *nodes = NULL;
     uint32_t ntasks = 0;
     struct passwd pw, *found = NULL;
     struct timespec now;
@@ -183,15 +185,19 @@ static int write_step_file(spank_t sp, int dirfd)
     if (transit_step.mem_limit &&
         transit_parse_size("TRANSIT_MEM_LIMIT", transit_step.mem_limit, &limit, err, sizeof(err)))
         goto bad_value;
+    if (transit_getenv_alloc(sp, "SLURM_STEP_NODELIST", &nodes) < 0) {
+        step_error("cannot read SLURM_STEP_NODELIST for the step file");
+        return -1;
+    }
     (void)spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &ntasks);
     (void)getpwuid_r(transit_step.uid, &pw, user_buf, sizeof(user_buf), &found);
     clock_gettime(CLOCK_REALTIME, &now);
 
-    size_t cap = STEP_JSON_MIN + 6 * strlen(nodes);
+    size_t cap = STEP_JSON_MIN + 6 * (nodes ? strlen(nodes) : 0);
     jbuf b = {.p = malloc(cap), .cap = cap};
     if (!b.p) {
         step_error("out of memory writing the step file");
-        return -1;
+        goto out;
     }
     jb_printf(&b, "{\"schema\": \"%s\", \"job_id\": \"%u\", \"step_id\": \"%u\", \"user\": ", STEP_SCHEMA,
               transit_step.job_id, transit_step.step_id);
@@ -219,7 +225,7 @@ static int write_step_file(spank_t sp, int dirfd)
     }
     jb_trim_comma(&b);
     jb_printf(&b, "}, \"nodes\": ");
-    jb_str(&b, nodes_p);
+    jb_str(&b, nodes);
     jb_printf(&b, ", \"ntasks\": %u, \"start_unix\": %.3f}\n", ntasks,
               (double)now.tv_sec + now.tv_nsec / 1e9);
     if (b.overflow) {
@@ -242,6 +248,7 @@ static int write_step_file(spank_t sp, int dirfd)
     rc = 0;
 out:
     free(b.p);
+    free(nodes);
     return rc;
 bad_value:
     step_error("%s", err);

@@ -12,9 +12,7 @@
 
 #define GETENV_FIRST_LEN 256
 
-/* The task's value of `name` in *out (malloc'd, NULL when unset); the buffer grows until the
- * whole value fits. 0, or -1 on failure. */
-static int task_getenv(spank_t sp, const char *name, char **out)
+int transit_getenv_alloc(spank_t sp, const char *name, char **out)
 {
     *out = NULL;
     for (size_t len = GETENV_FIRST_LEN; len <= INT_MAX; len *= 2) {
@@ -48,7 +46,8 @@ int transit_task_init(spank_t sp)
         snprintf(err, sizeof(err), "%s", transit_step.error);
         goto fail;
     }
-    if (task_getenv(sp, "LD_PRELOAD", &ld_preload) < 0 || task_getenv(sp, "PYTHONPATH", &pythonpath) < 0) {
+    if (transit_getenv_alloc(sp, "LD_PRELOAD", &ld_preload) < 0 ||
+        transit_getenv_alloc(sp, "PYTHONPATH", &pythonpath) < 0) {
         snprintf(err, sizeof(err), "cannot read the task's LD_PRELOAD/PYTHONPATH");
         goto fail;
     }
