@@ -39,18 +39,6 @@ TRAINING_JOB_TIMEOUT_S = 600
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 TEST_USER = "transit-test"  # the user jobs run as; scripts/dev-cluster up creates both
 OTHER_USER = "transit-other"  # a second user, for tests across users
-# The plugin in main creates <report_dir>/<job id> as the job's user, which a non-root user cannot
-# do in the root-owned report_dir ("cannot create report directory ... Permission denied"). The
-# plugin branch (issue 34) has the directory made for the user; drop this list when it is merged.
-ROOT_UNTIL_PLUGIN_MAKES_REPORT_DIR = {
-    "test_report_slurm.py": ("test_report_json_of_a_two_node_job", "test_table_of_a_two_node_job",
-                             "test_missing_rank_in_a_copy_of_a_real_job", "test_report_of_a_job_still_running"),
-    "test_spank.py": ("test_advise_sets_every_task_and_keeps_the_users_preload",
-                      "test_a_long_preload_list_is_kept_whole", "test_job_lookup_sees_jobs_that_ran",
-                      "test_sbatch_option_reaches_srun_steps", "test_salloc_option_reaches_srun_steps",
-                      "test_user_supplied_library_path_is_ignored", "test_two_node_job_writes_stats_files"),
-    "test_templates.py": ("test_torchrun_template_trains_the_tiny_model_with_transit",),
-}
 FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -60,9 +48,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.slurm)
-            if item.originalname in ROOT_UNTIL_PLUGIN_MAKES_REPORT_DIR.get(Path(str(item.fspath)).name, ()):
-                item.add_marker(pytest.mark.job_user("root", reason="the plugin in main cannot make the "
-                                                      "report dir for a non-root user"))
 
 
 _job_user = TEST_USER  # the user of the test being set up, for Cluster.run and sbatch_wait
