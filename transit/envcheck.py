@@ -19,8 +19,8 @@ def check(env: Mapping[str, str]) -> None:
 
 def pick(option: str | None, option_name: str, env: Mapping[str, str],
          var: str) -> tuple[str | None, str | None]:
-    """The value that applies, the option's over the environment's, and a note (or None) that
-    tells the user when the environment's value is overridden or applies on its own."""
+    """The value that applies, the option's over the environment's, and a note (or None) for the
+    user when the option overrides a different value from the environment."""
     from_env = env.get(var)
     if option is None:
         return from_env, None
