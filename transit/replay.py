@@ -129,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a placement policy's decisions over a profile recorded with TRANSIT_PROFILE=1 and "
         "predict, per iteration after warm-up, its PCIe bytes, faults, evictions and step time.")
     p.add_argument("profile", type=Path, metavar="PROFILE", help="a rank*.profile.json.gz")
-    p.add_argument("--policy", required=True, help=f"the policy to replay ({', '.join(_native.policies())})")
+    p.add_argument("--policy", required=True, help="the policy to replay, as `transit run --policy` names it")
     p.add_argument("--limit", required=True, metavar="SIZE", help="L, the device capacity to replay at, e.g. 25.5G")
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                    help=f"iterations to predict after the profile's window (default {DEFAULT_ITERATIONS})")
