@@ -48,7 +48,7 @@ transit_alloc *transit_alloc_snapshot(int kind, size_t *n);
 typedef struct transit_range { uint64_t addr; uint64_t bytes; } transit_range;
 size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, size_t cap);
 
-/* transit replay (libtransit/src/replay.h) */
+/* transit replay (libtransit/src/model/replay.h) */
 typedef struct transit_replay_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch;
     const uint64_t *compute_ns; const uint32_t *first_launch; uint32_t launches;

@@ -1,7 +1,7 @@
 """`transit replay`: the placement policies' decisions over a recorded profile, on a CPU.
 
 The profile (TRANSIT_PROFILE=1, docs/profile.md) gives the last profiled iteration's phases: the
-2 MiB chunks each touches and its kernel time. libtransit's replay (libtransit/src/replay.c) runs
+2 MiB chunks each touches and its kernel time. libtransit's replay (libtransit/src/model/replay.c) runs
 the policy's decisions on them against a simulated device and predicts, per iteration after
 warm-up, the migrations, faults, zero-copy bytes, evictions, the resident peak and the step time
 from the link rates. Nothing here decides: it reads the profile and renders what C returns.

@@ -34,7 +34,7 @@ STEPS = 24
 WARMUP = 2
 LAST_ITERATIONS = 3  # of STEPS: after the profile (WARMUP + 1 to drain) and its refinements (3 iterations each: collect, drain, finish)
 SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
-FILL_STEP_MIN = 32 << 20  # libtransit/src/policy.c: advise's fill stops this near its target
+FILL_STEP_MIN = 32 << 20  # libtransit/src/model/decide.h: advise's fill stops this near its target
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
 TRAIN = r"""

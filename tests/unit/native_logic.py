@@ -16,7 +16,8 @@ from transit import _native
 from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
-SOURCES = ("period.c", "ranges.c", "attrib.c", "chunks.c", "hist.c", "host_residency.c", "profile_build.c", "json.c")
+SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
+           "base/host_residency.c", "model/profile_build.c", "base/json.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -115,7 +116,9 @@ def compile_sources(build_dir: Path) -> Path:
     """Builds the logic sources into build_dir/liblogic.so with the project's flags and definitions
     (libtransit/CMakeLists.txt)."""
     out = build_dir / "liblogic.so"
-    cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(out)]
+    includes = [f"-I{SRC_DIR / layer}" for layer in ("base", "model")]
+    cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", *includes, "-o",
+           str(out)]
     subprocess.run(cmd + [str(SRC_DIR / s) for s in SOURCES], check=True, capture_output=True, text=True)
     return out
 

@@ -1,4 +1,4 @@
-"""Limit mode's residency estimate: LRU of 2 MiB chunks (libtransit/src/chunks.c)."""
+"""Limit mode's residency estimate: LRU of 2 MiB chunks (libtransit/src/model/chunks.c)."""
 
 from __future__ import annotations
 

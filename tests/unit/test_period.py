@@ -1,4 +1,4 @@
-"""Iteration detection from the kernel-name sequence (libtransit/src/period.c) on synthetic sequences."""
+"""Iteration detection from the kernel-name sequence (libtransit/src/model/period.c) on synthetic sequences."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -74,6 +75,36 @@ def test_fork_child_writes_nothing_of_its_own(cudart, clean_env, tmp_path) -> No
 
 
 def test_live_stats_through_the_api() -> None:
+    """A running process's document is partial: no end, no exit reason yet, the time it was written."""
     doc = json.loads(_native.stats())
-    assert doc["schema"] == "transit.rank/1" and doc["time"]["exit_reason"] == "running"
+    assert doc["schema"] == "transit.rank/1" and doc["partial"] is True
+    assert doc["time"]["exit_reason"] is None and doc["time"]["end_unix"] is None
+    assert doc["time"]["written_unix"] >= doc["time"]["start_unix"]
     assert _native.version() == "0.1.0"
+
+
+def test_refreshed_while_running(cudart, clean_env, tmp_path) -> None:
+    """TRANSIT_STATS_INTERVAL=5: a running process rewrites its file every 5 s, marked partial,
+    and the exit's write replaces it with the final one."""
+    code = CALL_CUDA.format(cudart=cudart) + "; print('ready', flush=True); import sys; sys.stdin.readline()"
+    p = run_py(code, env_for(clean_env, tmp_path, TRANSIT_STATS_INTERVAL="5"), stdin=subprocess.PIPE)
+    assert p.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 20
+    while not list(tmp_path.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    running = only_stats_file(tmp_path)
+    assert running["partial"] is True and running["time"]["exit_reason"] is None
+    assert running["time"]["written_unix"] - running["time"]["start_unix"] >= 5
+    p.communicate("\n", timeout=30)
+    final = only_stats_file(tmp_path)
+    assert final["partial"] is False and final["time"]["exit_reason"] == "exit"
+    assert final["time"]["end_unix"] >= running["time"]["written_unix"]
+
+
+def test_not_refreshed_with_interval_zero(cudart, clean_env, tmp_path) -> None:
+    code = CALL_CUDA.format(cudart=cudart) + "; import time; time.sleep(6)"
+    p = run_py(code, env_for(clean_env, tmp_path, TRANSIT_STATS_INTERVAL="0"))
+    time.sleep(5.5)
+    assert p.poll() is None and list(tmp_path.iterdir()) == []  # running, nothing written yet
+    p.communicate(timeout=30)
+    assert only_stats_file(tmp_path)["partial"] is False

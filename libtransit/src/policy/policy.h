@@ -1,0 +1,86 @@
+/* policy.h - the placement policies (base, prefetch, advise) and limit mode, as the layers above
+ * them (lifecycle, hooks, stats) use them. How they decide: docs/design.md; the rules themselves
+ * are pure functions in decide.h.
+ *   base     - nothing: the driver's reactive faults and evictions;
+ *   prefetch - the profiling window's HtoD migrations, attributed to launch ordinals (attrib.c)
+ *              and merged (ranges.c), are prefetched before each later launch of that ordinal;
+ *   advise   - at the middle of the first iteration after warm-up, every managed allocation (and
+ *              every later one) gets SetAccessedBy(device): host data is read in place.
+ * In limit mode every policy also keeps TRANSIT's estimate of device-resident bytes, and the
+ * measured bound, at or under L by evicting the least recently migrated chunks. */
+#ifndef TRANSIT_POLICY_H
+#define TRANSIT_POLICY_H
+
+#include "events.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Counters: atomics, read without lock for the stats. */
+typedef struct transit_policy_counters {
+    uint64_t prefetch_calls, prefetch_bytes, prefetch_errors;
+    uint64_t launch_evict_bytes, cold_bytes, refinements;
+    uint64_t advise_calls, advise_bytes, advise_errors;
+    uint64_t evict_count, evict_bytes, evict_errors;
+    uint64_t resident, resident_peak, overshoot_peak, spilled_peak;
+    uint64_t ranges_count, ranges_bytes, ranges_dropped, unattributed_bytes;
+    uint64_t untracked_bytes, capture_skips;
+    uint64_t sweeps, sweep_ranges, sweep_bytes;
+    uint64_t host_measured, host_checks, device_bound_peak; /* host_checks 0: never measured */
+    uint64_t device_bound, bound_evict_bytes, rss_drift_peak;
+    uint64_t bound_peak_since; /* highest bound since the last iteration mark; UINT64_MAX: none */
+    uint64_t corrected_marks, target_correction;
+    uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
+    uint64_t clock_rewinds; /* without records: turns of the eviction clock (estimate.c) */
+} transit_policy_counters;
+
+/* What the stats show of the policies (transit_policy_snapshot). */
+typedef struct transit_policy_snap {
+    transit_policy_counters n;
+    uint64_t resident;        /* transit_policy_resident() */
+    bool estimating;          /* the estimate follows migration records */
+    bool planning;            /* limit mode's evictions go at launches */
+    bool replaying;           /* a profile is built */
+    bool advise_applied;
+    const char *fill_state;   /* "waiting", "filling", "full", "ended" */
+} transit_policy_snap;
+
+/* ---- the recorder's events (lifecycle.c wires them into the sink) ---- */
+void transit_policy_launch(const transit_launch *l);
+void transit_policy_kernel(uint32_t corr, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
+void transit_policy_um_record(const transit_um_record *r);
+void transit_policy_profile_begin(uint64_t first, bool refine);
+bool transit_policy_profile_end(uint32_t max_launches, bool timed);
+void transit_policy_window_closed(void);
+/* At each iteration mark: limit mode's measured bound, the highest reading since the previous
+ * mark (UINT64_MAX when it was not measured meanwhile), for the timeline; while planning it also
+ * corrects the launches' eviction target, and advise's fill may begin. */
+uint64_t transit_policy_iteration_ended(void);
+
+/* ---- allocations (hooks) ---- */
+/* Limit mode, before a managed allocation of `size` bytes: room for it (may evict and wait). */
+void transit_policy_before_alloc(uint64_t size);
+void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device);
+void transit_policy_on_free(uint64_t ptr, uint64_t size);
+
+/* ---- the tick thread and the process (lifecycle) ---- */
+/* Every 20 ms: limit mode's host check and evictions, and advise without launch callbacks. */
+void transit_policy_tick(void);
+/* At exit, before the tick thread is waited for: ticks, evictions and sweeps stop at their next batch. */
+void transit_policy_stop(void);
+/* At exit: a profile window the run ended in is written as it is. */
+void transit_policy_exit(void);
+void transit_policy_after_fork(void);
+
+/* What the recorder must collect for the policies, published now (before the recorder starts;
+ * every change the policies see publishes it too). */
+void transit_policy_refresh_demand(void);
+/* Bytes of managed memory believed resident on the device (limit mode's estimate; physical
+ * mode: all of it). */
+uint64_t transit_policy_resident(void);
+/* Bytes limit mode asked to move to the host so far (evictions and sweeps), for the timeline. */
+uint64_t transit_policy_evicted_bytes(void);
+/* Without lock or allocation (the signal path renders the stats). */
+void transit_policy_snapshot(transit_policy_snap *out);
+
+#endif

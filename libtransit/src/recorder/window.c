@@ -1,0 +1,178 @@
+/* window.c - iterations and the profiling window (see recorder.h), and the recorder thread's step. */
+#include "attrib.h"
+#include "iteration.h"
+#include "recorder_int.h"
+#include "state.h"
+#include "wake.h"
+
+#include <inttypes.h>
+
+/* ---- profiling window ---- */
+
+int rec_in_window(uint64_t iteration)
+{
+    return __atomic_load_n(&rec.win_phase, __ATOMIC_RELAXED) != WINDOW_DONE &&
+           iteration >= __atomic_load_n(&rec.win_begin, __ATOMIC_RELAXED) &&
+           iteration < __atomic_load_n(&rec.win_end, __ATOMIC_RELAXED);
+}
+
+/* win_lock held. A refinement window lasts one iteration; a full one gives the new profile its
+ * refinements anew. */
+void rec_open_window(uint64_t begin, bool refine)
+{
+    __atomic_store_n(&rec.win_refine, refine, __ATOMIC_RELAXED);
+    if (!refine) {
+        __atomic_store_n(&rec.n.refine_windows, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&rec.win_untimed, 0, __ATOMIC_RELEASE);
+    }
+    rec.win_begin = begin;
+    rec.win_end = begin + (refine ? 1 : transit_g.cfg.warmup_iters);
+    rec.win_max_launches = 0;
+    __atomic_store_n(&rec.finalize_due, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&rec.win_phase, WINDOW_COLLECTING, __ATOMIC_RELEASE);
+    __atomic_store_n(&rec.want_profiling, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&rec.want_um, 1, __ATOMIC_RELAXED);
+    rec.sink->profile_begin(begin, refine);
+}
+
+/* The iteration count moved from `seen` to `now`; `launches` ran in iteration `seen`. */
+static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
+{
+    pthread_mutex_lock(&rec.win_lock);
+    if (now < seen) { /* a more explicit iteration source took over and counts from 0 */
+        rec_open_window(now + 1, false);
+    } else if (rec.win_phase == WINDOW_COLLECTING) {
+        if (seen >= rec.win_begin && seen < rec.win_end) {
+            transit_add(&rec.n.profiled_iterations, 1);
+            rec.win_max_launches = TRANSIT_MAX(rec.win_max_launches, launches);
+        }
+        if (now >= rec.win_end) {
+            __atomic_store_n(&rec.win_phase, WINDOW_DRAINING, __ATOMIC_RELEASE);
+            rec.drain_until = now + 1; /* one more iteration for late records; migrations still on */
+            __atomic_store_n(&rec.want_profiling, 0, __ATOMIC_RELAXED);
+            if (!rec.win_refine && !__atomic_load_n(&rec.have_profiling, __ATOMIC_ACQUIRE)) {
+                __atomic_store_n(&rec.win_untimed, 1, __ATOMIC_RELEASE);
+                transit_add(&rec.n.untimed_windows, 1);
+            }
+        }
+    } else if (rec.win_phase == WINDOW_DRAINING && now >= rec.drain_until) {
+        __atomic_store_n(&rec.finalize_due, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&rec.win_lock);
+}
+
+void transit_recorder_reprofile(const char *why)
+{
+    int opened = 0;
+    if (rec_get_state() != TRANSIT_RECORDER_CUPTI)
+        return;
+    pthread_mutex_lock(&rec.win_lock);
+    /* A refinement window would add the new sequence's ranges to the old profile: replaced. */
+    if ((rec.win_phase == WINDOW_DONE || rec.win_refine) && transit_get(&rec.n.reprofiles) < MAX_REPROFILES) {
+        transit_add(&rec.n.reprofiles, 1);
+        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, false);
+        opened = 1;
+    }
+    pthread_mutex_unlock(&rec.win_lock);
+    if (!opened)
+        return;
+    if (transit_get(&rec.n.reprofiles) == MAX_REPROFILES)
+        transit_warn("re-profiled %d times (%s); this is the last time", MAX_REPROFILES, why);
+    else if (transit_g.cfg.verbose)
+        transit_log("re-profiling: %s", why);
+    transit_wake();
+}
+
+/* Notices a new iteration mark (from any source); the first thread to see it handles it. */
+void rec_iteration_check(void)
+{
+    uint64_t now = transit_iteration_count();
+    uint64_t seen = __atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE);
+    if (now == seen || !__atomic_compare_exchange_n(&rec.iter_seen, &seen, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    uint32_t launches = __atomic_exchange_n(&rec.iter_launches, 0, __ATOMIC_ACQ_REL);
+    if (launches)
+        __atomic_store_n(&rec.prev_launches, launches, __ATOMIC_RELAXED);
+    rec.sink->iteration(now, launches);
+    if (rec_get_state() == TRANSIT_RECORDER_CUPTI)
+        window_advance(seen, now, launches);
+    transit_wake();
+}
+
+uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal)
+{
+    return rec_in_window(iteration) ? ordinal : TRANSIT_ATTRIB_NO_ORDINAL;
+}
+
+static void finish_window(void)
+{
+    pthread_mutex_lock(&rec.win_lock);
+    if (rec.win_phase != WINDOW_DRAINING) {
+        pthread_mutex_unlock(&rec.win_lock);
+        return;
+    }
+    __atomic_store_n(&rec.win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
+    __atomic_store_n(&rec.want_um, 0, __ATOMIC_RELAXED);
+    /* Under win_lock (then the policies' profile lock, the order open_window takes them), so that
+     * a re-profile cannot open its window between this one's end and the profile it builds. */
+    bool learning = rec.sink->profile_end(rec.win_max_launches, rec.win_refine || !rec.win_untimed);
+    /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
+     * back in after its eviction: one-iteration windows add those to the profile while they still
+     * find much, and not while nothing acts at launches (docs/design-notes.md, "Refinements"). */
+    if (learning && rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS) {
+        transit_add(&rec.n.refine_windows, 1);
+        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, true);
+    }
+    pthread_mutex_unlock(&rec.win_lock);
+    rec.sink->window_closed();
+}
+
+/* ---- the recorder thread ---- */
+
+/* Kernel records whose correlation id no launch callback saw (a launch path the driver callbacks
+ * miss) need the external ids to get an ordinal: they stay on from then on. */
+static void check_callback_misses(void)
+{
+    uint64_t misses = transit_get(&rec.n.corr_none);
+    if (misses <= CORR_MISS_TOLERANCE || __atomic_load_n(&rec.want_external, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&rec.want_external, 1, __ATOMIC_RELAXED);
+    transit_warn("recorder: %" PRIu64 " kernel records carry a correlation id no launch callback saw; external "
+                 "correlation ids on from now (an API record per CUDA call while profiling)", misses);
+}
+
+/* A window that took no kernel times is taken again once a profile needs them (the managed total
+ * passed half of L, or of the device in physical mode), while the launch callbacks still count the
+ * ordinals; after they went off, their coming back near L opens the new window
+ * (rec_steer_launch_callbacks). */
+static void retake_untimed_profile(void)
+{
+    if (__atomic_load_n(&rec.win_untimed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&rec.launches_off_at, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&rec.win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE && rec_wants(TRANSIT_DEMAND_KERNEL_TIMES))
+        transit_recorder_reprofile("the managed total passed L/2 (in physical mode, half the device's memory): the "
+                                   "profile places migrations by kernel times, which the last window did not take");
+}
+
+void transit_recorder_step(void)
+{
+    rec_iteration_check();
+    if (rec_get_state() != TRANSIT_RECORDER_CUPTI)
+        return;
+    check_callback_misses();
+    rec_apply_activity();
+    rec_steer_launch_callbacks();
+    int due = __atomic_exchange_n(&rec.finalize_due, 0, __ATOMIC_ACQ_REL);
+    uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
+    uint64_t t = transit_monotonic_ns();
+    if (due || ((rec.have_profiling || rec.have_um) && t - rec.last_flush >= period_ns)) {
+        /* A window whose consumer wants every record: the buffer still filling holds some. */
+        rec_flush(due && rec_wants(TRANSIT_DEMAND_EVERY_RECORD) ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+        rec.last_flush = t;
+    }
+    if (due) {
+        finish_window();
+        rec_apply_activity(); /* physical mode: the migration counters go off now */
+    }
+    retake_untimed_profile();
+    rec_steer_detach();
+}
