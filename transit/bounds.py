@@ -125,8 +125,7 @@ def check_args(args: argparse.Namespace) -> None:
 def check_tensor_parallel(tp: int, gpus_per_node: int, gpus_name: str = "GPUs per node") -> None:
     """Tensor parallelism stays inside a node: its groups must tile the node's GPUs."""
     if gpus_per_node % tp:
-        raise UsageError(f"--tp {tp} does not divide the {gpus_per_node} {gpus_name} "
-                         "(tensor parallel groups stay inside a node)")
+        raise UsageError(f"--tp {tp} does not divide the {gpus_per_node} {gpus_name} (TP stays inside a node)")
 
 
 def check_pipeline(pp: int, layers: int) -> None:

@@ -317,13 +317,13 @@ def target_sequences(local_batch: int, dp: int, seq_len: int, global_batch: int 
 
 def check_batch_bound(batch: dict, proposals: list[dict]) -> None:
     """The planned global batch stays inside the bound every input has; else name a set that does."""
-    high = bounds.BOUNDS["global_batch"].high
-    if batch["global_batch"] > high:
+    bound = bounds.BOUNDS["global_batch"]
+    if batch["global_batch"] > bound.high:
         counts = ",".join(map(str, batch["counts"]))
         nearest = (f"; nearest within {MAX_BATCH_OVERSHOOT:.0%}: --candidates "
                    f"{','.join(map(str, proposals[0]['counts']))}" if proposals else "")
         raise UsageError(f"the global batch common to {counts} nodes is {batch['global_batch']:.3g} sequences, "
-                         f"above {high:g}{nearest}")
+                         f"above {bound.shown(bound.high)}{nearest}")
 
 
 # --- memory over node counts ------------------------------------------------------------------------
@@ -526,8 +526,10 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
             dims["head_dim"] = 0  # derived again unless given
         return ModelSpec(**(dims | given))
     missing = [bounds.option_name(k) for k in ("layers", "hidden", "ffn", "heads", "vocab") if k not in given]
+    if len(missing) == 5:
+        raise UsageError("needs a model: --model PRESET, --hf-config JSON, or its dimensions")
     if missing:
-        raise UsageError(f"give --model PRESET, --hf-config JSON or all dimensions (missing {', '.join(missing)})")
+        raise UsageError(f"model dimensions missing: {', '.join(missing)} (or give --model, --hf-config)")
     given.setdefault("kv_heads", given["heads"])
     return ModelSpec(name="custom", **given)
 
@@ -543,10 +545,12 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
 
 def config_from_args(args: argparse.Namespace) -> tuple[TrainingConfig, ClusterSpec]:
     """The model, training and cluster of `args`, whose numbers bounds.check_args has checked."""
+    cluster = cluster_from_args(args)
+    bounds.check_tensor_parallel(args.tp, cluster.gpus_per_node)  # before the model's heads are asked
     config = TrainingConfig(model=model_from_args(args), precision=args.precision, tp=args.tp, pp=args.pp,
                             data_parallel=args.data_parallel, local_batch=args.local_batch,
                             seq_len=args.seq_len, activation_checkpointing=args.activation_checkpointing)
-    return config, cluster_from_args(args)
+    return config, cluster
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
