@@ -27,8 +27,9 @@ from transit.errors import UsageError
 SEQUENCE_FIELDS = ("global_batch_size", "local_batch_size", "seq_len")
 TOKEN_FIELDS = ("num_tokens_per_train_step", "num_tokens_per_microbatch_per_dp_rank", "max_context_length")
 PARALLELISM_FIELDS = ("tensor_parallel_degree", "pipeline_parallel_degree")
-# how the job names its configuration, per loader
-LOADER_ARGS = {"toml": ("--job.config_file",), "registry": ("--module", "--config")}
+# how the job names its configuration: a TOML file, or a module's config registry function
+TOML_ARGS = ("--job.config_file",)
+REGISTRY_ARGS = ("--module", "--config")
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,16 @@ class TitanNames:
         return [*flags, f"--{self.tp}={tp}", f"--{self.pp}={pp}"]
 
     def check_program(self, program: list[str]) -> None:
-        """The user's TorchTitan arguments name the configuration the way this version reads it."""
+        """The user's TorchTitan arguments name the configuration the way this version reads it:
+        0.3.0 needs --module and --config; earlier releases know neither (and read --job.config_file)."""
         given = {arg.split("=", 1)[0].replace("-", "_") for arg in program if arg.startswith("--")}
-        wanted = LOADER_ARGS[self.loader]
-        missing = [arg for arg in wanted if arg.replace("-", "_") not in given]
-        if missing:
-            form = " ".join(f"{arg} ..." for arg in wanted)
-            raise UsageError(f"TorchTitan {self.version} takes its configuration as {form}; "
-                             f"missing {', '.join(missing)}")
+        named = [arg for arg in REGISTRY_ARGS if arg.replace("-", "_") in given]
+        if self.loader == "registry" and len(named) < len(REGISTRY_ARGS):
+            raise UsageError(f"TorchTitan {self.version} needs --module NAME --config FUNCTION "
+                             "(it has no --job.config_file)")
+        if self.loader == "toml" and named:
+            raise UsageError(f"TorchTitan {self.version} has no {'/'.join(named)}: "
+                             "configure it with --job.config_file FILE.toml")
 
 
 def names_from_fields(version: str, loader: str, training: set[str], parallelism: set[str]) -> TitanNames:
