@@ -17,9 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import TRAINING_JOB_TIMEOUT_S, sbatch_wait, unique_job_name
+from tests.slurm.conftest import TRAINING_JOB_TIMEOUT_S, as_user, sbatch_wait, unique_job_name
 from transit import slurm
 
+# `transit submit` passes --transit=advise: the plugin in main cannot make a non-root user's report
+# dir (the plugin branch, issue 34, does); until then these jobs run as root.
+AS_ROOT_UNTIL_THE_PLUGIN_MAKES_REPORT_DIRS = pytest.mark.job_user(
+    "root", reason="the plugin in main cannot make the report dir for a non-root user")
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
@@ -33,8 +37,8 @@ def env(cluster):
 
 
 def run_waiting(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run a command that waits for a batch job (sbatch --wait) to finish."""
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=TRAINING_JOB_TIMEOUT_S,
+    """Run a command that waits for a batch job (sbatch --wait) to finish, as the test's job user."""
+    return subprocess.run(as_user(args), env=env, capture_output=True, text=True, timeout=TRAINING_JOB_TIMEOUT_S,
                           check=False)
 
 
@@ -70,12 +74,14 @@ SUBMIT_NPROC = 1  # one rank per node keeps the three jobs of 4, 2 and 3 nodes q
 
 def train_as_submit_plans(env, tmp_path: Path, name: str, plan_args: list[str]) -> tuple[dict, dict]:
     """`transit submit` plans the job (4 nodes of SUBMIT_NPROC ranks, local batch 2), and its sbatch
-    command runs the torchrun template: the plan, and what the job trained."""
+    command runs the torchrun template: the plan, and what the job trained. The batch plan is under
+    test, not a policy: --transit off (libtransit would stay inert on these CPU nodes anyway)."""
     out = tmp_path / f"loss-{name}.json"
-    result = subprocess.run(["transit", "submit", "--nodes", "4", *plan_args, "--gpus-per-node", str(SUBMIT_NPROC),
-                             "--local-batch", "2", "--dry-run", "--json", str(TEMPLATE), str(TRAIN_TINY), "--steps",
-                             str(SUBMIT_STEPS), "--out", str(out)], env=env, capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(as_user(["transit", "submit", "--nodes", "4", *plan_args, "--gpus-per-node",
+                                     str(SUBMIT_NPROC), "--local-batch", "2", "--transit", "off", "--dry-run",
+                                     "--json", str(TEMPLATE), str(TRAIN_TINY), "--steps", str(SUBMIT_STEPS),
+                                     "--out", str(out)]),
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     planned = json.loads(result.stdout)
     assert planned["command"][:2] == ["sbatch", "--parsable"]
@@ -234,6 +240,7 @@ def test_submit_to_min_uses_the_plan(cluster, env):
                                   "TRANSIT_TP=1,TRANSIT_PP=1"), "job.sh"]
 
 
+@AS_ROOT_UNTIL_THE_PLUGIN_MAKES_REPORT_DIRS
 def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
     output = tmp_path / "job.out"
     script = tmp_path / "job.sh"
