@@ -30,7 +30,7 @@ class Bound:
     high_open: bool = False
 
     def shown(self, limit: float) -> str:
-        return str(int(limit)) if self.kind is int else f"{limit:g}"
+        return str(int(limit)) if self.kind is int or float(limit).is_integer() else f"{limit:g}"
 
     def allowed(self) -> str:
         what = "an integer" if self.kind is int else "a number"
@@ -49,7 +49,7 @@ BOUNDS: dict[str, Bound] = {
     "global_tokens": Bound(int, 1, 10**13),  # tokens per optimizer step
     "local_batch": Bound(int, 1, 65_536),
     "seq_len": Bound(int, 1, 1 << 24),
-    "grad_accum": Bound(int, 1, 10**9),
+    "grad_accum": Bound(int, 1, 10**9),  # TRANSIT_GRAD_ACCUM, which submit exports
     # parallelism and the cluster
     "tp": Bound(int, 1, 1024),
     "pp": Bound(int, 1, 1024),

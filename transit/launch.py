@@ -245,7 +245,7 @@ def submit_plan(args: argparse.Namespace) -> dict:
         nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
                    f"({proposals[0]['global_batch']})" if proposals else "")
         raise UsageError(f"global batch {target} cannot be kept on {','.join(map(str, counts))} nodes: their common "
-                         f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.0%} (over "
+                         f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.1%} (over "
                          f"{plan.MAX_BATCH_OVERSHOOT:.0%}){nearest}")
     plan.check_batch_bound(batch, proposals or [])
     return batch | {"target_global_batch": target, "nodes": counts[-1], "local_batch": layout.local_batch,

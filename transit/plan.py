@@ -634,7 +634,7 @@ def verdicts(result: dict) -> list[str]:
               if result["target_global_tokens"] else f"{result['target_global_batch']:,} sequences")
     batch = (f"Global batch: {result['global_batch']:,} sequences ({result['global_tokens']:,} tokens of {seq_len}) "
              f"on {_counts(result['counts'])}, the smallest multiple of {result['batch_lcm']:,} (the least common "
-             f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.0%}.")
+             f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.1%}.")
     paragraphs = [textwrap.fill(batch, TEXT_WIDTH)]
     if not result["within_overshoot"]:
         lines = [f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target. Nearest candidate sets within "
@@ -642,7 +642,7 @@ def verdicts(result: dict) -> list[str]:
                  f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target, and no nearby candidate set "
                  "keeps it within: raise the target or use fewer counts."]
         lines += [f"  --candidates {','.join(map(str, p['counts']))}: global batch {p['global_batch']:,} "
-                  f"({p['overshoot']:+.0%})" for p in result["proposals"]]
+                  f"({p['overshoot']:+.1%})" for p in result["proposals"]]
         paragraphs.append("\n".join(textwrap.fill(line, TEXT_WIDTH) for line in lines))
     native, runnable = result["min_native_nodes"], result["min_runnable_nodes"]
     memory = (f"Memory: runs with TRANSIT on {_counts([runnable])} or more (what HBM cannot hold fits in host "

@@ -213,7 +213,7 @@ def test_submit_refuses_a_batch_the_counts_cannot_share_and_queues_nothing(clust
                           f"--sbatch-arg=--job-name={name}", str(script)], env=env)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == ("transit submit: global batch 128 cannot be kept on 16,12 nodes: their common multiple "
-                             "is 384, +200% (over 25%); nearest within: --candidates 16,8 (128)\n")
+                             "is 384, +200.0% (over 25%); nearest within: --candidates 16,8 (128)\n")
     assert cluster.jobs_named(name) == []
 
 

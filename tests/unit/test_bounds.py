@@ -75,7 +75,7 @@ BAD_INPUTS = [
     ([*SUBMIT, "--global-batch", "nan", "job.sh"], "--global-batch must be an integer in [1, 1000000000], got 'nan'"),
     ([*SUBMIT, "--tp", "3", "job.sh"], "--tp 3 does not divide the 8 GPUs per node"),
     (["submit", "--nodes", "16", "--scale-in", "0.25", "--global-batch", "128", "--dry-run", "job.sh"],
-     ("global batch 128 cannot be kept on 16,12 nodes: their common multiple is 384, +200% (over 25%); nearest "
+     ("global batch 128 cannot be kept on 16,12 nodes: their common multiple is 384, +200.0% (over 25%); nearest "
      "within: --candidates 16,8 (128)")),
     (["submit", "--nodes", "16", "--to-min", "--dry-run", "job.sh"],
      "needs a model: --model PRESET, --hf-config JSON, or its dimensions"),

@@ -312,8 +312,8 @@ def test_the_issue_example_reads_without_contradiction(capsys):
                                                      ["8", "64", "64", "fits", "in", "HBM"]]
     text = " ".join(out.split())
     assert "Global batch: 384 sequences (3,145,728 tokens of 8192) on 16 -> 12 -> 8 nodes" in text
-    assert "+200%. That is more than 25% above the target." in text
-    assert re.search(r"--candidates 16,8: global batch 128 \(\+0%\)", text)
+    assert "+200.0%. That is more than 25% above the target." in text
+    assert re.search(r"--candidates 16,8: global batch 128 \(\+0.0%\)", text)
     assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone " \
            "on 1 node or more." in text
 
