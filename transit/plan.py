@@ -257,9 +257,10 @@ class Layout:
 
     def batch(self, counts: list[int], target: int) -> dict:
         """The common global batch of `counts` for `target` sequences, and what it costs."""
-        global_batch = common_global_batch([self.local_batch * self.dp(n) for n in counts], target)
+        step_sizes = [self.local_batch * self.dp(n) for n in counts]
+        global_batch = common_global_batch(step_sizes, target)
         overshoot = global_batch / target - 1
-        return {"counts": counts, "global_batch": global_batch, "overshoot": overshoot,
+        return {"counts": counts, "lcm": math.lcm(*step_sizes), "global_batch": global_batch, "overshoot": overshoot,
                 "within_overshoot": overshoot <= MAX_BATCH_OVERSHOOT,
                 "grad_accum": {str(n): global_batch // (self.local_batch * self.dp(n)) for n in counts}}
 
@@ -451,7 +452,7 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
         "target_global_tokens": target_global_tokens,
         "global_batch": global_batch,
         "global_tokens": global_batch * config.seq_len,
-        "batch_lcm": math.lcm(*(config.local_batch * layout.dp(n) for n in counts)),
+        "batch_lcm": batch["lcm"],
         "overshoot": batch["overshoot"],
         "within_overshoot": batch["within_overshoot"],
         "proposals": [p | {"global_tokens": p["global_batch"] * config.seq_len} for p in proposals],

@@ -153,7 +153,7 @@ def test_node_counts_must_host_whole_tp_x_pp_groups():
 
 def test_batch_of_a_candidate_set():
     batch = Layout(gpus_per_node=8, tp=1, pp=1, local_batch=1).batch([16, 12, 8], 1024)
-    assert batch == {"counts": [16, 12, 8], "global_batch": 1152, "overshoot": pytest.approx(0.125),
+    assert batch == {"counts": [16, 12, 8], "lcm": 384, "global_batch": 1152, "overshoot": pytest.approx(0.125),
                      "within_overshoot": True, "grad_accum": {"16": 9, "12": 12, "8": 18}}
 
 
