@@ -11,9 +11,9 @@
 # TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM.
 #
 # Settings (environment, exported by sbatch):
-#   GLOBAL_BATCH     sequences per optimizer step (default: $TRANSIT_GLOBAL_BATCH, set by
-#                    `transit submit --to-min`)
-#   LOCAL_BATCH      sequences per rank per micro-batch (default 1)
+#   GLOBAL_BATCH     sequences per optimizer step (default: $TRANSIT_GLOBAL_BATCH, which
+#                    `transit submit` sets with the rest of its plan)
+#   LOCAL_BATCH      sequences per rank per micro-batch (default: $TRANSIT_LOCAL_BATCH, else 1)
 #   NPROC_PER_NODE   processes per node (default: the GPUs Slurm gave the node; set it for CPU runs)
 #   LAUNCH_ARGS      more `transit launch` options, e.g. "--dry-run --json" or "--tp 8"
 #
@@ -22,8 +22,9 @@
 #SBATCH --transit=advise
 set -euo pipefail
 
-launch=(transit launch --local-batch "${LOCAL_BATCH:-1}")
+launch=(transit launch)
 if [[ -n ${GLOBAL_BATCH:-} ]]; then launch+=(--global-batch "$GLOBAL_BATCH"); fi
+if [[ -n ${LOCAL_BATCH:-} ]]; then launch+=(--local-batch "$LOCAL_BATCH"); fi
 if [[ -n ${NPROC_PER_NODE:-} ]]; then launch+=(--nproc-per-node "$NPROC_PER_NODE"); fi
 # shellcheck disable=SC2206  # LAUNCH_ARGS is a list of options, split on purpose
 launch+=(${LAUNCH_ARGS:-})

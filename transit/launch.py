@@ -1,14 +1,18 @@
 """`transit launch` and `transit submit`: run a training job on whatever nodes it was given.
 
-`launch` runs inside an allocation (usually an sbatch script). It reads the real node and GPU
-counts from Slurm, recomputes the data-parallel degree and the gradient accumulation that keep
-the fixed global batch, exports them as TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH and
-TRANSIT_GRAD_ACCUM, and replaces itself with
-``srun --ntasks-per-node=1 torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ...``
-(or the same torchrun starting TorchTitan with its batch and parallelism flags).
+`submit` plans before anything is queued: the node count to submit (the smallest candidate: a
+--scale-in fraction, --candidates, or the plan's smallest feasible count with --to-min) and one
+global batch that every candidate can train. It refuses, with nothing submitted, when that batch
+would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the batch settings to the
+job (TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_GRAD_ACCUM, TRANSIT_TP, TRANSIT_PP).
 
-`submit` shrinks a job's node count (by a fraction, or to the plan's minimum) before handing it
-to sbatch with the TRANSIT policy.
+`launch` runs inside the allocation (usually an sbatch script). It reads the real node and GPU
+counts from Slurm, recomputes the data-parallel degree and the gradient accumulation that keep the
+global batch, refuses when they disagree with the plan `submit` passed, exports TRANSIT_GLOBAL_BATCH,
+TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM, and replaces itself with
+``srun --ntasks-per-node=1 torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ...``
+(or the same torchrun starting TorchTitan with the batch and parallelism flags its version reads).
+The rendezvous port is chosen on the allocation's first node, where torchrun's store will listen.
 """
 
 from __future__ import annotations
@@ -18,13 +22,20 @@ import json
 import os
 import shlex
 import socket
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
-from transit import plan, slurm
+from transit import bounds, plan, slurm
 from transit.errors import UsageError
 
 TRANSIT_POLICIES = ("base", "prefetch", "advise", "off")
 TORCHTITAN_MODULE = "torchtitan.train"
+# What `submit` passes to the job, read by `launch` as its defaults (and checked against what it computes).
+PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH",
+            "grad_accum": "TRANSIT_GRAD_ACCUM", "tp": "TRANSIT_TP", "pp": "TRANSIT_PP"}
+PORT_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+PORT_PROBE_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class Launch:
     global_batch: int
     local_batch: int
     rdzv_endpoint: str
+    rdzv_port_chosen_on: str  # where the port was found free: "<node> (batch script)", "<node> (srun step)"
     cpus_per_node: int | None  # given to the one srun task per node
 
     @property
@@ -67,16 +79,9 @@ class Launch:
         return ["torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.nproc_per_node}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={self.rdzv_endpoint}", f"--rdzv-id={self.job_id}"]
 
-    def command(self, framework: str, program: list[str]) -> list[str]:
-        if framework == "torchrun":
-            worker = program
-        else:
-            # TorchTitan derives the accumulation itself from the global and local batch.
-            worker = ["-m", TORCHTITAN_MODULE, *program,
-                      f"--training.global_batch_size={self.global_batch}",
-                      f"--training.local_batch_size={self.local_batch}",
-                      f"--parallelism.tensor_parallel_degree={self.tp}",
-                      f"--parallelism.pipeline_parallel_degree={self.pp}"]
+    def command(self, program: list[str], torchtitan_flags: list[str] | None = None) -> list[str]:
+        """srun torchrun PROGRAM, or with TorchTitan's flags: srun torchrun -m torchtitan.train PROGRAM FLAGS."""
+        worker = program if torchtitan_flags is None else ["-m", TORCHTITAN_MODULE, *program, *torchtitan_flags]
         return slurm.srun_command(self.nodes, [*self.torchrun(), *worker], self.cpus_per_node)
 
     def to_dict(self) -> dict:
@@ -90,10 +95,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def first_node_port(first_host: str) -> tuple[int, str]:
+    """A port free on the allocation's first node, found there: by this process when it runs on that
+    node (an sbatch script does), else by a one-task step on it (under salloc this runs on the
+    submit host, whose free ports say nothing about the first node's)."""
+    if os.environ.get("SLURMD_NODENAME") == first_host:
+        return free_port(), f"{first_host} (batch script)"
+    command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={first_host}", "--overlap", "--cpus-per-task=1",
+               sys.executable, "-c", PORT_PROBE]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=PORT_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"no port from {first_host} within {PORT_PROBE_TIMEOUT_S} s ({shlex.join(command)}); "
+                         "give --rdzv-port") from None
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        reason = result.stderr.strip().splitlines()[-1:] or [f"exit code {result.returncode}"]
+        raise UsageError(f"asking {first_host} for a free port failed: {reason[0]}; give --rdzv-port")
+    return int(result.stdout.strip()), f"{first_host} (srun step)"
+
+
 def nproc_per_node(requested: int | None) -> int:
     if requested is not None:
-        if requested < 1:
-            raise UsageError(f"--nproc-per-node must be at least 1, got {requested}")
         return requested
     gpus = slurm.gpus_on_node()
     if gpus is None:
@@ -102,16 +124,27 @@ def nproc_per_node(requested: int | None) -> int:
     return gpus
 
 
-def global_batch_from_env() -> int:
-    value = os.environ.get("TRANSIT_GLOBAL_BATCH")
-    if value is None:
-        raise UsageError("--global-batch is required (or TRANSIT_GLOBAL_BATCH in the environment)")
-    if not value.isdigit():
-        raise UsageError(f"TRANSIT_GLOBAL_BATCH={value!r} is not a positive integer")
-    return int(value)
+def planned_settings(args: argparse.Namespace) -> dict[str, int]:
+    """The batch settings: the options given, else what `transit submit` passed in the environment;
+    an option that contradicts the passed plan is refused (the job was queued for the plan)."""
+    settings: dict[str, int] = {}
+    for dest, variable in PLAN_ENV.items():
+        given = getattr(args, dest, None)
+        text = os.environ.get(variable)
+        passed = None if text is None else int(bounds.parse_value(variable, text, bounds.BOUNDS[dest]))
+        if given is not None and passed is not None and given != passed:
+            raise UsageError(f"{bounds.option_name(dest)} {given} disagrees with {variable}={passed}, which "
+                             "transit submit planned for this job")
+        value = given if given is not None else passed
+        if value is not None:
+            settings[dest] = value
+    if "global_batch" not in settings:
+        raise UsageError("--global-batch is required (or TRANSIT_GLOBAL_BATCH, which transit submit sets)")
+    return {"local_batch": 1, "tp": 1, "pp": 1} | settings
 
 
 def build_launch(args: argparse.Namespace) -> Launch:
+    settings = planned_settings(args)
     if "SLURM_JOB_ID" in os.environ:
         allocation = slurm.current_allocation()
         job_id, hostnames = allocation.job_id, allocation.hostnames
@@ -120,38 +153,49 @@ def build_launch(args: argparse.Namespace) -> Launch:
                              f"({','.join(hostnames)}); leave --nodes out inside an allocation")
         host = slurm.node_address(allocation.first_host)
         cpus = slurm.min_cpus_per_node()
+        port, chosen_on = ((args.rdzv_port, "--rdzv-port") if args.rdzv_port is not None
+                           else first_node_port(allocation.first_host))
     elif args.dry_run and args.nodes is not None:
-        if args.nodes < 1:
-            raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
         # a preview outside Slurm: this host stands for the first node
         job_id, host, cpus = "preview", socket.gethostname(), None
         hostnames = tuple([host] + [f"<node{i}>" for i in range(2, args.nodes + 1)])
+        port, chosen_on = ((args.rdzv_port, "--rdzv-port") if args.rdzv_port is not None
+                           else (free_port(), f"{host} (preview)"))
     else:
         raise UsageError("not inside a Slurm allocation: run under sbatch/salloc, or preview with "
                          "--dry-run --nodes N")
-    global_batch = args.global_batch if args.global_batch is not None else global_batch_from_env()
-    for name, value in (("global batch", global_batch), ("--local-batch", args.local_batch), ("--tp", args.tp),
-                        ("--pp", args.pp)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
-    # The batch script runs on the first node of the allocation, where the rendezvous store lives.
-    port = args.rdzv_port or free_port()
-    return Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc_per_node(args.nproc_per_node),
-                  tp=args.tp, pp=args.pp, global_batch=global_batch, local_batch=args.local_batch,
-                  rdzv_endpoint=f"{host}:{port}", cpus_per_node=cpus)
+    nproc = nproc_per_node(args.nproc_per_node)
+    bounds.check_tensor_parallel(settings["tp"], nproc, "processes per node")
+    launch = Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc, tp=settings["tp"],
+                    pp=settings["pp"], global_batch=settings["global_batch"], local_batch=settings["local_batch"],
+                    rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus)
+    planned = settings.get("grad_accum")
+    if planned is not None and launch.grad_accum != planned:
+        raise UsageError(f"{launch.nodes} nodes x {launch.nproc_per_node} processes give gradient accumulation "
+                         f"{launch.grad_accum}, but transit submit planned {planned} (TRANSIT_GRAD_ACCUM)")
+    return launch
 
 
 def launch_main(args: argparse.Namespace) -> int:
+    bounds.check_args(args)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         raise UsageError("give the training script (or TorchTitan arguments) after the options")
+    titan = None
+    if args.framework == "torchtitan":
+        from transit import torchtitan
+
+        titan = torchtitan.installed()
+        titan.check_program(program)
     launch = build_launch(args)
     environment = launch.environment()  # raises when the global batch does not divide
-    command = launch.command(args.framework, program)
+    flags = None if titan is None else titan.flags(launch.global_batch, launch.local_batch, launch.tp, launch.pp,
+                                                   args.seq_len)
+    command = launch.command(program, flags)
     if args.dry_run:
         if args.json:
-            print(json.dumps(launch.to_dict() | {"framework": args.framework, "env": environment,
-                                                 "command": command}, indent=2))
+            print(json.dumps(launch.to_dict() | {"framework": args.framework, "env": environment, "command": command}
+                             | ({"torchtitan": asdict(titan)} if titan else {}), indent=2))
         else:
             exports = " ".join(f"{k}={v}" for k, v in environment.items())
             print(f"{exports} {shlex.join(command)}")
@@ -165,41 +209,70 @@ def launch_main(args: argparse.Namespace) -> int:
         raise UsageError(f"{command[0]} not found on PATH") from None
 
 
-def submit_main(args: argparse.Namespace) -> int:
-    if args.nodes < 1:
-        raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
-    # read inside the job by `transit launch` (TRANSIT_GLOBAL_BATCH) and the templates (LOCAL_BATCH, LAUNCH_ARGS)
-    extra_env: dict[str, str] = {}
-    if args.to_min:
+def submit_plan(args: argparse.Namespace) -> dict:
+    """The candidate counts, the one to submit (the smallest) and the common global batch, or a refusal.
+
+    With a model (--model, --hf-config, dimensions) the memory plan is made too, and a count that
+    cannot hold the job is refused; without one, the batch arithmetic alone."""
+    if not (args.to_min or args.scale_in or args.candidates):
+        raise UsageError("give --scale-in FRACTION, --candidates N,N or --to-min")
+    if args.to_min or args.model or args.hf_config or args.layers:
         config, cluster = plan.config_from_args(args)
-        result = plan.plan(config, cluster, args.nodes, args.global_batch)
-        nodes = result["min_feasible_nodes"]
-        # only the requested and the chosen node counts will ever train this job: the global batch
-        # must suit those two, not every candidate in between
-        dps = [c["dp"] for c in result["candidates"] if c["nodes"] in (args.nodes, nodes)]
-        target = args.global_batch if args.global_batch is not None else config.local_batch * dps[0]
-        extra_env["TRANSIT_GLOBAL_BATCH"] = str(plan.common_global_batch(config.local_batch, dps, target))
-        extra_env["LOCAL_BATCH"] = str(config.local_batch)
-        if config.tp > 1 or config.pp > 1:
-            extra_env["LAUNCH_ARGS"] = f"--tp {config.tp} --pp {config.pp}"
+        result = plan.plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
+                           args.global_tokens)
+        counts, submitted = result["counts"], result["candidates"][-1]
+        if not submitted["runs"]:
+            raise UsageError(f"{submitted['nodes']} nodes cannot run this job: "
+                             f"{submitted['host_bytes_per_node'] / plan.GIB:.0f} GiB of host DRAM per node needed, "
+                             f"{cluster.host_dram_bytes / plan.GIB:.0f} GiB there (see transit plan)")
+        layout = plan.Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
+        proposals, seq_len = result["proposals"], config.seq_len
     else:
-        if args.scale_in is None:
-            raise UsageError("give --scale-in FRACTION or --to-min")
-        if not 0 <= args.scale_in < 1:
-            raise UsageError(f"--scale-in must be in [0, 1), got {args.scale_in}")
-        nodes = plan.reduced_nodes(args.nodes, args.scale_in)
-        if args.global_batch is not None:
-            extra_env["TRANSIT_GLOBAL_BATCH"] = str(args.global_batch)
-    sbatch_extra = [f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"] if extra_env else []
-    command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit,
-                                   [*sbatch_extra, *args.sbatch_arg])
-    summary = {"requested_nodes": args.nodes, "nodes": nodes, "transit": args.transit, "command": command}
+        gpus_per_node = args.gpus_per_node or plan.CLUSTER_PRESETS[args.cluster].gpus_per_node
+        bounds.check_tensor_parallel(args.tp, gpus_per_node)
+        layout = plan.Layout(gpus_per_node, args.tp, args.pp, args.local_batch)
+        counts = plan.candidate_counts(args.nodes, args.scale_in, args.candidates)
+        for count in counts:
+            layout.check_count(count, "--candidates" if args.candidates else "--scale-in")
+        seq_len = args.seq_len
+        proposals = None
+    target = plan.target_sequences(args.local_batch, layout.dp(args.nodes), seq_len, args.global_batch,
+                                   args.global_tokens)
+    batch = layout.batch(counts, target)
+    if not batch["within_overshoot"]:
+        if proposals is None:
+            proposals = plan.nearby_count_sets(layout, counts, target, smallest_allowed=1)
+        nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
+                   f"({proposals[0]['global_batch']})" if proposals else "")
+        raise UsageError(f"global batch {target} cannot be kept on {','.join(map(str, counts))} nodes: their common "
+                         f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.1%} (over "
+                         f"{plan.MAX_BATCH_OVERSHOOT:.0%}){nearest}")
+    plan.check_batch_bound(batch, proposals or [])
+    return batch | {"target_global_batch": target, "nodes": counts[-1], "local_batch": layout.local_batch,
+                    "tp": layout.tp, "pp": layout.pp}
+
+
+def submit_main(args: argparse.Namespace) -> int:
+    bounds.check_args(args)
+    planned = submit_plan(args)
+    nodes = planned["nodes"]
+    # read inside the job by `transit launch` (its defaults, and the accumulation it must agree with)
+    extra_env = {"TRANSIT_GLOBAL_BATCH": planned["global_batch"], "TRANSIT_LOCAL_BATCH": planned["local_batch"],
+                 "TRANSIT_GRAD_ACCUM": planned["grad_accum"][str(nodes)], "TRANSIT_TP": planned["tp"],
+                 "TRANSIT_PP": planned["pp"]}
+    export = f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"
+    command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit, [export, *args.sbatch_arg])
+    summary = {"requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
+               "target_global_batch": planned["target_global_batch"], "global_batch": planned["global_batch"],
+               "grad_accum": planned["grad_accum"], "overshoot": planned["overshoot"], "transit": args.transit,
+               "command": command}
     if args.dry_run:
         print(json.dumps(summary, indent=2) if args.json else shlex.join(command))
         return 0
     job_id = slurm.submit(command)
     print(json.dumps(summary | {"job_id": job_id}, indent=2) if args.json else
-          f"Submitted batch job {job_id} on {nodes} nodes (requested {args.nodes}), --transit={args.transit}")
+          f"Submitted batch job {job_id} on {nodes} nodes (requested {args.nodes}), --transit={args.transit}, "
+          f"global batch {planned['global_batch']} x accumulation {planned['grad_accum'][str(nodes)]}")
     return 0
 
 
@@ -209,36 +282,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Inside a Slurm allocation: read its nodes and GPUs, recompute DP degree and gradient "
                     "accumulation for the fixed global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
                     "and TRANSIT_GRAD_ACCUM, and run srun torchrun with the rendezvous on the first node.")
-    parser.add_argument("--global-batch", type=int,
+    parser.add_argument("--global-batch", metavar="SEQUENCES",
                         help="sequences per optimizer step, fixed whatever the node count "
-                             "(default: $TRANSIT_GLOBAL_BATCH, which `transit submit --to-min` sets)")
-    parser.add_argument("--local-batch", type=int, default=1, help="sequences per rank per micro-batch")
-    parser.add_argument("--tp", type=int, default=1, help="tensor parallel degree")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
-    parser.add_argument("--nproc-per-node", "--gpus-per-node", dest="nproc_per_node", type=int,
+                             "(default: $TRANSIT_GLOBAL_BATCH, which `transit submit` sets)")
+    parser.add_argument("--local-batch", metavar="N",
+                        help="sequences per rank per micro-batch (default $TRANSIT_LOCAL_BATCH, else 1)")
+    parser.add_argument("--tp", metavar="N", help="tensor parallel degree (default $TRANSIT_TP, else 1)")
+    parser.add_argument("--pp", metavar="N", help="pipeline parallel degree (default $TRANSIT_PP, else 1)")
+    parser.add_argument("--seq-len", metavar="N",
+                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens)")
+    parser.add_argument("--nproc-per-node", "--gpus-per-node", dest="nproc_per_node", metavar="N",
                         help="processes per node (default: SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES); "
                              "required for CPU runs")
-    parser.add_argument("--framework", choices=("torchrun", "torchtitan"), default="torchrun",
-                        help="torchrun SCRIPT ARGS, or torchrun -m torchtitan.train ARGS + batch flags")
-    parser.add_argument("--rdzv-port", type=int,
-                        help="rendezvous port on the first node (default: a port free on this host, which is "
-                             "the first node when this runs in a batch script)")
-    parser.add_argument("--nodes", type=int, help="node count for a --dry-run preview outside an allocation")
+    framework = parser.add_mutually_exclusive_group()
+    framework.add_argument("--framework", choices=("torchrun", "torchtitan"), default="torchrun",
+                           help="torchrun SCRIPT ARGS, or torchrun -m torchtitan.train ARGS + batch flags")
+    framework.add_argument("--torchtitan", dest="framework", action="store_const", const="torchtitan",
+                           help="same as --framework torchtitan")
+    parser.add_argument("--rdzv-port", metavar="PORT",
+                        help="rendezvous port on the first node, 1024-65535 (default: one free there, asked of "
+                             "that node)")
+    parser.add_argument("--nodes", metavar="N", help="node count for a --dry-run preview outside an allocation")
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the launch plan as JSON")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="training script and its arguments")
     parser.set_defaults(func=launch_main)
 
     parser = subparsers.add_parser(
-        "submit", help="sbatch a job on fewer nodes, with TRANSIT",
-        description="Shrink --nodes by --scale-in FRACTION, or to the smallest count `transit plan` finds "
-                    "feasible (--to-min, with the plan's model options), and submit with sbatch --transit.")
-    parser.add_argument("--nodes", type=int, required=True, help="node count the job would ask for without TRANSIT")
-    shrink = parser.add_mutually_exclusive_group()
-    shrink.add_argument("--scale-in", type=float, help="fraction of the nodes to give up, e.g. 0.5")
-    shrink.add_argument("--to-min", action="store_true", help="the plan's smallest feasible node count")
+        "submit", help="sbatch a job on fewer nodes, with TRANSIT, after planning its global batch",
+        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's smallest "
+                    "feasible count with --to-min) and one global batch for all of them; refuse if it strays "
+                    "more than 25% from the target; else sbatch --transit on the smallest count with the batch "
+                    "settings exported for `transit launch`.")
+    counts = plan.add_count_arguments(parser)
+    counts.add_argument("--to-min", action="store_true",
+                        help="the plan's smallest count whose spill fits in host DRAM (needs a model)")
     parser.add_argument("--transit", choices=TRANSIT_POLICIES, default="advise", help="TRANSIT policy (default advise)")
-    parser.add_argument("--global-batch", type=int, help="with --to-min: target global batch for the plan")
     parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                         help="extra sbatch argument (repeatable), e.g. --sbatch-arg=--time=01:00:00")
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch command instead of running it")

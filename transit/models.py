@@ -4,7 +4,8 @@ Shared by the planner (`transit plan`) and the GPU benchmark harness, so that th
 for per-GPU TFLOPS and the bytes used for memory predictions come from one formula.
 
 The model is a Llama-style decoder: RMSNorm, grouped-query attention with separate q/k/v/o
-projections, SwiGLU feed-forward (three matrices), untied input embedding and output head.
+projections (q/k/v biases in Qwen2), SwiGLU feed-forward (three matrices), an input embedding and
+an output head (one shared matrix when the config ties them).
 MoE layers replace the feed-forward by `experts` SwiGLU experts of width `ffn` (each token
 uses `active_experts` of them) plus `shared_experts` always-on experts and a router.
 Norm weights are counted; biases do not exist in these models. Qwen3's per-head q/k norms
@@ -13,7 +14,9 @@ Norm weights are counted; biases do not exist in these models. Qwen3's per-head 
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from transit.errors import UsageError
 
@@ -39,6 +42,8 @@ class ModelSpec:
     experts: int = 0  # 0: dense model
     active_experts: int = 0  # routed experts each token goes through
     shared_experts: int = 0  # experts every token goes through in addition
+    qkv_bias: bool = False  # q, k and v projections have biases (Qwen2)
+    tied_embeddings: bool = False  # the output head is the input embedding's matrix
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab"):
@@ -70,7 +75,8 @@ class ModelSpec:
     def attention_params(self) -> int:
         q_out = self.heads * self.head_dim
         kv_out = self.kv_heads * self.head_dim
-        return self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
+        biases = q_out + 2 * kv_out if self.qkv_bias else 0
+        return self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden + biases
 
     @property
     def expert_params(self) -> int:
@@ -90,9 +96,14 @@ class ModelSpec:
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
+    @property
+    def head_params(self) -> int:
+        """The output head's own parameters (none when it is the embedding's matrix)."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
     def total_params(self, active_only: bool = False) -> int:
         """Embedding + layers + final norm + output head."""
-        return (2 * self.embedding_params + self.layers * self.layer_params(active_only)
+        return (self.embedding_params + self.head_params + self.layers * self.layer_params(active_only)
                 + self.hidden)
 
     # --- FLOPs ---------------------------------------------------------------------------------
@@ -105,7 +116,7 @@ class ModelSpec:
         (forward 2 matmuls of 2*s*d each per token, backward twice that; causal masking not
         discounted, as in TorchTitan's count).
         """
-        matmul_params = self.total_params(active_only=True) - self.embedding_params
+        matmul_params = self.layers * self.layer_params(active_only=True) + self.vocab * self.hidden + self.hidden
         return 6 * matmul_params + 12 * self.layers * self.heads * self.head_dim * seq_len
 
     # --- activations ---------------------------------------------------------------------------
@@ -166,3 +177,71 @@ def preset(name: str) -> ModelSpec:
         return PRESETS[name.lower()]
     except KeyError:
         raise UsageError(f"unknown model {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+# Hugging Face config.json keys for each ModelSpec field, the first one present wins. MoE: Mixtral
+# names its experts num_local_experts, Qwen-MoE num_experts with the expert width in
+# moe_intermediate_size (its intermediate_size is the width of a dense layer it does not have).
+HF_KEYS = {
+    "hidden": ("hidden_size",),
+    "layers": ("num_hidden_layers",),
+    "heads": ("num_attention_heads",),
+    "kv_heads": ("num_key_value_heads", "num_attention_heads"),
+    "vocab": ("vocab_size",),
+    "head_dim": ("head_dim",),
+    "experts": ("num_local_experts", "num_experts"),
+    "active_experts": ("num_experts_per_tok",),
+}
+DENSE_FFN_KEYS = ("intermediate_size",)
+EXPERT_FFN_KEYS = ("moe_intermediate_size", "intermediate_size")
+# Architectures whose layers the model above describes (model_type in config.json).
+HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe")
+QKV_BIAS_MODEL_TYPES = ("qwen2",)  # Qwen2 has q/k/v biases without saying so in its config
+
+
+def _read_json_object(path: str) -> dict:
+    try:
+        config = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"--hf-config {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--hf-config {path} is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--hf-config {path} is not a JSON object")
+    return config
+
+
+def from_hf_config(path: str) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/2.5, Qwen3, Qwen3-MoE)."""
+    from transit.bounds import BOUNDS, parse_value
+
+    config = _read_json_object(path)
+    model_type = config.get("model_type")
+    if model_type not in HF_MODEL_TYPES:
+        raise UsageError(f"--hf-config {path}: model_type {model_type!r} is not one of {', '.join(HF_MODEL_TYPES)}")
+    if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
+        raise UsageError(f"--hf-config {path}: dense layers between MoE layers (mlp_only_layers, "
+                         "decoder_sparse_step) are not modelled")
+
+    def value(field: str, keys: tuple[str, ...]) -> int | None:
+        key = next((k for k in keys if config.get(k) is not None), None)
+        if key is None:
+            return None
+        if isinstance(config[key], bool) or not isinstance(config[key], int):
+            raise UsageError(f"--hf-config {path}: {key} must be an integer, got {config[key]!r}")
+        return int(parse_value(f"{key} in {Path(path).name}", str(config[key]), BOUNDS[field]))
+
+    dims = {field: v for field, keys in HF_KEYS.items() if (v := value(field, keys)) is not None}
+    if not dims.get("experts"):
+        dims.pop("experts", None)
+        dims.pop("active_experts", None)  # a dense config may carry the MoE defaults
+    ffn = value("ffn", EXPERT_FFN_KEYS if "experts" in dims else DENSE_FFN_KEYS)
+    if ffn is not None:
+        dims["ffn"] = ffn
+    missing = [keys[0] for field, keys in (*HF_KEYS.items(), ("ffn", DENSE_FFN_KEYS))
+               if field in ("hidden", "layers", "heads", "vocab", "ffn") and field not in dims]
+    if missing:
+        raise UsageError(f"--hf-config {path} lacks {', '.join(missing)}")
+    name = Path(path).resolve().parent.name if Path(path).name == "config.json" else Path(path).stem
+    return ModelSpec(name=name, qkv_bias=model_type in QKV_BIAS_MODEL_TYPES,
+                     tied_embeddings=bool(config.get("tie_word_embeddings", False)), **dims)

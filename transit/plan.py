@@ -3,12 +3,14 @@
 A memory model (model states by precision policy and TP/PP/FSDP degree, activations with or
 without recomputation, logits, and what the framework itself holds on the GPU) is set against
 HBM per GPU and host DRAM per node. TRANSIT fills the GPU first and spills the rest to host
-DRAM, so a node count is feasible as long as its ranks' spill fits in the node's DRAM.
+DRAM, so a node count can run the job as long as its ranks' spill fits in the node's DRAM.
 
-For every feasible node count from the requested one down to the smallest, the plan gives the
-data-parallel degree and the gradient accumulation that keep one global batch: the smallest
-common multiple of (local batch x DP degree) over all candidate counts that is at least the
-target. `transit launch` applies the same rule inside the allocation (`accumulation_steps`).
+The job may run on a few node counts (the candidates: the requested count and the smallest that
+can run it, or --scale-in fractions, or --candidates). One global batch must suit all of them: the
+smallest multiple of the least common multiple of (local batch x DP degree) over the candidates
+that is at least the target. When that rounds the target up by more than MAX_BATCH_OVERSHOOT, the
+plan says so and proposes nearby candidate sets that keep it within. `transit submit` plans the
+same way before it queues anything; `transit launch` checks the batch inside the allocation.
 
 The benchmark harness gets predictions from `predict_memory` or `transit plan --json`.
 """
@@ -16,12 +18,15 @@ The benchmark harness gets predictions from `predict_memory` or `transit plan --
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
+import textwrap
 from dataclasses import asdict, dataclass
 
+from transit import bounds
 from transit.errors import UsageError
-from transit.models import PRESETS, ModelSpec, preset
+from transit.models import PRESETS, ModelSpec, from_hf_config, preset
 
 GIB = 1024**3
 MIB = 1024**2
@@ -97,12 +102,10 @@ class TrainingConfig:
         if self.data_parallel not in ("fsdp", "ddp"):
             raise UsageError(f"data parallelism {self.data_parallel!r} unknown; use fsdp or ddp")
         for name in ("tp", "pp", "local_batch", "seq_len"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}")
-        if self.pp > self.model.layers:
-            raise UsageError(f"pipeline degree {self.pp} is larger than the model's {self.model.layers} layers")
+            bounds.parse_value(bounds.option_name(name), str(getattr(self, name)))
+        bounds.check_pipeline(self.pp, self.model.layers)
         if self.model.heads % self.tp or self.model.kv_heads % self.tp and self.tp % self.model.kv_heads:
-            raise UsageError(f"tensor parallel degree {self.tp} does not split {self.model.heads} heads / "
+            raise UsageError(f"--tp {self.tp} does not split the model's {self.model.heads} heads / "
                              f"{self.model.kv_heads} kv heads evenly")
 
     def to_dict(self) -> dict:
@@ -161,7 +164,7 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     shard = dp if config.data_parallel == "fsdp" else 1
     params_per_gpu = model.total_params() / (tp * pp * shard)
     if config.data_parallel == "fsdp":
-        largest_unit = max(model.layer_params(), model.embedding_params + model.hidden) / tp
+        largest_unit = max(model.layer_params(), model.vocab * model.hidden + model.hidden) / tp
         # the unit being reduced: compute-dtype parameters and gradients, plus a reduce-dtype copy
         # of the gradients for the reduce-scatter when the dtypes differ (fp32 reduce in mixed)
         reduce_copy = sizes["reduce"] if sizes["reduce"] != sizes["compute"] else 0
@@ -197,6 +200,16 @@ def predict_memory(config: TrainingConfig, world_size: int) -> MemoryEstimate:
     )
 
 
+# --- node counts and the common global batch -----------------------------------------------------
+
+# The common multiple may round the target global batch up by this much before the plan proposes
+# other candidate sets: beyond it the job would no longer train with the batch it was tuned for.
+MAX_BATCH_OVERSHOOT = 0.25
+MAX_PROPOSALS = 3
+# Counts tried on each side of the smallest candidate when the plan looks for a replacement for it.
+REPLACEMENT_SEARCH = 64
+
+
 def reduced_nodes(nodes: int, reduction: float) -> int:
     """Nodes left after removing a fraction ``reduction``: nearest whole count, ties keep more, >= 1.
 
@@ -204,10 +217,10 @@ def reduced_nodes(nodes: int, reduction: float) -> int:
     return max(1, math.floor(nodes * (1 - reduction) + 0.5))
 
 
-def common_global_batch(local_batch: int, dp_degrees: list[int], target: int) -> int:
-    """Smallest common multiple of local_batch x dp over all degrees that is >= target."""
-    base = math.lcm(*(local_batch * dp for dp in dp_degrees))
-    return base * max(1, math.ceil(target / base))
+def common_global_batch(step_sizes: list[int], target: int) -> int:
+    """Smallest common multiple of the sequences per micro-step (local batch x DP) that is >= target."""
+    base = math.lcm(*step_sizes)
+    return base * max(1, -(-target // base))  # integer ceiling: exact at any size
 
 
 def accumulation_steps(global_batch: int, local_batch: int, dp: int) -> int:
@@ -217,6 +230,104 @@ def accumulation_steps(global_batch: int, local_batch: int, dp: int) -> int:
         raise UsageError(f"global batch {global_batch} is not divisible by local batch {local_batch} x "
                          f"DP degree {dp} = {per_step}")
     return global_batch // per_step
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How ranks split into TP x PP groups and data-parallel replicas on nodes of one size."""
+
+    gpus_per_node: int
+    tp: int
+    pp: int
+    local_batch: int
+
+    @property
+    def count_step(self) -> int:
+        """Node counts must be multiples of this to host whole TP x PP groups."""
+        model_parallel = self.tp * self.pp
+        return model_parallel // math.gcd(model_parallel, self.gpus_per_node)
+
+    def check_count(self, nodes: int, what: str) -> None:
+        if nodes % self.count_step:
+            raise UsageError(f"{what} {nodes}: {nodes} nodes x {self.gpus_per_node} GPUs are not a multiple of "
+                             f"TP x PP = {self.tp * self.pp}")
+
+    def dp(self, nodes: int) -> int:
+        return nodes * self.gpus_per_node // (self.tp * self.pp)
+
+    def batch(self, counts: list[int], target: int) -> dict:
+        """The common global batch of `counts` for `target` sequences, and what it costs."""
+        step_sizes = [self.local_batch * self.dp(n) for n in counts]
+        global_batch = common_global_batch(step_sizes, target)
+        overshoot = global_batch / target - 1
+        return {"counts": counts, "lcm": math.lcm(*step_sizes), "global_batch": global_batch, "overshoot": overshoot,
+                "within_overshoot": overshoot <= MAX_BATCH_OVERSHOOT,
+                "grad_accum": {str(n): global_batch // (self.local_batch * self.dp(n)) for n in counts}}
+
+
+def candidate_counts(nodes: int, scale_in: list[float] | None = None, candidates: list[int] | None = None,
+                     smallest: int | None = None) -> list[int]:
+    """The node counts the job may train on, largest first: always `nodes`, plus the counts that
+    --scale-in fractions leave, or --candidates, or else `smallest` (the smallest that can run it)."""
+    if candidates is not None:
+        above = [c for c in candidates if c > nodes]
+        if above:
+            raise UsageError(f"--candidates {above[0]} is more than --nodes {nodes}")
+        extra = candidates
+    elif scale_in is not None:
+        extra = [reduced_nodes(nodes, f) for f in scale_in]
+    else:
+        extra = [] if smallest is None else [smallest]
+    return sorted({nodes, *extra}, reverse=True)
+
+
+def nearby_count_sets(layout: Layout, counts: list[int], target: int, smallest_allowed: int) -> list[dict]:
+    """Candidate sets near `counts` whose common global batch stays within MAX_BATCH_OVERSHOOT.
+
+    First the largest subsets of `counts` that keep the requested (largest) count, those keeping the
+    smallest count ahead (16 -> 8 for 16 -> 12 -> 8); then the requested count with one count near the
+    smallest candidate (no smaller than `smallest_allowed`), nearest first.
+    """
+    nodes, others = counts[0], counts[1:]
+    proposals: list[dict] = []
+    for size in range(len(others) - 1, 0, -1):
+        subsets = sorted(itertools.combinations(others, size), key=lambda s: others[-1] not in s)
+        proposals += [b for s in subsets if (b := layout.batch([nodes, *s], target))["within_overshoot"]]
+        if len(proposals) >= MAX_PROPOSALS:
+            return proposals[:MAX_PROPOSALS]
+    smallest, step = (others[-1] if others else nodes), layout.count_step
+    for distance in range(1, REPLACEMENT_SEARCH + 1):
+        for count in (smallest - distance * step, smallest + distance * step):
+            if smallest_allowed <= count < nodes and count not in counts:
+                batch = layout.batch([nodes, count], target)
+                if batch["within_overshoot"]:
+                    proposals.append(batch)
+                    if len(proposals) >= MAX_PROPOSALS:
+                        return proposals
+    return proposals
+
+
+def target_sequences(local_batch: int, dp: int, seq_len: int, global_batch: int | None,
+                     global_tokens: int | None) -> int:
+    """The target global batch in sequences: --global-batch, --global-tokens rounded up to whole
+    sequences, or else one micro-batch on every rank of the requested count."""
+    if global_tokens is not None:
+        return -(-global_tokens // seq_len)
+    return global_batch if global_batch is not None else local_batch * dp
+
+
+def check_batch_bound(batch: dict, proposals: list[dict]) -> None:
+    """The planned global batch stays inside the bound every input has; else name a set that does."""
+    bound = bounds.BOUNDS["global_batch"]
+    if batch["global_batch"] > bound.high:
+        counts = ",".join(map(str, batch["counts"]))
+        nearest = (f"; nearest within {MAX_BATCH_OVERSHOOT:.0%}: --candidates "
+                   f"{','.join(map(str, proposals[0]['counts']))}" if proposals else "")
+        raise UsageError(f"the global batch common to {counts} nodes is {batch['global_batch']:.3g} sequences, "
+                         f"above {bound.shown(bound.high)}{nearest}")
+
+
+# --- memory over node counts ------------------------------------------------------------------------
 
 
 def spilled_bytes(memory: MemoryEstimate, cluster: ClusterSpec) -> int:
@@ -242,50 +353,75 @@ def efficiency(config: TrainingConfig, memory: MemoryEstimate, cluster: ClusterS
             "efficiency": compute_s / (compute_s + transfer_s)}
 
 
-def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, target_global_batch: int | None = None,
-         min_nodes: int = 1) -> dict:
-    """Candidates from `nodes` down to the smallest feasible count (not below `min_nodes`)."""
-    gpn = cluster.gpus_per_node
-    if gpn % config.tp:
-        raise UsageError(f"TP degree {config.tp} does not divide {gpn} GPUs per node "
-                         "(tensor parallelism stays inside a node)")
-    if nodes < 1 or not 1 <= min_nodes <= nodes:
-        raise UsageError(f"need 1 <= --min-nodes ({min_nodes}) <= --nodes ({nodes})")
-    if (nodes * gpn) % (config.tp * config.pp):
-        raise UsageError(f"{nodes} nodes x {gpn} GPUs is not a multiple of TP x PP = {config.tp * config.pp}")
-    if FRAMEWORK_RESERVED_BYTES >= cluster.hbm_bytes:
-        raise UsageError(f"HBM per GPU ({cluster.hbm_bytes / GIB:.1f} GiB) does not even hold the framework's "
-                         f"{FRAMEWORK_RESERVED_BYTES / GIB:.1f} GiB")
+class MemoryPlanner:
+    """Memory per GPU and host DRAM per node of one job at any node count."""
 
+    def __init__(self, config: TrainingConfig, cluster: ClusterSpec):
+        bounds.check_tensor_parallel(config.tp, cluster.gpus_per_node)
+        if FRAMEWORK_RESERVED_BYTES >= cluster.hbm_bytes:
+            raise UsageError(f"HBM per GPU ({cluster.hbm_bytes / GIB:.1f} GiB) does not even hold the framework's "
+                             f"{FRAMEWORK_RESERVED_BYTES / GIB:.1f} GiB")
+        self.config, self.cluster = config, cluster
+        self.layout = Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
+
+    def row(self, nodes: int) -> dict:
+        memory = predict_memory(self.config, nodes * self.cluster.gpus_per_node)
+        spill = spilled_bytes(memory, self.cluster)
+        host = host_bytes_per_node(spill, self.cluster)
+        runs = host <= self.cluster.host_dram_bytes
+        return {"nodes": nodes, "gpus": nodes * self.cluster.gpus_per_node, "dp": self.layout.dp(nodes),
+                "verdict": "fits in HBM" if spill == 0 else "spills to host" if runs else "too big",
+                "fits_natively": spill == 0, "runs": runs, "memory": memory, "spilled_bytes": spill,
+                "host_bytes_per_node": host}
+
+    def smallest(self, nodes: int, key: str) -> int | None:
+        """Smallest count <= nodes (a multiple of the count step) whose row has `key` true.
+
+        Memory per GPU never grows with the node count (sharding only divides it), so the rows are
+        searched by bisection: instant at 100,000 nodes. One exception is checked by itself: a job of
+        one GPU needs no NCCL buffers, so it may fit where two GPUs would not."""
+        step = self.layout.count_step
+        low, high = 1, nodes // step  # multiples k * step; row(high * step) is tried first
+        if not self.row(high * step)[key]:
+            return step if self.row(step)[key] else None
+        while low < high:
+            middle = (low + high) // 2
+            if self.row(middle * step)[key]:
+                high = middle
+            else:
+                low = middle + 1
+        return step if low > 1 and self.row(step)[key] else low * step
+
+
+def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: list[float] | None = None,
+         candidates: list[int] | None = None, target_global_batch: int | None = None,
+         target_global_tokens: int | None = None) -> dict:
+    """Memory, spill, DP degree, the common global batch and its accumulation for every candidate count."""
+    planner = MemoryPlanner(config, cluster)
+    layout = planner.layout
+    layout.check_count(nodes, "--nodes")
+    smallest_runs = planner.smallest(nodes, "runs")
+    if smallest_runs is None:
+        row = planner.row(nodes)
+        raise UsageError(f"host DRAM too small for the spill: {nodes} nodes need {row['host_bytes_per_node'] / GIB:.0f}"
+                         f" GiB per node ({row['spilled_bytes'] / GIB:.1f} GiB spilled by each of "
+                         f"{cluster.gpus_per_node} GPUs + {HOST_BYTES_PER_RANK / GIB:.0f} GiB per rank), the node "
+                         f"has {cluster.host_dram_bytes / GIB:.0f} GiB")
+    counts = candidate_counts(nodes, scale_in, candidates, smallest_runs)
+    for count in counts:
+        layout.check_count(count, "--candidates" if candidates else "--scale-in" if scale_in else "--nodes")
+    target = target_sequences(config.local_batch, layout.dp(nodes), config.seq_len, target_global_batch,
+                              target_global_tokens)
+    batch = layout.batch(counts, target)
+    proposals = [] if batch["within_overshoot"] else nearby_count_sets(layout, counts, target, smallest_runs)
+    check_batch_bound(batch, proposals)
+    global_batch = batch["global_batch"]
     rows = []
-    for n in range(nodes, min_nodes - 1, -1):
-        world = n * gpn
-        if world % (config.tp * config.pp):
-            continue  # this count cannot host whole TP x PP groups
-        memory = predict_memory(config, world)
-        spill = spilled_bytes(memory, cluster)
-        host = host_bytes_per_node(spill, cluster)
-        if host > cluster.host_dram_bytes:
-            if n == nodes:
-                raise UsageError(f"host DRAM too small for the spill: {n} nodes need {host / GIB:.0f} GiB per node "
-                                 f"({spill / GIB:.1f} GiB spilled by each of {gpn} GPUs + "
-                                 f"{HOST_BYTES_PER_RANK / GIB:.0f} GiB per rank), the node has "
-                                 f"{cluster.host_dram_bytes / GIB:.0f} GiB")
-            break
-        rows.append({"nodes": n, "gpus": world, "dp": dp_degree(config, world), "fits_natively": spill == 0,
-                     "memory": memory, "spilled_bytes": spill, "host_bytes_per_node": host})
-
-    if target_global_batch is not None and target_global_batch < 1:
-        raise UsageError(f"--global-batch must be at least 1, got {target_global_batch}")
-    target = target_global_batch if target_global_batch is not None else config.local_batch * rows[0]["dp"]
-    if target < 1:
-        raise UsageError(f"target global batch must be at least 1, got {target}")
-    global_batch = common_global_batch(config.local_batch, [r["dp"] for r in rows], target)
-    candidates = []
-    for row in rows:
-        accumulation = accumulation_steps(global_batch, config.local_batch, row["dp"])
+    for count in counts:
+        row = planner.row(count)
         memory = row.pop("memory")
-        candidates.append(row | {
+        accumulation = accumulation_steps(global_batch, config.local_batch, row["dp"])
+        rows.append(row | {
             "model_state_bytes": memory.model_state,
             "activation_bytes": memory.activation_total,
             "device_bytes_needed": memory.device_total,
@@ -295,7 +431,7 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, target_global
             **efficiency(config, memory, cluster, global_batch, row["gpus"], accumulation),
         })
     return {
-        "schema": "transit.plan/1",
+        "schema": "transit.plan/2",
         "model": config.model.to_dict(),
         "training": config.to_dict(),
         "cluster": cluster.to_dict(),
@@ -308,95 +444,126 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, target_global
             "fsdp_prefetched_units": FSDP_PREFETCHED_UNITS,
             "recompute_flop_factor": RECOMPUTE_FLOP_FACTOR,
             "pcie_crossings_per_use": PCIE_CROSSINGS_PER_USE,
+            "max_batch_overshoot": MAX_BATCH_OVERSHOOT,
         },
+        "requested_nodes": nodes,
+        "counts": counts,
         "target_global_batch": target,
+        "target_global_tokens": target_global_tokens,
         "global_batch": global_batch,
-        "min_feasible_nodes": candidates[-1]["nodes"],
-        "min_native_nodes": min((c["nodes"] for c in candidates if c["fits_natively"]), default=None),
-        "candidates": candidates,
+        "global_tokens": global_batch * config.seq_len,
+        "batch_lcm": batch["lcm"],
+        "overshoot": batch["overshoot"],
+        "within_overshoot": batch["within_overshoot"],
+        "proposals": [p | {"global_tokens": p["global_batch"] * config.seq_len} for p in proposals],
+        "min_runnable_nodes": smallest_runs,
+        "min_native_nodes": planner.smallest(nodes, "fits_natively"),
+        "candidates": rows,
     }
 
 
 # --- command line -------------------------------------------------------------------------------
 
+MODEL_DIMENSIONS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "head_dim", "experts",
+                    "active_experts", "shared_experts")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Model and training options, shared with `transit submit --to-min`."""
-    group = parser.add_argument_group("model (a preset, or explicit dimensions)")
-    group.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
-    for name in ("layers", "hidden", "ffn", "heads", "kv-heads", "vocab", "head-dim", "experts",
-                 "active-experts", "shared-experts"):
-        group.add_argument(f"--{name}", type=int, help="overrides the preset" if name != "ffn" else
-                           "feed-forward width (of one expert for MoE)")
+    """Model, training and cluster options, shared with `transit submit`."""
+    group = parser.add_argument_group("model (a preset, a Hugging Face config.json, or dimensions)")
+    source = group.add_mutually_exclusive_group()
+    source.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
+    source.add_argument("--hf-config", metavar="JSON",
+                        help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/2.5, Qwen3, Qwen3-MoE)")
+    for name in MODEL_DIMENSIONS:
+        group.add_argument(bounds.option_name(name), metavar="N", help="overrides the preset or config" if
+                           name != "ffn" else "feed-forward width (of one expert for MoE)")
     group = parser.add_argument_group("training")
     group.add_argument("--precision", choices=sorted(PRECISION_BYTES), default="mixed",
                        help="mixed: fp32 params/grads/Adam, bf16 compute; bf16: all bf16 (default mixed)")
-    group.add_argument("--tp", type=int, default=1, help="tensor parallel degree (inside a node)")
-    group.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
+    group.add_argument("--tp", default="1", metavar="N", help="tensor parallel degree (inside a node)")
+    group.add_argument("--pp", default="1", metavar="N", help="pipeline parallel degree (divides the layers)")
     group.add_argument("--data-parallel", choices=("fsdp", "ddp"), default="fsdp",
                        help="fsdp shards model states over DP ranks; ddp replicates them (default fsdp)")
-    group.add_argument("--local-batch", type=int, default=1, help="sequences per GPU per micro-batch")
-    group.add_argument("--seq-len", type=int, default=8192)
+    group.add_argument("--local-batch", default="1", metavar="N", help="sequences per GPU per micro-batch")
+    group.add_argument("--seq-len", default="8192", metavar="N", help="tokens per sequence (default 8192)")
     group.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                        help="full per-layer recomputation (default on)")
     group = parser.add_argument_group("cluster (defaults from --cluster)")
     group.add_argument("--cluster", choices=sorted(CLUSTER_PRESETS), default="h100",
                        help="node preset: 8 GPUs, 80 GB (h100) or 141 GB (h200) HBM, 2 TiB DRAM, 50 GB/s PCIe")
-    group.add_argument("--gpus-per-node", type=int)
-    group.add_argument("--hbm-gib", type=float, help="HBM per GPU")
-    group.add_argument("--host-dram-gib", type=float, help="host DRAM per node")
-    group.add_argument("--pcie-gbps", type=float, help="measured host-to-device bandwidth, GB/s")
-    group.add_argument("--sustained-tflops", type=float, help="per-GPU TFLOPS without offload")
+    group.add_argument("--gpus-per-node", metavar="N")
+    group.add_argument("--hbm-gib", metavar="GIB", help="HBM per GPU")
+    group.add_argument("--host-dram-gib", metavar="GIB", help="host DRAM per node")
+    group.add_argument("--pcie-gbps", metavar="GB/S", help="measured host-to-device bandwidth per GPU")
+    group.add_argument("--sustained-tflops", metavar="TFLOPS", help="per-GPU TFLOPS without offload")
+
+
+def add_count_arguments(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+    """--nodes and the candidate counts, --global-batch or --global-tokens (plan and submit)."""
+    parser.add_argument("--nodes", required=True, metavar="N",
+                        help=f"requested (largest) node count, at most {bounds.BOUNDS['nodes'].high:g}")
+    counts = parser.add_mutually_exclusive_group()
+    counts.add_argument("--scale-in", metavar="F[,F...]",
+                        help="fractions of --nodes to give up, e.g. 0.25,0.5: candidates 16 -> 12, 8")
+    counts.add_argument("--candidates", metavar="N[,N...]",
+                        help="node counts the job may train on, e.g. 16,12,8 (with --nodes)")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", metavar="SEQUENCES",
+                       help="target sequences per optimizer step (default: local batch x DP at --nodes)")
+    batch.add_argument("--global-tokens", metavar="TOKENS",
+                       help="target tokens per optimizer step (whole sequences of --seq-len, rounded up)")
+    return counts
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
-    dims = {name: getattr(args, name) for name in ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab",
-                                                   "head_dim", "experts", "active_experts", "shared_experts")}
-    given = {k: v for k, v in dims.items() if v is not None}
-    if args.model:
-        base = asdict(preset(args.model))
-        if given:
-            base["name"] = f"{args.model}(custom)"
-            base["head_dim"] = given.get("head_dim", 0 if "hidden" in given or "heads" in given else base["head_dim"])
-        return ModelSpec(**(base | given))
-    missing = [f"--{k.replace('_', '-')}" for k in ("layers", "hidden", "ffn", "heads", "vocab") if k not in given]
+    given = {k: getattr(args, k) for k in MODEL_DIMENSIONS if getattr(args, k) is not None}
+    if args.model or args.hf_config:
+        base = preset(args.model) if args.model else from_hf_config(args.hf_config)
+        if not given:
+            return base
+        dims = asdict(base) | {"name": f"{base.name}(custom)"}
+        if "hidden" in given or "heads" in given:
+            dims["head_dim"] = 0  # derived again unless given
+        return ModelSpec(**(dims | given))
+    missing = [bounds.option_name(k) for k in ("layers", "hidden", "ffn", "heads", "vocab") if k not in given]
+    if len(missing) == 5:
+        raise UsageError("needs a model: --model PRESET, --hf-config JSON, or its dimensions")
     if missing:
-        raise UsageError(f"give --model PRESET or all dimensions (missing {', '.join(missing)})")
+        raise UsageError(f"model dimensions missing: {', '.join(missing)} (or give --model, --hf-config)")
     given.setdefault("kv_heads", given["heads"])
     return ModelSpec(name="custom", **given)
 
 
+def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
+    scaled = {"gpus_per_node": ("gpus_per_node", 1), "hbm_gib": ("hbm_bytes", GIB),
+              "host_dram_gib": ("host_dram_bytes", GIB), "pcie_gbps": ("pcie_bytes_per_s", 1e9),
+              "sustained_tflops": ("sustained_flops", 1e12)}
+    overrides = {field: (round(value * scale) if field.endswith("bytes") else value * scale)
+                 for option, (field, scale) in scaled.items() if (value := getattr(args, option)) is not None}
+    return ClusterSpec(**(asdict(CLUSTER_PRESETS[args.cluster]) | overrides))
+
+
 def config_from_args(args: argparse.Namespace) -> tuple[TrainingConfig, ClusterSpec]:
+    """The model, training and cluster of `args`, whose numbers bounds.check_args has checked."""
+    cluster = cluster_from_args(args)
+    bounds.check_tensor_parallel(args.tp, cluster.gpus_per_node)  # before the model's heads are asked
     config = TrainingConfig(model=model_from_args(args), precision=args.precision, tp=args.tp, pp=args.pp,
                             data_parallel=args.data_parallel, local_batch=args.local_batch,
                             seq_len=args.seq_len, activation_checkpointing=args.activation_checkpointing)
-    base = CLUSTER_PRESETS[args.cluster]
-    overrides = {
-        "gpus_per_node": args.gpus_per_node,
-        "hbm_bytes": None if args.hbm_gib is None else int(args.hbm_gib * GIB),
-        "host_dram_bytes": None if args.host_dram_gib is None else int(args.host_dram_gib * GIB),
-        "pcie_bytes_per_s": None if args.pcie_gbps is None else args.pcie_gbps * 1e9,
-        "sustained_flops": None if args.sustained_tflops is None else args.sustained_tflops * 1e12,
-    }
-    cluster = ClusterSpec(**(asdict(base) | {k: v for k, v in overrides.items() if v is not None}))
-    for name, value in asdict(cluster).items():
-        if value <= 0:
-            raise UsageError(f"cluster {name.replace('_', ' ')} must be positive, got {value}")
     return config, cluster
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan", help="plan node count and batch settings for a scaled-in job",
-        description="For every node count from --nodes down to the smallest one whose spill fits in host "
-                    "DRAM: memory per GPU, spill, DP degree, a common global batch and its gradient "
-                    "accumulation, and an estimated efficiency.")
+        description="For the requested node count and its candidates (by default the smallest count whose "
+                    "spill fits in host DRAM): memory per GPU, spill, DP degree, the global batch common to "
+                    "all candidates and its gradient accumulation, and an estimated efficiency.")
     add_model_arguments(parser)
-    parser.add_argument("--nodes", type=int, required=True, help="requested (largest) node count")
-    parser.add_argument("--min-nodes", type=int, default=1, help="do not consider fewer nodes (default 1)")
-    parser.add_argument("--global-batch", type=int,
-                        help="target global batch in sequences (default: local batch x DP at --nodes)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_count_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON (every figure)")
+    parser.add_argument("--wide", action="store_true", help="every column, wider than 80 characters")
     parser.add_argument("--plot", metavar="PNG", help="also draw memory per GPU and efficiency per node count")
     parser.set_defaults(func=main)
 
@@ -405,32 +572,87 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.1f}"
 
 
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _counts(counts: list[int]) -> str:
+    return " -> ".join(map(str, counts)) + (" node" if counts == [1] else " nodes")
 
+
+TEXT_WIDTH = 80  # the table and every paragraph of the plan fit a terminal of this width
+
+
+# (header, legend, value of a candidate row); the table has the first ones, --wide all of them
+COLUMNS = [
+    ("nodes", None, lambda c: str(c["nodes"])),
+    ("GPUs", None, lambda c: str(c["gpus"])),
+    ("DP", "data-parallel degree", lambda c: str(c["dp"])),
+    ("memory", "where one GPU's data lives", lambda c: c["verdict"]),
+    ("states", "model states, GiB per GPU", lambda c: _gib(c["model_state_bytes"])),
+    ("activ", "activations, GiB per GPU", lambda c: _gib(c["activation_bytes"])),
+    ("spill", "GiB per GPU beyond HBM, held in host DRAM", lambda c: _gib(c["spilled_bytes"])),
+    ("host", "host DRAM used, GiB per node", lambda c: _gib(c["host_bytes_per_node"])),
+    ("accum", "gradient accumulation steps", lambda c: str(c["grad_accum"])),
+    ("eff", "estimated compute share of a step (PCIe time not overlapped)", lambda c: f"{c['efficiency']:.0%}"),
+]
+WIDE_COLUMNS = [
+    ("need", "device bytes needed, GiB per GPU", lambda c: _gib(c["device_bytes_needed"])),
+    ("gathered", "FSDP units in flight, GiB per GPU", lambda c: _gib(c["memory"]["gathered"])),
+    ("framework", "CUDA context, NCCL, workspaces, GiB per GPU", lambda c: _gib(c["memory"]["framework"])),
+    ("compute_s", "compute seconds per step", lambda c: f"{c['compute_s']:.3g}"),
+    ("pcie_s", "PCIe seconds per step", lambda c: f"{c['pcie_s']:.3g}"),
+    ("global", "global batch, sequences", lambda c: str(c["global_batch"])),
+]
+
+
+def describe(result: dict) -> str:
+    """One paragraph naming the model, the training settings and the node."""
     model, training, cluster = result["model"], result["training"], result["cluster"]
-    table = Table(title=f"{model['name']}: {model['total_params'] / 1e9:.1f}B params "
-                        f"({model['active_params'] / 1e9:.1f}B active), {training['precision']}, "
-                        f"TP {training['tp']} PP {training['pp']} {training['data_parallel']}, "
-                        f"local batch {training['local_batch']} x {training['seq_len']} tokens")
-    for header in ("nodes", "GPUs", "DP", "fits", "states GiB/GPU", "activ. GiB/GPU", "spilled GiB/GPU",
-                   "host GiB/node", "global batch", "accum", "efficiency"):
-        table.add_column(header, justify="right")
-    for c in result["candidates"]:
-        table.add_row(str(c["nodes"]), str(c["gpus"]), str(c["dp"]), "yes" if c["fits_natively"] else "no",
-                      _gib(c["model_state_bytes"]), _gib(c["activation_bytes"]), _gib(c["spilled_bytes"]),
-                      _gib(c["host_bytes_per_node"]), str(c["global_batch"]), str(c["grad_accum"]),
-                      f"{c['efficiency']:.0%}")
-    console = Console()
-    console.print(table)
-    console.print(f"HBM {_gib(cluster['hbm_bytes'])} GiB/GPU, of which the framework holds "
-                  f"{_gib(result['constants']['framework_reserved_bytes'])} GiB (CUDA context, NCCL, workspaces); "
-                  f"host DRAM {_gib(cluster['host_dram_bytes'])} GiB/node; PCIe {cluster['pcie_bytes_per_s'] / 1e9:.0f} "
-                  f"GB/s; {cluster['sustained_flops'] / 1e12:.0f} TFLOPS sustained.")
-    console.print(f"Global batch {result['global_batch']} (target {result['target_global_batch']}) is a common "
-                  f"multiple of local batch x DP for every count. Smallest feasible node count: "
-                  f"{result['min_feasible_nodes']}; smallest without spilling: {result['min_native_nodes'] or 'none'}.")
+    active = f" ({model['active_params'] / 1e9:.1f}B active)" if model["experts"] else ""
+    text = (f"{model['name']}: {model['total_params'] / 1e9:.1f}B parameters{active}, {training['precision']}, "
+            f"TP {training['tp']} PP {training['pp']} {training['data_parallel']}, local batch "
+            f"{training['local_batch']} x {training['seq_len']} tokens. Nodes of {cluster['gpus_per_node']} GPUs: "
+            f"HBM {_gib(cluster['hbm_bytes'])} GiB per GPU, host DRAM {_gib(cluster['host_dram_bytes'])} GiB, "
+            f"PCIe {cluster['pcie_bytes_per_s'] / 1e9:g} GB/s, {cluster['sustained_flops'] / 1e12:g} TFLOPS.")
+    return textwrap.fill(text, TEXT_WIDTH)
+
+
+def render(result: dict, wide: bool = False) -> str:
+    """The plan as text: what is planned, the candidate table (80 columns unless wide), its legend, the verdicts."""
+    columns = COLUMNS + (WIDE_COLUMNS if wide else [])
+    cells = [[header for header, _, _ in columns]] + [[value(c) for _, _, value in columns]
+                                                      for c in result["candidates"]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    verdict_column = [header for header, _, _ in columns].index("memory")
+    table = "\n".join("  ".join(cell.ljust(width) if i == verdict_column else cell.rjust(width)
+                                for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+                      for row in cells)
+    legend = "; ".join(f"{header}: {legend}" for header, legend, _ in columns if legend)
+    return "\n\n".join([describe(result), table, textwrap.fill(legend, TEXT_WIDTH), *verdicts(result)])
+
+
+def verdicts(result: dict) -> list[str]:
+    """What the plan concludes, in paragraphs that cannot be read against each other."""
+    seq_len = result["training"]["seq_len"]
+    target = (f"{result['target_global_tokens']:,} tokens = {result['target_global_batch']:,} sequences"
+              if result["target_global_tokens"] else f"{result['target_global_batch']:,} sequences")
+    batch = (f"Global batch: {result['global_batch']:,} sequences ({result['global_tokens']:,} tokens of {seq_len}) "
+             f"on {_counts(result['counts'])}, the smallest multiple of {result['batch_lcm']:,} (the least common "
+             f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.1%}.")
+    paragraphs = [textwrap.fill(batch, TEXT_WIDTH)]
+    if not result["within_overshoot"]:
+        lines = [f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target. Nearest candidate sets within "
+                 f"{MAX_BATCH_OVERSHOOT:.0%}:" if result["proposals"] else
+                 f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target, and no nearby candidate set "
+                 "keeps it within: raise the target or use fewer counts."]
+        lines += [f"  --candidates {','.join(map(str, p['counts']))}: global batch {p['global_batch']:,} "
+                  f"({p['overshoot']:+.1%})" for p in result["proposals"]]
+        paragraphs.append("\n".join(textwrap.fill(line, TEXT_WIDTH) for line in lines))
+    native, runnable = result["min_native_nodes"], result["min_runnable_nodes"]
+    memory = (f"Memory: runs with TRANSIT on {_counts([runnable])} or more (what HBM cannot hold fits in host "
+              f"DRAM); " + (f"fits in HBM alone on {_counts([native])} or more." if native else
+                            f"needs host DRAM at every count up to {result['requested_nodes']}."))
+    too_big = [c["nodes"] for c in result["candidates"] if not c["runs"]]
+    if too_big:
+        memory += f" Too big for {','.join(map(str, too_big))} nodes: their spill does not fit in host DRAM."
+    return [*paragraphs, textwrap.fill(memory, TEXT_WIDTH)]
 
 
 def plot(result: dict, path: str) -> None:
@@ -464,12 +686,11 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    bounds.check_args(args)
     config, cluster = config_from_args(args)
-    result = plan(config, cluster, args.nodes, args.global_batch, args.min_nodes)
+    result = plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
+                  args.global_tokens)
     if args.plot:
         plot(result, args.plot)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_table(result)
+    print(json.dumps(result, indent=2) if args.json else render(result, args.wide))
     return 0

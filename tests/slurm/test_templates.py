@@ -1,8 +1,8 @@
 """The sbatch templates in scripts/, submitted to the real local Slurm cluster on CPU.
 
-sbatch-torchrun.sh trains the tiny model for real. TorchTitan is not installed on the CI/dev
-machine, so sbatch-torchtitan.sh runs in dry-run mode (LAUNCH_ARGS="--dry-run --json") and the
-test checks the command it builds from the allocation.
+sbatch-torchrun.sh trains the tiny model for real. sbatch-torchtitan.sh runs in dry-run mode
+(LAUNCH_ARGS="--dry-run --json") with TorchTitan 0.3.0 from scripts/torchtitan-versions (no GPU to
+train on here) and the test checks the command it builds from the allocation and that TorchTitan.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
 TEMPLATES = {name: REPO / "scripts" / f"sbatch-{name}.sh" for name in ("torchrun", "torchtitan")}
+TORCHTITAN_DIR = REPO / ".cache" / "torchtitan"
+INSTALL_TIMEOUT_S = 900
 
 
 @pytest.fixture
@@ -54,13 +57,18 @@ def test_torchrun_template_trains_the_tiny_model_with_transit(env, tmp_path):
 
 
 def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
+    install = subprocess.run(["bash", str(REPO / "scripts" / "torchtitan-versions")], capture_output=True, text=True,
+                             timeout=INSTALL_TIMEOUT_S, check=False)
+    assert install.returncode == 0, install.stdout + install.stderr
     output = tmp_path / "job.out"
     env = env | {"GLOBAL_BATCH": "16", "LOCAL_BATCH": "2", "TP": "2", "NPROC_PER_NODE": "2",
-                 "LAUNCH_ARGS": "--dry-run --json"}
+                 "LAUNCH_ARGS": "--dry-run --json", "PYTHON": str(TORCHTITAN_DIR / "venv" / "bin" / "python"),
+                 "PYTHONPATH": str(TORCHTITAN_DIR / "0.3.0")}
     job_id = submit_template(env, TEMPLATES["torchtitan"], 2, output,
                              ["--module", "llama3", "--config", "llama3_debugmodel"])
-    launch = json.loads(output.read_text())
+    launch = json.loads(output.read_text()[output.read_text().index("{"):])  # after TorchTitan's import warnings
     assert launch["job_id"] == job_id and len(launch["hostnames"]) == 2
+    assert (launch["torchtitan"]["version"], launch["torchtitan"]["loader"]) == ("0.3.0", "registry")
     assert (launch["dp"], launch["grad_accum"]) == (2, 4)
     command = launch["command"]
     torchrun = command.index("torchrun")

@@ -1,21 +1,26 @@
-"""Planner: memory model against hand-computed cases, the common-multiple rule, errors."""
+"""Planner: the memory model, the candidate counts and their common global batch, the output.
 
-import argparse
+Every expected figure is written out (worked by hand in the comments), never computed with the
+code under test.
+"""
+
 import json
+import re
 
 import pytest
 
-from transit import plan
+from transit import cli, plan
 from transit.errors import UsageError
 from transit.models import ModelSpec, preset
 from transit.plan import (
     CLUSTER_PRESETS,
     FRAMEWORK_RESERVED_BYTES,
     GIB,
-    HOST_BYTES_PER_RANK,
     ClusterSpec,
+    Layout,
     TrainingConfig,
     accumulation_steps,
+    candidate_counts,
     common_global_batch,
     predict_memory,
 )
@@ -23,24 +28,31 @@ from transit.plan import (
 TINY = ModelSpec("tiny", layers=2, hidden=64, ffn=128, heads=4, kv_heads=4, vocab=100)
 TINY_PARAMS = 2 * 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64  # 95040
 TINY_LAYER = 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64  # 41088
+# 600 MiB CUDA context + 1 GiB NCCL buffers + 512 MiB workspaces
+FRAMEWORK = 629_145_600 + 1_073_741_824 + 536_870_912
+# 542,148,608 parameters: embedding and head 2 x 32000 x 2048, 8 layers of 4 x 2048^2 (attention)
+# + 3 x 2048 x 5632 (MLP) + 2 x 2048 (norms), final norm 2048
+MEDIUM = ModelSpec("m", layers=8, hidden=2048, ffn=5632, heads=16, kv_heads=16, vocab=32000)
+
+
+def test_framework_constant_is_the_sum_of_its_parts():
+    assert FRAMEWORK_RESERVED_BYTES == FRAMEWORK == 2_239_758_336
 
 
 def test_tiny_mixed_fsdp_memory_by_hand():
     config = TrainingConfig(TINY, precision="mixed", local_batch=1, seq_len=16)
     memory = predict_memory(config, world_size=2)
-    shard = TINY_PARAMS / 2
-    assert (memory.params, memory.grads, memory.optimizer) == (shard * 4, shard * 4, shard * 8)
+    # 95040 parameters over 2 ranks: fp32 params and grads (4 bytes), Adam m and v (8 bytes)
+    assert (memory.params, memory.grads, memory.optimizer) == (190_080, 190_080, 380_160)
     # a layer (the largest FSDP unit here) being reduced: bf16 params and grads + fp32 reduce-scatter
-    # input; one more prefetched: bf16 params
-    assert memory.gathered == TINY_LAYER * (2 + 2 + 4 + 2)
-    # checkpointed: one layer input per layer ...
-    assert memory.activations == 2 * 16 * 64 * 2
-    # ... plus the larger of one recomputed layer (bf16) and the loss over the logits: here the layer
-    per_token_layer = 4 * 64 + 5 * 64 + 4 * 128
-    assert 16 * per_token_layer * 2 > 16 * 100 * 14
-    assert memory.transient == 16 * per_token_layer * 2
-    assert memory.device_total == (16 * TINY_PARAMS / 2 + memory.gathered + memory.activations + memory.transient
-                                   + FRAMEWORK_RESERVED_BYTES)
+    # input; one more prefetched: bf16 params: 41088 x (2 + 2 + 4 + 2)
+    assert memory.gathered == 410_880
+    # checkpointed: one layer input per layer, 2 layers x 16 tokens x 64 x 2 bytes ...
+    assert memory.activations == 4096
+    # ... plus the larger of one recomputed layer (16 x (4*64 + 5*64 + 4*128) x 2 = 34,816) and the
+    # loss over the logits (16 x 100 x 14 = 22,400)
+    assert memory.transient == 34_816
+    assert memory.device_total == 190_080 * 2 + 380_160 + 410_880 + 4096 + 34_816 + FRAMEWORK
 
 
 def test_the_loss_over_a_large_vocabulary_sets_the_transient_peak():
@@ -58,57 +70,55 @@ def test_the_output_head_is_the_largest_fsdp_unit_of_a_large_vocabulary_model():
 
 def test_a_single_rank_needs_no_nccl_buffers():
     config = TrainingConfig(TINY, seq_len=16)
-    assert predict_memory(config, 2).framework == FRAMEWORK_RESERVED_BYTES
-    assert predict_memory(config, 1).framework == FRAMEWORK_RESERVED_BYTES - plan.NCCL_BUFFER_BYTES
+    assert predict_memory(config, 2).framework == FRAMEWORK
+    assert predict_memory(config, 1).framework == 629_145_600 + 536_870_912
 
 
 def test_bf16_states_take_half_of_mixed_and_ddp_does_not_shard():
-    mixed = predict_memory(TrainingConfig(TINY, precision="mixed", seq_len=16), 4)
     bf16 = predict_memory(TrainingConfig(TINY, precision="bf16", seq_len=16), 4)
-    assert bf16.params + bf16.grads + bf16.optimizer == (mixed.params + mixed.grads + mixed.optimizer) / 2
-    ddp = predict_memory(TrainingConfig(TINY, precision="bf16", data_parallel="ddp", seq_len=16), 4)
+    # 95040 / 4 = 23760 parameters per rank: 2 + 2 + 4 bytes
+    assert (bf16.params, bf16.grads, bf16.optimizer) == (47_520, 47_520, 95_040)
     assert bf16.gathered == TINY_LAYER * (2 + 2 + 2)  # bf16 grads are reduce-scattered as they are
+    ddp = predict_memory(TrainingConfig(TINY, precision="bf16", data_parallel="ddp", seq_len=16), 4)
     assert ddp.params == TINY_PARAMS * 2 and ddp.gathered == 0
 
 
 def test_no_checkpointing_keeps_every_layer():
     config = TrainingConfig(TINY, seq_len=16, local_batch=2, activation_checkpointing=False)
     memory = predict_memory(config, 1)
-    assert (memory.activations, memory.transient) == (2 * TINY.layer_activation_bytes(32), TINY.logits_bytes(32))
+    # 2 layers x 32 tokens x (4*64 + 5*64 + 4*128 = 1088) x 2 bytes; the logits 32 x 100 x 14
+    assert (memory.activations, memory.transient) == (139_264, 44_800)
 
 
 def test_tp_and_pp_divide_states_and_the_larger_stage_counts():
-    model = preset("llama3-70b")
-    config = TrainingConfig(model, precision="bf16", tp=4, pp=4, local_batch=8, seq_len=4096)
+    config = TrainingConfig(preset("llama3-70b"), precision="bf16", tp=4, pp=4, local_batch=8, seq_len=4096)
     memory = predict_memory(config, world_size=32)  # DP 2
-    assert memory.params == round(model.total_params() / (4 * 4 * 2) * 2)
-    # first stage: 20 layers x 4 micro-batches of checkpoints + one layer recomputed
-    layer = model.layer_activation_bytes(4096, 4)
-    first = (20 * model.layer_input_bytes(4096, 4) * 4, layer)
-    # last stage: one micro-batch, but the logits (vocabulary split over TP) too
-    last = (20 * model.layer_input_bytes(4096, 4), max(layer, model.logits_bytes(4096, 4)))
-    # the last stage's logits (14 bytes per entry, 128K vocabulary) outweigh 4 micro-batches of checkpoints
-    assert (memory.activations, memory.transient) == max(first, last, key=sum) == last
+    assert memory.params == 4_409_606_656  # 70,553,706,496 parameters / (4 x 4 x 2) x 2 bytes
+    # first stage: 20 layers x 4 micro-batches of checkpoints (4096 x 8192 x 2 / 4 = 16,777,216 each)
+    #   + one recomputed layer: 4096 x (4 x 8192 + 5 x 8192 + 4 x 28672) x 2 / 4 = 385,875,968
+    # last stage: 20 x 16,777,216 = 335,544,320 + the logits 4096 x 128256 x 14 / 4 = 1,838,678,016,
+    # which outweigh 4 micro-batches of checkpoints
+    assert (memory.activations, memory.transient) == (335_544_320, 1_838_678_016)
 
 
 def test_llama3_70b_needs_six_h100_nodes_of_four_gpus_as_in_the_paper():
     # Section 4.2: the minimum configuration without offloading is 6 nodes (24 GPUs).
     cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
-    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=6)
+    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=6, candidates=[6, 5])
     assert result["min_native_nodes"] == 6
-    assert [c["fits_natively"] for c in result["candidates"]] == [True] + [False] * 5
+    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM", "spills to host"]
 
 
-@pytest.mark.parametrize("local, dps, target, expected", [
-    (1, [24, 20, 16, 12, 8, 4], 24, 240),
-    (1, [24, 20, 16, 12, 8, 4], 241, 480),
-    (2, [4, 2], 1, 8),
-    (4, [6, 4], 100, 144),  # lcm(24, 16) = 48; 48 x 3 is the first multiple >= 100
+@pytest.mark.parametrize("step_sizes, target, expected", [
+    ([24, 20, 16, 12, 8, 4], 24, 240),  # lcm 240
+    ([24, 20, 16, 12, 8, 4], 241, 480),
+    ([8, 4], 1, 8),
+    ([24, 16], 100, 144),  # lcm 48; 48 x 3 is the first multiple >= 100
+    ([128, 96, 64], 1024, 1152),  # the issue's 16, 12, 8 nodes of 8 GPUs: lcm 384, x 3
+    ([3], 10**23 + 1, 100_000_000_000_000_000_000_002),  # exact where a float ceiling is not
 ])
-def test_common_global_batch(local, dps, target, expected):
-    result = common_global_batch(local, dps, target)
-    assert result == expected
-    assert all(result % (local * dp) == 0 for dp in dps) and result >= target
+def test_common_global_batch(step_sizes, target, expected):
+    assert common_global_batch(step_sizes, target) == expected
 
 
 def test_accumulation_steps_make_up_the_difference_and_reject_indivisible_batches():
@@ -118,29 +128,73 @@ def test_accumulation_steps_make_up_the_difference_and_reject_indivisible_batche
         accumulation_steps(12, 1, 8)
 
 
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"smallest": 1}, [16, 1]),
+    ({"scale_in": [0.25, 0.5]}, [16, 12, 8]),
+    ({"candidates": [8, 12, 16, 12]}, [16, 12, 8]),
+    ({"candidates": [12]}, [16, 12]),  # --nodes is always a candidate
+    ({}, [16]),
+])
+def test_candidate_counts(kwargs, expected):
+    assert candidate_counts(16, **kwargs) == expected
+
+
+def test_candidates_above_the_requested_count_are_refused():
+    with pytest.raises(UsageError, match="--candidates 20 is more than --nodes 16"):
+        candidate_counts(16, candidates=[20, 8])
+
+
+def test_node_counts_must_host_whole_tp_x_pp_groups():
+    layout = Layout(gpus_per_node=8, tp=8, pp=4, local_batch=1)  # a group spans 4 nodes
+    assert layout.count_step == 4 and layout.dp(12) == 3
+    with pytest.raises(UsageError, match="--candidates 6: 6 nodes x 8 GPUs are not a multiple of TP x PP = 32"):
+        layout.check_count(6, "--candidates")
+
+
+def test_batch_of_a_candidate_set():
+    batch = Layout(gpus_per_node=8, tp=1, pp=1, local_batch=1).batch([16, 12, 8], 1024)
+    assert batch == {"counts": [16, 12, 8], "lcm": 384, "global_batch": 1152, "overshoot": pytest.approx(0.125),
+                     "within_overshoot": True, "grad_accum": {"16": 9, "12": 12, "8": 18}}
+
+
+def test_sets_near_one_that_overshoots():
+    # 16 -> 12 -> 8 nodes of 8 GPUs for 128 sequences: lcm(128, 96, 64) = 384, +200%. Dropping 12
+    # keeps 128 exactly; then the pairs with the count nearest 8 that keep 128: 4 (DP 32) and 2 (DP 16);
+    # 7, 9, 6, 10, 5, 11, 3, 13 (DP 56, 72, 48, 80, 40, 88, 24, 104) all overshoot
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=1)
+    assert [(p["counts"], p["global_batch"]) for p in proposals] == [([16, 8], 128), ([16, 4], 128), ([16, 2], 128)]
+
+
+def test_sets_near_one_that_overshoots_stop_at_the_smallest_runnable_count():
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=5)
+    assert [p["counts"] for p in proposals] == [[16, 8]]
+
+
 def small_cluster(**overrides):
-    base = {"gpus_per_node": 2, "hbm_bytes": 4 * GIB, "host_dram_bytes": 64 * GIB,
+    base = {"gpus_per_node": 2, "hbm_bytes": 6 * GIB, "host_dram_bytes": 64 * GIB,
             "pcie_bytes_per_s": 10e9, "sustained_flops": 1e12}
     return ClusterSpec(**(base | overrides))
 
 
 def test_plan_spills_what_does_not_fit_and_keeps_one_global_batch():
-    # 0.5B-ish params in mixed precision: 16 bytes/param sharded over the GPUs
-    model = ModelSpec("m", layers=8, hidden=2048, ffn=5632, heads=16, kv_heads=16, vocab=32000)
-    config = TrainingConfig(model, local_batch=2, seq_len=1024)
-    cluster = small_cluster(hbm_bytes=6 * GIB)
-    result = plan.plan(config, cluster, nodes=4, target_global_batch=20)
-    counts = [c["nodes"] for c in result["candidates"]]
-    assert counts == [4, 3, 2, 1]
-    assert result["global_batch"] == 48  # lcm(2*8, 2*6, 2*4, 2*2) = 48 >= 20
-    for c in result["candidates"]:
-        needed = predict_memory(config, c["gpus"]).device_total
-        assert c["spilled_bytes"] == max(0, needed - cluster.hbm_bytes)
-        assert c["host_bytes_per_node"] == 2 * (c["spilled_bytes"] + HOST_BYTES_PER_RANK)
-        assert c["grad_accum"] * 2 * c["dp"] == 48
-    assert result["candidates"][0]["fits_natively"] and not result["candidates"][-1]["fits_natively"]
+    config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
+    result = plan.plan(config, small_cluster(), nodes=4, candidates=[3, 2, 1], target_global_batch=30)
+    # per GPU at W ranks: 542,148,608 x 16 / W bytes of states + 655,380,480 gathered (the head unit
+    # 65,538,048 x 10) + 67,108,864 checkpoints + 917,504,000 logits + 2,239,758,336 framework
+    assert [c["device_bytes_needed"] for c in result["candidates"]] == [
+        4_964_048_896, 5_325_481_301, 6_048_346_112, 8_216_940_544]
+    # HBM is 6 GiB = 6,442,450,944: only 1 node (2 GPUs) spills; host: 2 x (spill + 8 GiB per rank)
+    assert [c["spilled_bytes"] for c in result["candidates"]] == [0, 0, 0, 1_774_489_600]
+    assert [c["host_bytes_per_node"] for c in result["candidates"]] == [17_179_869_184] * 3 + [20_728_848_384]
+    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM"] * 3 + ["spills to host"]
+    # local batch 2 x DP 8, 6, 4, 2: lcm(16, 12, 8, 4) = 48 for a target of 30 (+60%): too much;
+    # 4 -> 2 -> 1 and 4 -> 1 or 4 -> 2 keep 32 (+7%)
+    assert (result["global_batch"], result["within_overshoot"]) == (48, False)
+    assert [c["grad_accum"] for c in result["candidates"]] == [3, 4, 6, 12]
+    assert [p["counts"] for p in result["proposals"]] == [[4, 2, 1], [4, 1], [4, 2]]
+    assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 2)
     effs = [c["efficiency"] for c in result["candidates"]]
-    assert effs[0] == 1.0 and effs == sorted(effs, reverse=True) and effs[-1] < 1.0
+    assert effs[:3] == [1.0, 1.0, 1.0] and effs[3] < 1.0
 
 
 def test_efficiency_by_hand():
@@ -148,73 +202,137 @@ def test_efficiency_by_hand():
     memory = predict_memory(config, 1)
     cluster = small_cluster(hbm_bytes=memory.device_total - 1000)  # 1000 bytes spilled, all optimizer state
     result = plan.efficiency(config, memory, cluster, global_batch=4, world_size=1, accumulation=4)
-    compute = TINY.model_flops_per_token(16) * 4 * 16 / 1e12
+    # FLOPs per token: 6 x (2 x 41088 + 6400 + 64 = 88,640 matmul parameters) + 12 x 2 x 4 x 16 x 16
+    compute = 556_416 * 4 * 16 / 1e12
     assert result["compute_s"] == pytest.approx(compute)
     assert result["pcie_bytes"] == 2 * 1000  # cold: moved once per optimizer step, in and out
     assert result["efficiency"] == pytest.approx(compute / (compute + 2000 / 10e9))
 
 
-def test_plan_stops_at_the_smallest_count_whose_spill_fits_in_host_dram():
-    model = ModelSpec("m", layers=8, hidden=2048, ffn=5632, heads=16, kv_heads=16, vocab=32000)
-    config = TrainingConfig(model, seq_len=1024)
+def test_the_smallest_runnable_count_is_found_by_bisection_as_a_scan_would():
     # 3 nodes need 19.0 GiB of host DRAM per node, 2 nodes 20.35 GiB
-    result = plan.plan(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB), nodes=4)
-    assert [c["nodes"] for c in result["candidates"]] == [4, 3]
-    assert result["min_feasible_nodes"] == 3
+    config = TrainingConfig(MEDIUM, seq_len=1024)
+    planner = plan.MemoryPlanner(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB))
+    assert [planner.row(n)["runs"] for n in (1, 2, 3, 4)] == [False, False, True, True]
+    assert planner.smallest(4, "runs") == 3
+    assert planner.smallest(1000, "runs") == 3
+    assert planner.smallest(2, "runs") is None
 
 
 def test_plan_skips_counts_that_cannot_host_whole_pipelines():
     model = ModelSpec("m", layers=8, hidden=64, ffn=128, heads=4, kv_heads=4, vocab=100)
-    config = TrainingConfig(model, pp=4, local_batch=4, seq_len=16)
-    result = plan.plan(config, small_cluster(), nodes=4)
+    result = plan.plan(TrainingConfig(model, pp=4, local_batch=4, seq_len=16), small_cluster(), nodes=4)
     assert [(c["nodes"], c["dp"]) for c in result["candidates"]] == [(4, 2), (2, 1)]
 
 
 @pytest.mark.parametrize("kwargs, cluster, message", [
-    ({"tp": 4}, {"gpus_per_node": 2}, "TP degree 4 does not divide 2 GPUs per node"),
-    ({"pp": 3}, {}, "not a multiple of TP x PP = 3"),
+    ({"tp": 4}, {"gpus_per_node": 2}, "--tp 4 does not divide the 2 GPUs per node \\(TP stays inside a node\\)"),
+    ({"pp": 3}, {}, "--pp 3 does not divide the model's 8 layers"),
     ({}, {"host_dram_bytes": 1 * GIB}, "host DRAM too small for the spill"),
-    ({}, {"hbm_bytes": FRAMEWORK_RESERVED_BYTES}, "does not even hold the framework"),
+    ({}, {"hbm_bytes": FRAMEWORK}, "does not even hold the framework"),
 ])
 def test_impossible_plans_name_the_cause(kwargs, cluster, message):
-    model = ModelSpec("m", layers=8, hidden=2048, ffn=5632, heads=16, kv_heads=16, vocab=32000)
     with pytest.raises(UsageError, match=message):
-        plan.plan(TrainingConfig(model, seq_len=1024, **kwargs), small_cluster(**cluster), nodes=2)
+        plan.plan(TrainingConfig(MEDIUM, seq_len=1024, **kwargs), small_cluster(**cluster), nodes=2)
 
 
-def test_pipeline_deeper_than_the_model_is_refused():
-    with pytest.raises(UsageError, match="pipeline degree 3 is larger than the model's 2 layers"):
-        TrainingConfig(TINY, pp=3)
+def test_no_overflow_at_the_largest_counts():
+    # the issue: 677 nodes and up crashed with OverflowError, 64 nodes planned 9.46e27 sequences
+    config, cluster = TrainingConfig(preset("llama3-8b")), CLUSTER_PRESETS["h100"]
+    result = plan.plan(config, cluster, nodes=100_000)
+    assert (result["counts"], result["global_batch"]) == ([100_000, 1], 800_000)  # DP 800,000 and 8
+    # math.lcm(800000, 799992, 799984, 799976, 799968) = 3.33e24
+    with pytest.raises(UsageError, match=r"the global batch common to 100000,99999,99998,99997,99996 nodes is "
+                                         r"3\.33e\+24 sequences, above 1000000000"):
+        plan.plan(config, cluster, nodes=100_000, candidates=[99_999, 99_998, 99_997, 99_996])
 
 
-def run_cli(argv):
-    parser = argparse.ArgumentParser()
-    plan.register(parser.add_subparsers())
-    args = parser.parse_args(["plan", *argv])
-    return args.func(args)
+def run(argv, capsys):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_cli_json_with_explicit_dimensions(capsys):
-    assert run_cli(["--layers", "2", "--hidden", "64", "--ffn", "128", "--heads", "4", "--vocab", "100",
-                    "--nodes", "3", "--gpus-per-node", "2", "--hbm-gib", "4", "--seq-len", "16", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    code, out, _ = run(["plan", "--layers", "2", "--hidden", "64", "--ffn", "128", "--heads", "4", "--vocab", "100",
+                        "--nodes", "3", "--scale-in", "0.34", "--gpus-per-node", "2", "--hbm-gib", "4",
+                        "--seq-len", "16", "--json"], capsys)
+    assert code == 0
+    result = json.loads(out)
     assert result["model"]["total_params"] == TINY_PARAMS
-    assert [c["dp"] for c in result["candidates"]] == [6, 4, 2]
-    assert result["global_batch"] == 12
+    assert result["counts"] == [3, 2]  # 3 x (1 - 0.34) = 1.98 -> 2
+    assert [c["dp"] for c in result["candidates"]] == [6, 4]
+    assert (result["target_global_batch"], result["global_batch"]) == (6, 12)  # lcm(6, 4)
+
+
+def test_cli_global_tokens_round_up_to_whole_sequences(capsys):
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "2", "--candidates", "1", "--global-tokens",
+                        "1000000", "--json"], capsys)
+    assert code == 0
+    result = json.loads(out)
+    # 1,000,000 / 8192 = 122.07 -> 123 sequences; lcm(16, 8) = 16 -> 128 sequences = 1,048,576 tokens
+    assert (result["target_global_batch"], result["global_batch"], result["global_tokens"]) == (123, 128, 1_048_576)
 
 
 def test_cli_plot_writes_a_png(tmp_path, capsys):
     png = tmp_path / "plan.png"
-    assert run_cli(["--model", "llama3-70b", "--nodes", "6", "--gpus-per-node", "4", "--plot", str(png)]) == 0
+    code, _, _ = run(["plan", "--model", "llama3-70b", "--nodes", "6", "--scale-in", "0.5", "--gpus-per-node", "4",
+                      "--plot", str(png)], capsys)
+    assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_cli_table_and_preset_override(capsys):
-    assert run_cli(["--model", "llama3-8b", "--layers", "4", "--nodes", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "llama3-8b(custom)" in out and "Global batch 16" in out
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--layers", "4", "--nodes", "2"], capsys)
+    assert code == 0
+    # 2 x 128256 x 4096 (embedding, head) + 4 x 218,112,000 (layers) + 4096 = 1,923,125,248
+    assert out.startswith("llama3-8b(custom): 1.9B parameters") and "Global batch: 16 sequences" in out
 
 
-def test_cli_without_model_names_missing_dimensions():
-    with pytest.raises(UsageError, match="missing --ffn, --heads, --vocab"):
-        run_cli(["--layers", "2", "--hidden", "64", "--nodes", "1"])
+ISSUE_COMMAND = ["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "128", "--candidates", "16,12,8"]
+
+
+@pytest.mark.parametrize("argv", [
+    ISSUE_COMMAND,
+    ["plan", "--model", "llama4-scout", "--nodes", "64", "--scale-in", "0.25,0.5,0.75", "--cluster", "h200"],
+    ["plan", "--model", "llama3-70b", "--nodes", "100000", "--tp", "8", "--pp", "4", "--global-batch", "999999999"],
+], ids=["issue", "moe", "largest"])
+def test_the_table_and_every_paragraph_fit_80_columns(argv, capsys):
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+
+
+def test_the_issue_example_reads_without_contradiction(capsys):
+    _, out, _ = run(ISSUE_COMMAND, capsys)
+    table = out.split("\n\n")[1].splitlines()
+    assert table[0].split() == ["nodes", "GPUs", "DP", "memory", "states", "activ", "spill", "host", "accum", "eff"]
+    assert [row.split()[:6] for row in table[1:]] == [["16", "128", "128", "fits", "in", "HBM"],
+                                                     ["12", "96", "96", "fits", "in", "HBM"],
+                                                     ["8", "64", "64", "fits", "in", "HBM"]]
+    text = " ".join(out.split())
+    assert "Global batch: 384 sequences (3,145,728 tokens of 8192) on 16 -> 12 -> 8 nodes" in text
+    assert "+200.0%. That is more than 25% above the target." in text
+    assert re.search(r"--candidates 16,8: global batch 128 \(\+0.0%\)", text)
+    assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone " \
+           "on 1 node or more." in text
+
+
+def test_wide_adds_columns_and_json_carries_every_figure(capsys):
+    _, wide, _ = run([*ISSUE_COMMAND, "--wide"], capsys)
+    assert wide.split("\n\n")[1].splitlines()[0].split()[-6:] == ["need", "gathered", "framework", "compute_s",
+                                                                   "pcie_s", "global"]
+    _, out, _ = run([*ISSUE_COMMAND, "--json"], capsys)
+    result = json.loads(out)
+    for key in ("counts", "target_global_batch", "global_batch", "global_tokens", "batch_lcm", "overshoot",
+                "within_overshoot", "proposals", "min_runnable_nodes", "min_native_nodes"):
+        assert key in result
+    for key in ("nodes", "gpus", "dp", "verdict", "model_state_bytes", "activation_bytes", "spilled_bytes",
+                "host_bytes_per_node", "grad_accum", "efficiency", "device_bytes_needed", "memory", "compute_s",
+                "pcie_s", "global_batch"):
+        assert key in result["candidates"][0]
+
+
+def test_cli_without_model_names_missing_dimensions(capsys):
+    code, _, err = run(["plan", "--layers", "2", "--hidden", "64", "--nodes", "1"], capsys)
+    assert code == 2 and "model dimensions missing: --ffn, --heads, --vocab" in err
