@@ -185,10 +185,10 @@ def test_reduction_comes_before_the_fits_in_cluster_check():
     setup = Setup(2, 8, 0.5, network=NO_NETWORK)
     document, base, transit = study(trace, setup)
     assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [True, True]
-    assert base.drop_reason[0] == "needs more than the 8 nodes of 2 racks"
+    assert base.drop_reason[0] == "larger than the 8 nodes of 2 racks"
     assert document["jobs"]["only_transit"] == 1 and document["jobs"]["compared"] == 1
     assert document["jobs"]["dropped"]["baseline"] == {"count": 1, "by_reason": {
-        "needs more than the 8 nodes of 2 racks": 1}}
+        "larger than the 8 nodes of 2 racks": 1}}
 
 
 def test_metrics_of_a_hand_checked_replay():

@@ -1,15 +1,17 @@
 """Cluster-level metrics of one replay, and their comparison between the two scenarios.
 
-Per replay (every job it ran): makespan (first submit to last end), GPU busy and idle hours
-(held: whole nodes for multi-node jobs) and utilization, and the network: bytes across rack
-boundaries and between nodes (``network.py``), and the contention delay (hours the jobs ran
-longer than they would have on uncontended uplinks, and those hours x the GPUs held).
+Per replay (every job it ran, including those only one replay could run): makespan (first
+submit to last end), GPU busy and idle hours (held: whole nodes for multi-node jobs) and
+utilization, and the network: bytes across rack boundaries and between nodes (``network.py``),
+and the contention delay (hours the jobs ran longer than they would have on uncontended uplinks,
+and those hours x the GPUs held).
 
 Per group of jobs (``all``: the jobs both replays ran; ``eligible``: those of them that ran on
 more than one node): throughput (jobs per hour from the first submit to the group's last end),
 queue time (start - submit; mean, p50, p95), racks spanned (mean, share on more than one),
-share on a single node, bytes across racks, contention delay. An empty group keeps every key,
-with null values.
+share on a single node, bytes across racks and between nodes, contention delay. The comparison
+takes job-level figures from the groups, so both sides count the same jobs. An empty group keeps
+every key, with null values.
 
 Comparison: each metric's baseline and TRANSIT values, the absolute change, and the relative
 change, which is null when the baseline is under the metric's ``relative_floor`` (a few seconds of
@@ -45,6 +47,7 @@ def _group(run: Run, submit: np.ndarray, mask: np.ndarray, origin: float) -> dic
         "multi_rack_share_pct": _stat(racks, lambda r: 100 * (r > 1).mean()),
         "single_node_share_pct": _stat(run.nodes[mask], lambda n: 100 * (n == 1).mean()),
         "cross_rack_bytes": float(run.cross_rack_bytes[mask].sum()),
+        "inter_node_bytes": float(run.inter_node_bytes[mask].sum()),
         "contention_h": float(run.contention_s[mask].sum() / HOUR_S),
     }
 
@@ -68,7 +71,7 @@ def summarize(run: Run, submit: np.ndarray, compared: np.ndarray, eligible: np.n
             "inter_node_bytes": float(run.inter_node_bytes.sum()),
             "contention_h": float(contention.sum() / HOUR_S),
             "contention_gpu_h": float((contention * run.held_gpus).sum() / HOUR_S),
-            "jobs_slowed": int((contention > 1e-6).sum()),
+            "jobs_slowed": int((contention > 0).sum()),
         },
         "all": _group(run, submit, compared, origin),
         "eligible": _group(run, submit, compared & eligible, origin),
@@ -101,9 +104,9 @@ COMPARED = (
     Metric("mean_racks_eligible", "mean racks per job (eligible)", ("eligible", "mean_racks"), "racks", True, 1.0),
     Metric("multi_rack_share_eligible", "multi-rack jobs (eligible)", ("eligible", "multi_rack_share_pct"), "%",
            True, 1.0),
-    Metric("cross_rack_bytes", "cross-rack traffic", ("network", "cross_rack_bytes"), "B", True, 1e12),
-    Metric("inter_node_bytes", "inter-node traffic", ("network", "inter_node_bytes"), "B", True, 1e12),
-    Metric("contention", "uplink contention delay", ("network", "contention_h"), "h", True, 1.0),
+    Metric("cross_rack_bytes", "cross-rack traffic", ("all", "cross_rack_bytes"), "B", True, 1e12),
+    Metric("inter_node_bytes", "inter-node traffic", ("all", "inter_node_bytes"), "B", True, 1e12),
+    Metric("contention", "uplink contention delay", ("all", "contention_h"), "h", True, 1.0),
     Metric("gpu_idle", "GPU idle time", ("gpu_idle_h",), "GPU-h", True, 1.0),
     Metric("gpu_utilization", "GPU utilization", ("gpu_utilization_pct",), "%", False, 1.0),
     Metric("single_node_share_eligible", "single-node eligible jobs", ("eligible", "single_node_share_pct"), "%",

@@ -116,9 +116,11 @@ def jobs_lines(study: dict) -> list[str]:
             lines.append(f"0 jobs dropped from the {name} replay")
     if jobs["only_transit"]:
         lines.append(f"{jobs['only_transit']:,} jobs fit only with TRANSIT (the baseline's {setup['baseline_nodes']} "
-                     "nodes are too few for them): replayed, not compared")
+                     "nodes are too few for them): replayed, not compared job by job (makespan, GPU idle and "
+                     "utilization count them)")
     if jobs["only_baseline"]:
-        lines.append(f"{jobs['only_baseline']:,} jobs fit only the baseline's cluster: replayed, not compared")
+        lines.append(f"{jobs['only_baseline']:,} jobs fit only the baseline's cluster: replayed, not compared job "
+                     "by job (makespan, GPU idle and utilization count them)")
     return lines
 
 
@@ -220,7 +222,8 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
                           va="top" if value > 0 else "bottom", fontsize=6)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % colours.N)) for i in range(len(studies))]
     axes.legend(handles, [label(s) for s in studies], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                title="racks (TRANSIT/baseline), ..., jobs dropped base/TRANSIT", title_fontsize=7)
+                title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs dropped baseline/TRANSIT",
+                title_fontsize=7)
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_ylim(-PLOT_CAP_PCT * 1.08, PLOT_CAP_PCT * 1.08)
     axes.set_xticks(positions, [metrics.BY_KEY[key].label.replace(" (", "\n(").replace(" delay", "\ndelay")
@@ -269,12 +272,25 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
     return rows
 
 
+TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "dropped b/T", "cross-rack", "inter-node",
+                   "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU idle"]
+
+
 def print_sweep(studies: list[dict], console: Console | None = None) -> None:
+    """The sweep as a table that fits a terminal: relative changes (absolute where n/a)."""
     console = console or Console(soft_wrap=True)
-    table = Table(title="TRANSIT vs baseline: baseline -> TRANSIT (relative change; ▲ queue time rises)")
-    for name in SWEEP_HEADER:
+    table = Table(title="TRANSIT vs baseline: change (absolute where the relative change is n/a; ▲ queue rises)")
+    for name in TERMINAL_HEADER:
         table.add_column(name, justify="right")
-    for row in sweep_rows(studies):
+    for study in studies:
+        setup, factors, dropped = study["setup"], study["model"]["factors"], study["jobs"]["dropped"]
+        row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}", f"{setup['reduction']:g}",
+               f"+{100 * factors['inter_to_intra_speedup']:.0f}/-{100 * factors['intra_to_inter_slowdown']:.0f} %",
+               f"{dropped['baseline']['count']:,}/{dropped['transit']['count']:,}"]
+        for key in SWEEP_CHANGES:
+            entry = study["comparison"][key]
+            cell = _percent(entry) if entry["change_pct"] is not None else signed(entry["change"], entry["unit"])
+            row.append(cell + (" ▲" if key.startswith("queue") and metrics.worse(entry) else ""))
         table.add_row(*row)
     console.print(table)
     for study in studies:

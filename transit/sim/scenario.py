@@ -42,6 +42,7 @@ from transit.sim.jobs import Job
 from transit.sim.network import Network, Traffic, traffic
 from transit.sim.placement import RACK_GPUS, Cluster
 
+ROUNDING_S = 1e-6      # end - start - run time below this is float rounding, not contention
 FACTORS_SCHEMAS = ("transit.factors/1", "transit.factors/2")
 SLOWDOWN_READINGS = ("throughput", "runtime")
 
@@ -251,7 +252,9 @@ class Run:
 
     @property
     def contention_s(self) -> np.ndarray:
-        return np.where(self.ran, self.end - self.start - self.run_time, 0.0)
+        """Seconds each job ran longer than its run time (under ``ROUNDING_S``: float rounding, 0)."""
+        delay = np.where(self.ran, self.end - self.start - self.run_time, 0.0)
+        return np.where(delay > ROUNDING_S, delay, 0.0)
 
     @property
     def cross_rack_bytes(self) -> np.ndarray:
@@ -264,7 +267,7 @@ class Run:
 
 def _too_big(nodes: np.ndarray, racks: int, gpus_per_node: int) -> list[str]:
     limit = nodes_per_cluster(racks, gpus_per_node)
-    return [f"needs more than the {limit} nodes of {racks} racks" if n > limit else "" for n in nodes]
+    return [f"larger than the {limit} nodes of {racks} racks" if n > limit else "" for n in nodes]
 
 
 def _run(trace: Trace, racks: int, setup: Setup, gpus: np.ndarray, nodes: np.ndarray, duration: np.ndarray,

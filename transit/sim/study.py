@@ -34,8 +34,8 @@ def check_not_all_dropped(trace: Trace, setup: Setup) -> None:
                                ("TRANSIT", setup.racks, sized.transit_nodes)):
         limit = nodes_per_cluster(racks, setup.gpus_per_node)
         if len(trace) and not (nodes <= limit).any():
-            raise UsageError(f"all {len(trace):,} jobs dropped from the {name} replay: each needs more than the "
-                             f"{limit} nodes of {racks} racks (smallest needs {int(nodes.min())}); raise --racks")
+            raise UsageError(f"all {len(trace):,} jobs dropped from the {name} replay: each is larger than the "
+                             f"{limit} nodes of {racks} racks (the smallest takes {int(nodes.min())}); raise --racks")
 
 
 def transitions(baseline: Run, transit: Run, reduced: np.ndarray, eligible: np.ndarray) -> dict:
@@ -56,7 +56,7 @@ def _warnings(comparison: dict, jobs: dict, validation: dict | None) -> list[str
         if metrics.worse(entry):
             notes.append(f"{entry['label']} rises with TRANSIT: {entry['baseline']:,.0f} s -> "
                          f"{entry['transit']:,.0f} s ({entry['change']:+,.0f} s)")
-    for name, dropped in jobs["dropped"].items():
+    for name, dropped in (("baseline", jobs["dropped"]["baseline"]), ("TRANSIT", jobs["dropped"]["transit"])):
         if dropped["count"]:
             reasons = "; ".join(f"{n:,} {why}" for why, n in dropped["by_reason"].items())
             notes.append(f"{dropped['count']:,} jobs dropped from the {name} replay: {reasons}")
