@@ -253,8 +253,8 @@ def main(args: argparse.Namespace) -> int:
     check_not_all_dropped(trace, setup)
     with replay_progress(sys.stderr.isatty()) as progress:
         tasks = {name: progress.add_task(f"{name} replay", total=len(trace)) for name in ("baseline", "transit")}
-        result, base, transit = study(trace, setup, progress=lambda name, done, total: progress.update(
-            tasks[name], completed=done))
+        result, base, transit = study(trace, setup, progress=lambda name, done, jobs: progress.update(
+            tasks[name], completed=done, total=jobs))
     write_audit(args, trace, [(0, setup, base, transit)])
     document = {"schema": SCHEMA, "command": _command(), "trace": load.summary(), "synthetic": synthetic_info,
                 **result}

@@ -66,14 +66,14 @@ def replay(
     backfill: bool = False,
     duration_at_start: Callable[[int, int], float] | None = None,
     contention: Contention | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Replay:
     """Replay jobs (sorted by ``submit``) on ``cluster``; every job must fit the empty cluster.
 
     ``whole[j]``: whole nodes job j takes (0: ``gpus[j]`` GPUs on one shared node).
     ``duration_at_start(job, racks)``, when given, decides a job's run time once its placement is
     known (the TRANSIT scenario's placement-transition factors); otherwise ``duration`` is used.
-    ``progress(arrivals)`` is called every ``PROGRESS_EVERY`` arrivals.
+    ``progress(arrivals, jobs)`` is called every ``PROGRESS_EVERY`` arrivals, and at the end.
     """
     count = len(submit)
     start = [0.0] * count
@@ -191,12 +191,12 @@ def replay(
             queue.append(arrival)
             arrival += 1
             if progress is not None and not arrival % PROGRESS_EVERY:
-                progress(arrival)
+                progress(arrival, count)
         schedule(now)
     if queue:
         raise ValueError(f"{len(queue)} jobs never fit the cluster; filter them before replaying")
     if progress is not None:
-        progress(count)
+        progress(count, count)
     return Replay(start, end, racks, nodes, held, run_time, cluster.total_gpus)
 
 

@@ -77,7 +77,7 @@ def study(trace: Trace, setup: Setup, baseline: Run | None = None, progress=None
     total = len(trace)
 
     def reporter(name: str):
-        return None if progress is None else (lambda done: progress(name, done, total))
+        return None if progress is None else (lambda done, jobs: progress(name, done, jobs))
 
     base = baseline or run_baseline(trace, setup, reporter("baseline"))
     transit = run_transit(trace, setup, base, reporter("transit"))

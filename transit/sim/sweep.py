@@ -26,7 +26,7 @@ POLL_S = 0.2
 def _report(key):
     if _PROGRESS is None:
         return None
-    return lambda done: _PROGRESS.put((key, done))
+    return lambda done, jobs: _PROGRESS.put((key, done, jobs))
 
 
 def _baseline(key: tuple, setup: Setup) -> Run:
@@ -38,7 +38,7 @@ def _study(index: int, setup: Setup, baseline: Run, keep_runs: bool) -> tuple:
     assert _TRACE is not None
     report = _report(("study", index))
     document, base, transit = study(_TRACE, setup, baseline,
-                                    None if report is None else lambda name, done, total: report(done))
+                                    None if report is None else lambda name, done, jobs: report(done, jobs))
     return (document, base, transit) if keep_runs else (document, None, None)
 
 
@@ -90,11 +90,11 @@ def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: 
         def drain() -> None:
             while _PROGRESS is not None:
                 try:
-                    key, done = _PROGRESS.get_nowait()
+                    key, done, jobs = _PROGRESS.get_nowait()
                 except queue_module.Empty:
                     return
                 if key not in finished:
-                    progress.update(bar(key), completed=done)
+                    progress.update(bar(key), completed=done, total=jobs)
 
         def finish(key) -> None:
             finished.add(key)
