@@ -171,3 +171,18 @@ def test_reduction_out_of_range_is_rejected(capsys):
     with pytest.raises(SystemExit):
         run(["simulate", "--reduction", "1.0"], capsys)
     assert "must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_plots_leave_n_a_out_and_cap_large_changes():
+    from transit.sim.output import PLOT_CAP_PCT, PLOTTED, plot_bars
+
+    changes = {key: {"change_pct": 5.0} for key in PLOTTED}
+    changes["queue_mean_all"] = {"change_pct": None}          # baseline under the floor
+    changes["queue_mean_eligible"] = {"change_pct": 1_407_067.0}
+    bars = {bar["slot"]: bar for bar in plot_bars([{"comparison": changes}])}
+    slot = PLOTTED.index
+    assert bars[slot("queue_mean_all")]["height"] is None and bars[slot("queue_mean_all")]["text"] == "n/a"
+    assert bars[slot("queue_mean_eligible")]["height"] == PLOT_CAP_PCT
+    assert bars[slot("queue_mean_eligible")]["capped"] and bars[slot("queue_mean_eligible")]["text"] == "+1,407,067%"
+    assert bars[slot("cross_rack_bytes")] == {"study": 0, "slot": 0, "x": 0.0, "width": 0.8, "height": 5.0,
+                                              "capped": False, "text": ""}

@@ -107,6 +107,9 @@ COMPARED = (
     Metric("cross_rack_bytes", "cross-rack traffic", ("all", "cross_rack_bytes"), "B", True, 1e12),
     Metric("inter_node_bytes", "inter-node traffic", ("all", "inter_node_bytes"), "B", True, 1e12),
     Metric("contention", "uplink contention delay", ("all", "contention_h"), "h", True, 1.0),
+    # the GPU-hours jobs held: the same jobs on fewer, less efficient GPUs hold more of them, which is
+    # also why idle time can fall without any job gaining
+    Metric("gpu_busy", "GPU time held by jobs", ("gpu_busy_h",), "GPU-h", True, 1.0),
     Metric("gpu_idle", "GPU idle time", ("gpu_idle_h",), "GPU-h", True, 1.0),
     Metric("gpu_utilization", "GPU utilization", ("gpu_utilization_pct",), "%", False, 1.0),
     Metric("single_node_share_eligible", "single-node eligible jobs", ("eligible", "single_node_share_pct"), "%",

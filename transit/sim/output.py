@@ -21,7 +21,7 @@ PLOTTED = ("cross_rack_bytes", "contention", "queue_mean_all", "queue_mean_eligi
            "gpu_idle")
 PLOT_CAP_PCT = 100.0
 SWEEP_CHANGES = ("cross_rack_bytes", "inter_node_bytes", "contention", "queue_mean_all", "queue_mean_eligible",
-                 "throughput_eligible", "gpu_idle")
+                 "throughput_eligible", "gpu_busy", "gpu_idle")
 BYTE_UNITS = ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
 
 
@@ -194,40 +194,48 @@ def label(study: dict) -> str:
             + f"; dropped {dropped['baseline']['count']:,}/{dropped['transit']['count']:,}")
 
 
+def plot_bars(studies: list[dict]) -> list[dict]:
+    """What the plot draws, one entry per (study, metric): the bar's slot and offset, its height
+    (capped at +-``PLOT_CAP_PCT``), and the text written on it; ``height`` None: no bar, "n/a"."""
+    width = 0.8 / max(len(studies), 1)
+    bars = []
+    for index, study in enumerate(studies):
+        offset = (index - (len(studies) - 1) / 2) * width
+        for slot, key in enumerate(PLOTTED):
+            value = study["comparison"][key]["change_pct"]
+            height = None if value is None else max(-PLOT_CAP_PCT, min(PLOT_CAP_PCT, value))
+            text = "n/a" if value is None else (f"{value:+,.0f}%" if height != value else "")
+            bars.append({"study": index, "slot": slot, "x": slot + offset, "width": width, "height": height,
+                         "capped": height is not None and height != value, "text": text})
+    return bars
+
+
 def plot_studies(studies: list[dict], path: str, title: str) -> None:
     """Grouped bars: relative change of each plotted metric, one bar per study (the paper's Figure 12)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    width = 0.8 / max(len(studies), 1)
     figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(PLOTTED) + 0.3 * len(studies)) + 4.5, 5.2))
-    positions = np.arange(len(PLOTTED))
     colours = plt.get_cmap("tab20" if len(studies) > 10 else "tab10")
-    for index, study in enumerate(studies):
-        offset = (index - (len(studies) - 1) / 2) * width
-        for slot, key in enumerate(PLOTTED):
-            value = study["comparison"][key]["change_pct"]
-            x = positions[slot] + offset
-            if value is None:
-                axes.text(x, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color="grey")
-                continue
-            shown = max(-PLOT_CAP_PCT, min(PLOT_CAP_PCT, value))
-            axes.bar(x, shown, width, color=colours(index % colours.N), label=label(study) if slot == 0 else None,
-                     hatch="//" if shown != value else None, edgecolor="black" if shown != value else None)
-            if shown != value:
-                axes.text(x, shown, f"{value:+,.0f}%", rotation=90, ha="center",
-                          va="top" if value > 0 else "bottom", fontsize=6)
+    for bar in plot_bars(studies):
+        if bar["height"] is None:
+            axes.text(bar["x"], 0, bar["text"], rotation=90, ha="center", va="bottom", fontsize=6, color="grey")
+            continue
+        axes.bar(bar["x"], bar["height"], bar["width"], color=colours(bar["study"] % colours.N),
+                 hatch="//" if bar["capped"] else None, edgecolor="black" if bar["capped"] else None)
+        if bar["text"]:
+            axes.text(bar["x"], bar["height"], bar["text"], rotation=90, ha="center",
+                      va="top" if bar["height"] > 0 else "bottom", fontsize=6)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % colours.N)) for i in range(len(studies))]
     axes.legend(handles, [label(s) for s in studies], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs dropped baseline/TRANSIT",
                 title_fontsize=7)
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_ylim(-PLOT_CAP_PCT * 1.08, PLOT_CAP_PCT * 1.08)
-    axes.set_xticks(positions, [metrics.BY_KEY[key].label.replace(" (", "\n(").replace(" delay", "\ndelay")
-                                for key in PLOTTED])
+    axes.set_xticks(range(len(PLOTTED)), [metrics.BY_KEY[key].label.replace(" (", "\n(").replace(" delay", "\ndelay")
+                                          for key in PLOTTED])
     axes.set_ylabel(f"change with TRANSIT vs baseline (%), capped at ±{PLOT_CAP_PCT:.0f}")
     axes.set_title(title, fontsize=9)
     axes.grid(axis="y", alpha=0.3)
@@ -240,8 +248,8 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
                 "intra->inter slowdown", "dropped (base / TRANSIT)", "cross-rack traffic", "inter-node traffic",
-                "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput", "GPU idle",
-                "baseline GPU use", "eligible on 1 node"]
+                "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput",
+                "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node"]
 
 
 def _change_cell(entry: dict) -> str:
@@ -273,7 +281,7 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
 
 
 TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "dropped b/T", "cross-rack", "inter-node",
-                   "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU idle"]
+                   "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU held", "GPU idle"]
 
 
 def print_sweep(studies: list[dict], console: Console | None = None) -> None:
