@@ -186,3 +186,28 @@ def test_plots_leave_n_a_out_and_cap_large_changes():
     assert bars[slot("queue_mean_eligible")]["capped"] and bars[slot("queue_mean_eligible")]["text"] == "+1,407,067%"
     assert bars[slot("cross_rack_bytes")] == {"study": 0, "slot": 0, "x": 0.0, "width": 0.8, "height": 5.0,
                                               "capped": False, "text": ""}
+
+
+TWO_CLUSTERS = """JobID|Cluster|Submit|Start|End|ElapsedRaw|AllocTRES|NNodes|State
+1|alpha|1700000000|1700000010|1700003610|3600|gres/gpu=16|2|COMPLETED
+2|beta|1700000000|1700000100|1700003700|3600|gres/gpu=8|1|COMPLETED
+3|alpha|1700000050|1700003610|1700007210|3600|gres/gpu=32|4|COMPLETED
+"""
+
+
+def test_one_cluster_of_a_multi_cluster_export(tmp_path, capsys):
+    trace = tmp_path / "jobs.txt"
+    trace.write_text(TWO_CLUSTERS)
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--json"], capsys)
+    both = json.loads(out)
+    assert [c["cluster"] for c in both["validation"]["clusters"]] == ["alpha", "beta"]
+    assert "the trace holds 2 clusters, replayed as one (--cluster NAME replays one of them)" in both["warnings"]
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--cluster", "alpha", "--json"], capsys)
+    alpha = json.loads(out)
+    assert alpha["trace"]["filtered_by_reason"] == {"other cluster": 1} and alpha["jobs"]["compared"] == 2
+    # job 3 waited 3560 s for job 1's nodes on the real cluster; here 2 racks hold both at once
+    validation = alpha["validation"]["clusters"][0]
+    assert validation["recorded_queue"]["p50_s"] == pytest.approx((10 + 3560) / 2)
+    assert validation["replayed_queue"]["p50_s"] == 0 and validation["abs_error_p90_s"] == pytest.approx(3560 - 0.1 * 3550)
+    with pytest.raises(UsageError, match="--cluster 'gamma': the trace's clusters are 'alpha', 'beta'"):
+        run(["simulate", "--trace", str(trace), "--cluster", "gamma"], capsys)

@@ -95,6 +95,8 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("input")
     source.add_argument("--trace", metavar="FILE", help="job trace; without it, a synthetic trace")
     source.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
+    source.add_argument("--cluster", metavar="NAME",
+                        help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
     source.add_argument("--workload", choices=sorted(synthetic.WORKLOADS), default="seren",
                         help="synthetic workload when there is no --trace (default seren)")
     source.add_argument("--jobs", type=_positive_int, metavar="N",
@@ -196,16 +198,29 @@ def _load(args: argparse.Namespace) -> tuple[TraceLoad, dict | None]:
         if args.jobs is not None:
             raise UsageError("--jobs sizes a synthetic trace; it cannot be used with --trace")
         load = read_trace(args.trace, args.format)
+        if args.cluster is not None:
+            _keep_cluster(load, args.cluster)
         if not load.jobs:
             raise UsageError(f"{args.trace}: no meaningful GPU jobs in {load.rows} rows")
         return load, None
-    if args.format:
-        raise UsageError("--format needs --trace")
+    if args.format or args.cluster:
+        raise UsageError(f"{'--format' if args.format else '--cluster'} needs --trace")
     jobs = synthetic.generate(args.workload, args.jobs, args.seed)
     load = TraceLoad(source=f"synthetic {args.workload}-like, seed {args.seed}", fmt="synthetic",
                      jobs=jobs, rows=len(jobs))
     return load, {"workload": args.workload, "seed": args.seed, "jobs": len(jobs),
                   "calibration_max_gap_pp": synthetic.calibration_report(jobs, args.workload)}
+
+
+def _keep_cluster(load: TraceLoad, name: str) -> None:
+    """Keep one cluster's jobs; the others are filtered rows ("other cluster")."""
+    clusters = sorted({job.cluster for job in load.jobs})
+    if name not in clusters:
+        raise UsageError(f"--cluster {name[:80]!r}: the trace's clusters are {', '.join(map(repr, clusters))}")
+    others = [job for job in load.jobs if job.cluster != name]
+    load.jobs = [job for job in load.jobs if job.cluster == name]
+    if others:
+        load.filtered["other cluster"] += len(others)
 
 
 def _default_racks(args: argparse.Namespace) -> int:

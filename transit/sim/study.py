@@ -67,7 +67,8 @@ def _warnings(comparison: dict, jobs: dict, validation: dict | None) -> list[str
                              f"(median error {cluster['abs_error_p50_s']:,.0f} s against a recorded median of "
                              f"{cluster['recorded_queue']['p50_s']:,.0f} s)")
         if len(validation["clusters"]) > 1:
-            notes.append(f"the trace holds {len(validation['clusters'])} clusters, replayed as one")
+            notes.append(f"the trace holds {len(validation['clusters'])} clusters, replayed as one "
+                         "(--cluster NAME replays one of them)")
     return notes
 
 
