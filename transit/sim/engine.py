@@ -148,10 +148,12 @@ def replay(
             asked = whole[job]
             if asked:
                 if asked > whole_free:
-                    least_whole = min(least_whole, asked)
+                    if asked < least_whole:
+                        least_whole = asked
                     continue
             elif gpus[job] > max_free:
-                least_gpus = min(least_gpus, gpus[job])
+                if gpus[job] < least_gpus:
+                    least_gpus = gpus[job]
                 continue
             if plan["shadow"] is None:
                 plan["shadow"] = shadow_time(head, now)
