@@ -18,7 +18,7 @@ from rich.table import Table
 from transit.sim import metrics
 
 PLOTTED = ("cross_rack_bytes", "contention", "queue_mean_all", "queue_mean_eligible", "throughput_eligible",
-           "gpu_idle")
+           "gpu_busy", "gpu_idle")
 PLOT_CAP_PCT = 100.0
 SWEEP_CHANGES = ("cross_rack_bytes", "inter_node_bytes", "contention", "queue_mean_all", "queue_mean_eligible",
                  "throughput_eligible", "gpu_busy", "gpu_idle")
@@ -221,13 +221,13 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     colours = plt.get_cmap("tab20" if len(studies) > 10 else "tab10")
     for bar in plot_bars(studies):
         if bar["height"] is None:
-            axes.text(bar["x"], 0, bar["text"], rotation=90, ha="center", va="bottom", fontsize=6, color="grey")
+            axes.text(bar["x"], 0, bar["text"], rotation=90, ha="center", va="bottom", fontsize=7, color="dimgrey")
             continue
         axes.bar(bar["x"], bar["height"], bar["width"], color=colours(bar["study"] % colours.N),
                  hatch="//" if bar["capped"] else None, edgecolor="black" if bar["capped"] else None)
         if bar["text"]:
-            axes.text(bar["x"], bar["height"], bar["text"], rotation=90, ha="center",
-                      va="top" if bar["height"] > 0 else "bottom", fontsize=6)
+            axes.text(bar["x"], bar["height"] / 2, bar["text"], rotation=90, ha="center", va="center", fontsize=7,
+                      bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % colours.N)) for i in range(len(studies))]
     axes.legend(handles, [label(s) for s in studies], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs dropped baseline/TRANSIT",
@@ -235,7 +235,7 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_ylim(-PLOT_CAP_PCT * 1.08, PLOT_CAP_PCT * 1.08)
     axes.set_xticks(range(len(PLOTTED)), [metrics.BY_KEY[key].label.replace(" (", "\n(").replace(" delay", "\ndelay")
-                                          for key in PLOTTED])
+                                          .replace(" held", "\nheld") for key in PLOTTED])
     axes.set_ylabel(f"change with TRANSIT vs baseline (%), capped at ±{PLOT_CAP_PCT:.0f}")
     axes.set_title(title, fontsize=9)
     axes.grid(axis="y", alpha=0.3)
