@@ -148,12 +148,10 @@ def replay(
             asked = whole[job]
             if asked:
                 if asked > whole_free:
-                    if asked < least_whole:
-                        least_whole = asked
+                    least_whole = min(least_whole, asked)
                     continue
             elif gpus[job] > max_free:
-                if gpus[job] < least_gpus:
-                    least_gpus = gpus[job]
+                least_gpus = min(least_gpus, gpus[job])
                 continue
             if plan["shadow"] is None:
                 plan["shadow"] = shadow_time(head, now)

@@ -29,7 +29,6 @@ such, with efficiency 1.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -384,7 +383,3 @@ def describe_model(setup: Setup) -> dict:
             "node_gbps": setup.gpus_per_node * network.nic_gbps,
         },
     }
-
-
-def is_finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)
