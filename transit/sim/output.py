@@ -240,14 +240,15 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     axes.set_title(title, fontsize=9)
     axes.grid(axis="y", alpha=0.3)
     figure.text(0.01, 0.01, "hatched: beyond the cap (value written); n/a: baseline under the metric's floor, "
-                "relative change not meaningful. Lower is better except throughput.", fontsize=7)
+                "relative change not meaningful. Lower is better except throughput. Jobs dropped: larger than "
+                "that replay's cluster.", fontsize=7)
     figure.tight_layout(rect=(0, 0.03, 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
-                "intra->inter slowdown", "dropped (base / TRANSIT)", "cross-rack traffic", "inter-node traffic",
+                "intra->inter slowdown", "dropped, larger than the cluster (base / TRANSIT)", "cross-rack traffic", "inter-node traffic",
                 "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput",
                 "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node"]
 
@@ -280,7 +281,7 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
     return rows
 
 
-TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "dropped b/T", "cross-rack", "inter-node",
+TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "too large b/T", "cross-rack", "inter-node",
                    "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU held", "GPU idle"]
 
 
