@@ -1,17 +1,22 @@
-"""Scaling factors for `transit simulate --factors`, from the network-sensitivity runs of a comparison.
+"""Model parameters for `transit simulate --factors`, from the network-sensitivity runs of a comparison.
 
-    python3 bench/factors.py bench/results/compare-gb64-h200x2.json --out bench/results/scaling-factors.json
+    python3 bench/factors.py bench/results/compare-gb64-27g-final.json --out bench/results/sim-factors.json
 
 The paper (section 4.3) derives three placement-transition factors from its section 4.2 runs at
-400 and 100 Gbps. Here the fast link is NCCL's default transport between the 2 GPUs of one
-host (NVLink / P2P) and the slow one NCCL over TCP sockets on loopback, both for the no-offload
-baseline on 2 GPUs, against TRANSIT-Advise on 1 GPU (the scaled-in job: no inter-GPU link at all):
-- inter_to_intra_speedup = advise(1 GPU) / no-offload(2 GPUs, sockets) - 1     (measured)
-- unchanged              = advise(1 GPU) / no-offload(2 GPUs, fast link) - 1   (measured)
-- intra_to_inter_slowdown = 1 - advise(1 GPU) / (rho x no-offload(2 GPUs, fast link)), with rho the
-  baseline's bandwidth sensitivity: a scaled-in job that lands across racks is assumed to lose
-  what the baseline loses on the slow link (a single-GPU job cannot be placed across a link, so
-  this one is an estimate from measured numbers, and says so in the file).
+400 and 100 Gbps, each against the no-offload baseline, so each folds TRANSIT's own efficiency in.
+The simulator keeps that efficiency apart (``per_gpu_efficiency``) and takes factors for the
+placement change alone; this script writes ``transit.factors/2`` with both. Here the fast link
+is NCCL's default transport between the 2 GPUs of one host (NVLink / P2P) and the slow one NCCL
+over TCP sockets on loopback, both for the no-offload baseline on 2 GPUs, against TRANSIT-Advise
+on 1 GPU (the scaled-in job: no inter-GPU link at all). With rho = no-offload fast / slow:
+
+- per_gpu_efficiency       = advise(1 GPU) / no-offload(2 GPUs, fast link)          (measured)
+- inter_to_intra_speedup   = rho - 1: the job stops paying what the slow link costs the baseline
+  (measured; efficiency x (1 + it) = advise / no-offload slow, the paper's definition)
+- intra_to_inter_slowdown  = 1 - 1 / rho, read as a throughput loss: a scaled-in job that lands
+  across racks is assumed to lose what the baseline loses on the slow link (a single-GPU job
+  cannot be placed across a link, so this one is an estimate from measured numbers, and says so)
+- unchanged                = 0: the same placement changes nothing beyond the efficiency
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_json
 
-FACTORS_SCHEMA = "transit.factors/1"
+FACTORS_SCHEMA = "transit.factors/2"
 # The simulator needs the slowdown in [0, 1).
 MAX_SLOWDOWN = 0.99
 
@@ -40,15 +45,16 @@ def tflops(doc: dict, run: str) -> float:
 def factors(doc: dict, source: str) -> dict:
     fast, slow, advise = tflops(doc, "fsdp2-2gpu"), tflops(doc, "fsdp2-2gpu-socket"), tflops(doc, "transit-advise")
     rho = fast / slow
-    slowdown = min(MAX_SLOWDOWN, max(0.0, 1 - advise / (rho * fast)))
     device = (doc.get("device") or {}).get("name")
     return {
         "schema": FACTORS_SCHEMA,
-        "inter_to_intra_speedup": advise / slow - 1,
-        "intra_to_inter_slowdown": slowdown,
-        "unchanged": advise / fast - 1,
-        "source": (f"{source} (commit {doc.get('git_commit')}, {device}): speedup and unchanged measured; "
-                   "slowdown estimated as 1 - advise / (rho x no-offload fast)"),
+        "per_gpu_efficiency": advise / fast,
+        "inter_to_intra_speedup": rho - 1,
+        "intra_to_inter_slowdown": min(MAX_SLOWDOWN, 1 - 1 / rho),
+        "slowdown_reading": "throughput",
+        "unchanged": 0.0,
+        "source": (f"{source} (commit {doc.get('git_commit')}, {device}): efficiency and speedup measured; "
+                   "slowdown estimated as 1 - 1 / rho"),
         "inputs": {
             "no_offload_2gpu_fast_tflops_per_gpu": fast,
             "no_offload_2gpu_socket_tflops_per_gpu": slow,
@@ -61,7 +67,7 @@ def factors(doc: dict, source: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("compare", type=Path, help="a comparison result (bench/collect.py compare)")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "scaling-factors.json")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "sim-factors.json")
     args = p.parse_args(argv)
     doc = json.loads(args.compare.read_text())
     if doc.get("kind") != "compare":

@@ -1,13 +1,17 @@
-"""`transit simulate` and `transit simulate sweep` end to end, through their argument parsers."""
+"""`transit simulate` and `transit simulate sweep` end to end, through their argument parsers and
+as a process (exit codes, one-line errors)."""
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from transit.errors import UsageError
-from transit.sim import register
+from transit.sim import register, synthetic
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"
 
@@ -20,25 +24,30 @@ def run(argv, capsys):
     return code, capsys.readouterr().out
 
 
-def test_trace_file_json_reports_bad_rows(capsys):
+def test_trace_file_json(capsys):
     code, out = run(["simulate", "--trace", str(FIXTURES / "acme_seren.csv"), "--racks", "4",
                      "--gpus-per-node", "8", "--reduction", "0.5", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
-    assert document["schema"] == "transit.sim/1"
-    assert document["trace"]["bad_rows"] == 1
-    assert document["trace"]["filtered_rows"] == 2
-    assert document["jobs"] == 4 and document["eligible_jobs"] == 2      # 16 and 64 GPUs
-    # the 64-GPU job needs 2 racks as is and 1 rack at half the nodes
+    assert document["schema"] == "transit.sim/2"
+    assert document["trace"]["bad_rows"] == 1 and document["trace"]["filtered_rows"] == 2
+    assert document["trace"]["bad_by_reason"] == {"gpu_num or node_num is not a number": {"count": 1, "lines": [7]}}
+    jobs = document["jobs"]
+    assert (jobs["compared"], jobs["eligible"], jobs["reduced"]) == (4, 2, 2)      # 16 and 64 GPUs
+    # the 64-GPU job needs 2 racks as is and 1 rack at half the nodes: no byte crosses a rack any more
     assert document["transitions"]["inter_to_intra"] == 1
-    assert document["change_pct"]["inter-rack traffic"] == -100.0
+    assert document["comparison"]["cross_rack_bytes"]["change_pct"] == -100.0
+    assert document["model"]["efficiency"]["value"] == 0.898
+    assert document["validation"]["clusters"][0]["cluster"] == "acme_seren"
 
 
-def test_table_output_names_bad_rows(capsys):
+def test_table_output_validates_before_any_transit_figure(capsys):
     code, out = run(["simulate", "--trace", str(FIXTURES / "sacct_epoch.txt"), "--racks", "2"], capsys)
     assert code == 0
-    assert "1 bad rows not read" in out and "job step row" in out
-    assert "inter-rack traffic" in out
+    assert "2 bad rows not replayed" in out and "1 job not finished (PENDING): lines 7" in out
+    assert "job step row" in out
+    assert out.index("validation, before any TRANSIT figure") < out.index("cross-rack traffic")
+    assert "per-GPU efficiency under reduction: 0.898 (measured: bench/results/compare-gb64-27g-final.json" in out
 
 
 def test_synthetic_default_with_plot_and_saved_trace(capsys, tmp_path):
@@ -48,12 +57,18 @@ def test_synthetic_default_with_plot_and_saved_trace(capsys, tmp_path):
                     capsys)
     document = json.loads(out)
     assert code == 0 and plot.stat().st_size > 10_000
-    assert document["calibration_max_gap_pp"]["gpu_count"] >= 0
-    assert document["setup"]["factors"]["inter_to_intra_speedup"] == 0.37
+    # the reported calibration gap is the largest distance between the trace's GPU-count CDF and the
+    # published one, recomputed here from the saved trace
+    jobs = json.loads(saved.read_text())["jobs"]
+    xs, ps = synthetic.gpu_count_cdf("Kalos")
+    gap = np.abs(synthetic.empirical_cdf_pct(np.array([j["gpus"] for j in jobs], dtype=float), xs) - 100 * ps).max()
+    assert document["synthetic"]["calibration_max_gap_pp"]["gpu_count"] == round(float(gap), 3)
+    assert document["model"]["factors"]["inter_to_intra_speedup"] == 0.37
+    assert document["model"]["efficiency"]["value"] == 1.0          # a transit.factors/1 file
     # replaying the saved trace gives the same result
     _, again = run(["simulate", "--trace", str(saved), "--racks", "8", "--json",
                     "--factors", str(FIXTURES / "factors.json")], capsys)
-    assert json.loads(again)["change_pct"] == document["change_pct"]
+    assert json.loads(again)["comparison"] == document["comparison"]
 
 
 def test_sweep_matches_single_studies(capsys, tmp_path):
@@ -62,13 +77,68 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
                      "--gpus-per-node", "4,8", "--reductions", "0.25,0.5", "--processes", "2", "--json",
                      "--markdown", str(markdown)], capsys)
     assert code == 0
-    studies = json.loads(out)["studies"]
+    document = json.loads(out)
+    assert document["schema"] == "transit.sim-sweep/2"
+    studies = document["studies"]
     assert [(s["setup"]["gpus_per_node"], s["setup"]["reduction"]) for s in studies] == [
         (4, 0.25), (4, 0.5), (8, 0.25), (8, 0.5)]
     _, single = run(["simulate", "--workload", "kalos", "--jobs", "600", "--racks", "8",
                      "--gpus-per-node", "8", "--reduction", "0.25", "--json"], capsys)
-    assert json.loads(single)["change_pct"] == studies[2]["change_pct"]
-    assert markdown.read_text().count("\n") == 2 + 4
+    assert json.loads(single)["comparison"] == studies[2]["comparison"]
+    table = markdown.read_text()
+    assert table.count("\n") == 2 + 4
+    # each study's row says how many jobs each replay dropped
+    dropped = studies[0]["jobs"]["dropped"]
+    assert f"| {dropped['baseline']['count']} / {dropped['transit']['count']} |" in table.splitlines()[2]
+
+
+def test_sweep_over_placements_and_slowdowns(capsys):
+    code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "300", "--racks", "8,16",
+                     "--gpus-per-node", "8", "--reductions", "0.5", "--placements", "pack,spread",
+                     "--slowdowns", "0,0.55", "--processes", "2", "--json"], capsys)
+    assert code == 0
+    setups = [(s["setup"]["racks"], s["setup"]["placement"], s["model"]["factors"]["intra_to_inter_slowdown"])
+              for s in json.loads(out)["studies"]]
+    assert setups == [(r, p, y) for r in (8, 16) for p in ("pack", "spread") for y in (0.0, 0.55)]
+
+
+def test_each_study_of_a_sweep_drops_only_what_its_own_cluster_cannot_hold(capsys):
+    code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "2000", "--seed", "4",
+                     "--racks", "8,76", "--gpus-per-node", "8", "--reductions", "0.5", "--json"], capsys)
+    assert code == 0
+    studies = json.loads(out)["studies"]
+    small, full = (s["jobs"]["dropped"]["baseline"]["count"] for s in studies)
+    assert small > 0 and full == 0
+
+
+def test_queue_rises_are_called_out(capsys):
+    # three 8-node jobs back to back on 2 racks (8 nodes): queues 0, 999, 1998 s as is. Halved at an
+    # efficiency of 0.5 each holds 4 nodes for 4000 s: A and B run together, C waits until 4000.
+    trace = FIXTURES / "queue_rises.json"
+    code, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--speedup", "0", "--efficiency", "0.5",
+                     "--json"], capsys)
+    assert code == 0
+    document = json.loads(out)
+    entry = document["comparison"]["queue_mean_all"]
+    assert (entry["baseline"], entry["transit"]) == (pytest.approx(999.0), pytest.approx(3998 / 3))
+    assert any(w.startswith("mean queue time (all) rises with TRANSIT") for w in document["warnings"])
+
+
+def transit_cli(*args):
+    return subprocess.run([sys.executable, "-m", "transit", "simulate", *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_a_trace_where_every_job_is_dropped_exits_2_with_one_line():
+    result = transit_cli("--trace", str(FIXTURES / "acme_kalos.csv"), "--racks", "1", "--reduction", "0")
+    assert result.returncode == 0           # the 1- and 8-GPU jobs fit one rack; the 256-GPU one is dropped
+    result = transit_cli("--trace", str(FIXTURES / "transit_trace.json"), "--racks", "1", "--gpus-per-node", "4",
+                         "--reduction", "0")
+    assert result.returncode == 0
+    big = FIXTURES / "all_too_big.json"
+    result = transit_cli("--trace", str(big), "--racks", "1", "--reduction", "0")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "all 2 jobs dropped from the baseline replay" in result.stderr
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -76,11 +146,25 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
     (["simulate", "--trace", str(FIXTURES / "helios.csv"), "--jobs", "5"], "--jobs sizes a synthetic trace"),
     (["simulate", "--factors", str(FIXTURES / "helios.csv")], "cannot read JSON"),
     (["simulate", "--slowdown", "1.5"], "intra_to_inter_slowdown"),
+    (["simulate", "--oversubscription", "0.5"], "--oversubscription 0.5"),
+    (["simulate", "--comm-fraction", "1"], "--comm-fraction 1"),
+    (["simulate", "--efficiency", "0.9", "--efficiency-curve", "paper"], "give one of them"),
+    (["simulate", "--efficiency", "0"], "efficiency 0"),
     (["simulate", "sweep", "--placements", "random"], "--placements 'random'"),
 ])
 def test_bad_input_is_a_usage_error(argv, message, capsys):
     with pytest.raises(UsageError, match=message):
         run(argv, capsys)
+
+
+def test_parquet_without_pyarrow_is_refused_before_any_replay(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "pyarrow" else real(name))
+    with pytest.raises(UsageError, match="Parquet needs pyarrow"):
+        run(["simulate", "--jobs", "50", "--jobs-out", str(tmp_path / "jobs.parquet")], capsys)
+    assert not (tmp_path / "jobs.parquet").exists()
 
 
 def test_reduction_out_of_range_is_rejected(capsys):
@@ -89,11 +173,41 @@ def test_reduction_out_of_range_is_rejected(capsys):
     assert "must be in [0, 1)" in capsys.readouterr().err
 
 
-def test_sweep_over_placements_and_slowdowns(capsys):
-    code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "300", "--racks", "8,16",
-                     "--gpus-per-node", "8", "--reductions", "0.5", "--placements", "pack,spread",
-                     "--slowdowns", "0,0.55", "--processes", "2", "--json"], capsys)
-    assert code == 0
-    setups = [(s["setup"]["racks"], s["setup"]["placement"], s["setup"]["factors"]["intra_to_inter_slowdown"])
-              for s in json.loads(out)["studies"]]
-    assert setups == [(r, p, y) for r in (8, 16) for p in ("pack", "spread") for y in (0.0, 0.55)]
+def test_plots_leave_n_a_out_and_cap_large_changes():
+    from transit.sim.output import PLOT_CAP_PCT, PLOTTED, plot_bars
+
+    changes = {key: {"change_pct": 5.0} for key in PLOTTED}
+    changes["queue_mean_all"] = {"change_pct": None}          # baseline under the floor
+    changes["queue_mean_eligible"] = {"change_pct": 1_407_067.0}
+    bars = {bar["slot"]: bar for bar in plot_bars([{"comparison": changes}])}
+    slot = PLOTTED.index
+    assert bars[slot("queue_mean_all")]["height"] is None and bars[slot("queue_mean_all")]["text"] == "n/a"
+    assert bars[slot("queue_mean_eligible")]["height"] == PLOT_CAP_PCT
+    assert bars[slot("queue_mean_eligible")]["capped"] and bars[slot("queue_mean_eligible")]["text"] == "+1,407,067%"
+    assert bars[slot("cross_rack_bytes")] == {"study": 0, "slot": 0, "x": 0.0, "width": 0.8, "height": 5.0,
+                                              "capped": False, "text": ""}
+
+
+TWO_CLUSTERS = """JobID|Cluster|Submit|Start|End|ElapsedRaw|AllocTRES|NNodes|State
+1|alpha|1700000000|1700000010|1700003610|3600|gres/gpu=16|2|COMPLETED
+2|beta|1700000000|1700000100|1700003700|3600|gres/gpu=8|1|COMPLETED
+3|alpha|1700000050|1700003610|1700007210|3600|gres/gpu=32|4|COMPLETED
+"""
+
+
+def test_one_cluster_of_a_multi_cluster_export(tmp_path, capsys):
+    trace = tmp_path / "jobs.txt"
+    trace.write_text(TWO_CLUSTERS)
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--json"], capsys)
+    both = json.loads(out)
+    assert [c["cluster"] for c in both["validation"]["clusters"]] == ["alpha", "beta"]
+    assert "the trace holds 2 clusters, replayed as one (--cluster NAME replays one of them)" in both["warnings"]
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--cluster", "alpha", "--json"], capsys)
+    alpha = json.loads(out)
+    assert alpha["trace"]["filtered_by_reason"] == {"other cluster": 1} and alpha["jobs"]["compared"] == 2
+    # job 3 waited 3560 s for job 1's nodes on the real cluster; here 2 racks hold both at once
+    validation = alpha["validation"]["clusters"][0]
+    assert validation["recorded_queue"]["p50_s"] == pytest.approx((10 + 3560) / 2)
+    assert validation["replayed_queue"]["p50_s"] == 0 and validation["abs_error_p90_s"] == pytest.approx(3560 - 0.1 * 3550)
+    with pytest.raises(UsageError, match="--cluster 'gamma': the trace's clusters are 'alpha', 'beta'"):
+        run(["simulate", "--trace", str(trace), "--cluster", "gamma"], capsys)

@@ -1,24 +1,40 @@
-"""Event engine, placement, TRANSIT transform and metrics on traces small enough to check by hand."""
+"""Event engine, placement, contention, the TRANSIT transform and metrics on traces small enough to
+check by hand."""
 
 import numpy as np
 import pytest
 
-from transit.sim import metrics
-from transit.sim.engine import replay
+from transit.sim import metrics, synthetic
+from transit.sim.engine import Contention, replay
 from transit.sim.jobs import Job
+from transit.sim.network import Network
 from transit.sim.placement import Cluster
-from transit.sim.scenario import Factors, prepare, reduced_nodes, run_baseline, run_transit
-from transit.sim.study import Setup, study
+from transit.sim.scenario import (
+    Efficiency,
+    Factors,
+    Setup,
+    prepare,
+    reduced_nodes,
+    run_baseline,
+    run_transit,
+    shape,
+)
+from transit.sim.study import study
 
 # One rack of 32 GPUs = 4 nodes of 8. A: 3 nodes for 100 s; B (t=10): 2 nodes, must wait for A;
 # C (t=20): 1 node, fits at once but is behind B in the queue.
 SUBMIT = [0.0, 10.0, 20.0]
 GPUS = [24, 16, 8]
 DURATION = [100.0, 50.0, 30.0]
+NO_NETWORK = Network(contention=False)
+
+
+def whole(gpus, per_node=8):
+    return [-(-g // per_node) if g >= per_node else 0 for g in gpus]
 
 
 def test_fifo_three_jobs():
-    result = replay(SUBMIT, GPUS, DURATION, Cluster(1, 8))
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8))
     assert result.start == [0.0, 100.0, 100.0]
     assert result.end == [100.0, 150.0, 130.0]
     assert result.racks == [1, 1, 1]
@@ -27,21 +43,29 @@ def test_fifo_three_jobs():
 
 
 def test_backfill_starts_the_short_job_before_the_blocked_head():
-    result = replay(SUBMIT, GPUS, DURATION, Cluster(1, 8), backfill=True)
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True)
     assert result.start == [0.0, 100.0, 20.0]    # C ends at 50, before B's shadow time of 100
 
 
 def test_backfill_never_delays_the_head():
     # C would run 200 s, past B's shadow time (100): it must not start early
-    result = replay(SUBMIT, GPUS, [100.0, 50.0, 200.0], Cluster(1, 8), backfill=True)
+    result = replay(SUBMIT, GPUS, whole(GPUS), [100.0, 50.0, 200.0], Cluster(1, 8), backfill=True)
     assert result.start == [0.0, 100.0, 100.0]
+
+
+def test_backfill_examines_again_once_resources_are_freed():
+    # A holds 3 nodes until 100, X holds the 4th until 30. The head B needs 4 nodes; C (1 node,
+    # 20 s) arrives at 5 while nothing is free, and may start only when X ends at 30.
+    submit, gpus, duration = [0.0, 0.0, 1.0, 5.0], [24, 8, 32, 8], [100.0, 30.0, 10.0, 20.0]
+    result = replay(submit, gpus, whole(gpus), duration, Cluster(1, 8), backfill=True)
+    assert result.start == [0.0, 0.0, 100.0, 30.0]
 
 
 def test_pack_and_spread_place_differently():
     # two racks of 4 nodes: A takes 2 nodes, B 1 node, then C wants a whole rack
     submit, gpus, duration = [0.0, 1.0, 2.0], [16, 8, 32], [100.0] * 3
-    packed = replay(submit, gpus, duration, Cluster(2, 8, "pack"))
-    spread = replay(submit, gpus, duration, Cluster(2, 8, "spread"))
+    packed = replay(submit, gpus, whole(gpus), duration, Cluster(2, 8, "pack"))
+    spread = replay(submit, gpus, whole(gpus), duration, Cluster(2, 8, "spread"))
     assert packed.racks == [1, 1, 1]        # A and B share rack 0, C gets rack 1 whole
     assert spread.racks == [1, 1, 2]        # B went to rack 1, so C must span both racks
     assert packed.start == spread.start == [0.0, 1.0, 2.0]
@@ -49,96 +73,168 @@ def test_pack_and_spread_place_differently():
 
 def test_small_jobs_share_nodes_pack_fills_the_fullest_node():
     cluster = Cluster(1, 8, "pack")
-    first = cluster.place(3)
-    second = cluster.place(2)
+    first, _ = cluster.place(3)
+    second, _ = cluster.place(2)
     assert first == [(0, 3)] and second == [(0, 2)]     # same node: best fit
     spread = Cluster(1, 8, "spread")
-    assert spread.place(3) == [(0, 3)] and spread.place(2) == [(1, 2)]   # emptiest node
+    assert spread.place(3)[0] == [(0, 3)] and spread.place(2)[0] == [(1, 2)]   # emptiest node
     cluster.release(first)
-    assert cluster.node_free[0] == 6 and cluster.whole_free == 3
+    assert cluster.node_free[0] == 6 and cluster.whole_free == 3 and cluster.max_free == 8
+    assert cluster.free_gpus == 30
 
 
 def test_four_gpus_per_node():
-    result = replay([0.0, 0.0], [8, 32], [10.0, 10.0], Cluster(2, 4))
+    result = replay([0.0, 0.0], [8, 32], whole([8, 32], 4), [10.0, 10.0], Cluster(2, 4))
     assert result.nodes == [2, 8]
     assert result.racks == [1, 1]
     assert result.start == [0.0, 0.0]
 
 
-@pytest.mark.parametrize(("nodes", "reduction", "kept"), [
-    (2, 0.5, 1), (2, 0.25, 2), (3, 0.5, 2), (4, 0.25, 3), (4, 0.5, 2), (128, 0.5, 64), (2, 0.99, 1)])
-def test_reduced_nodes(nodes, reduction, kept):
-    assert reduced_nodes(nodes, reduction) == kept
+def _two_jobs_sharing_rack_1(durations, steps):
+    # three racks of 4 nodes: A (6 nodes) takes rack 0 and 2 nodes of rack 1, B (6) rack 2 and the
+    # rest of rack 1, so rack 1's uplink carries both. Each offers 1 byte per step x steps / run time.
+    model = Contention(boundary_bytes_per_step=[1.0, 1.0], steps=steps, node_bytes_per_s=1.0,
+                       uplink_bytes_per_s=0.5)
+    return replay([0.0, 0.0], [48, 48], [6, 6], durations, Cluster(3, 8), contention=model)
 
 
-def test_reduction_never_leaves_zero_nodes():
-    for nodes in range(2, 300):
-        for reduction in np.linspace(0, 0.99, 45):
-            kept = reduced_nodes(nodes, float(reduction))
-            assert 1 <= kept <= nodes
+def test_contention_stretches_the_collective_part_of_multi_rack_jobs():
+    # each offers 100 / 200 = 0.5 B/s; rack 1 carries 1.0 against 0.5: stretch 2. The collectives
+    # are phi = 100 B / (1 B/s x 200 s) = 0.5 of the step, so both run at 1 / (1 + 0.5 x 1) = 2/3.
+    result = _two_jobs_sharing_rack_1([200.0, 200.0], [100.0, 100.0])
+    assert result.racks == [2, 2]
+    assert result.end == [pytest.approx(300.0), pytest.approx(300.0)]
+    assert result.run_time == [200.0, 200.0]
 
 
-def test_transit_inter_to_intra_speedup():
+def test_contention_rate_changes_when_a_sharing_job_ends():
+    # B (50 s, 25 steps) offers as much per second as A; at 2/3 it ends at 75. A has done 50 s of its
+    # 200 s of work by then and runs the remaining 150 s alone at full rate: it ends at 225.
+    result = _two_jobs_sharing_rack_1([200.0, 50.0], [100.0, 25.0])
+    assert result.end == [pytest.approx(225.0), pytest.approx(75.0)]
+
+
+def test_no_contention_within_capacity():
+    model = Contention(boundary_bytes_per_step=[1.0, 1.0], steps=[100.0, 100.0], node_bytes_per_s=1.0,
+                       uplink_bytes_per_s=1.0)
+    result = replay([0.0, 0.0], [48, 48], [6, 6], [200.0, 200.0], Cluster(3, 8), contention=model)
+    assert result.end == [200.0, 200.0]
+
+
+def test_reduced_nodes_rule_is_the_planner_s():
+    for nodes, reduction, kept in [(2, 0.5, 1), (2, 0.25, 2), (3, 0.5, 2), (4, 0.25, 3), (4, 0.5, 2),
+                                   (128, 0.5, 64), (2, 0.99, 1)]:
+        assert reduced_nodes(nodes, reduction) == kept
+
+
+def test_transit_inter_to_intra_speedup_with_measured_efficiency():
     # 48 GPUs = 6 nodes: spans 2 racks as is; halved to 3 nodes it fits one rack
-    trace = prepare([Job("1", 0, 100.0, 48)], 64)
-    base = run_baseline(trace, 2, 8, "pack", False)
-    assert base.racks == [2]
+    trace = prepare([Job("1", 0, 100.0, 48)])
     factors = Factors(inter_to_intra_speedup=0.5, intra_to_inter_slowdown=0.2, unchanged=0.05)
-    transit = run_transit(trace, 2, 8, "pack", False, 0.5, factors, base.racks)
-    assert transit.racks == [1] and transit.nodes == [3]
-    assert transit.end[0] == pytest.approx(100.0 * 6 / 3 / 1.5)
+    setup = Setup(2, 8, 0.5, factors=factors, efficiency=Efficiency(0.9), network=NO_NETWORK)
+    base = run_baseline(trace, setup)
+    assert base.racks.tolist() == [2]
+    transit = run_transit(trace, setup, base)
+    assert transit.racks.tolist() == [1] and transit.nodes.tolist() == [3]
+    assert transit.end[0] == pytest.approx(100.0 * 48 / 24 / 0.9 / 1.5)
 
 
-def test_transit_unchanged_factor_and_ineligible_jobs():
-    trace = prepare([Job("1", 0, 100.0, 16), Job("2", 0, 100.0, 8)], 32)
-    factors = Factors(unchanged=0.05)
-    base = run_baseline(trace, 1, 8, "pack", False)
-    transit = run_transit(trace, 1, 8, "pack", False, 0.5, factors, base.racks)
-    assert transit.nodes == [1, 1]
-    assert transit.end == [pytest.approx(200.0 / 1.05), 100.0]   # the 1-node job is not eligible
+def test_transit_leaves_unreduced_and_single_node_jobs_alone():
+    # a 2-node job at r = 0.25 keeps both nodes: nothing changes for it, efficiency included
+    trace = prepare([Job("1", 0, 100.0, 16), Job("2", 0, 100.0, 8)])
+    setup = Setup(1, 8, 0.25, factors=Factors(unchanged=0.05), efficiency=Efficiency(0.5), network=NO_NETWORK)
+    base = run_baseline(trace, setup)
+    transit = run_transit(trace, setup, base)
+    assert transit.nodes.tolist() == [2, 1] and transit.end.tolist() == [100.0, 100.0]
+    sized = shape(trace, setup)
+    assert sized.eligible.tolist() == [True, False] and sized.reduced.tolist() == [False, False]
 
 
-def test_transit_intra_to_inter_slowdown():
-    # a 6-node job that the baseline had on one rack (given here) and that now spans two racks
-    trace = prepare([Job("1", 0, 100.0, 48)], 64)
-    factors = Factors(inter_to_intra_speedup=0.5, intra_to_inter_slowdown=0.2, unchanged=0.05)
-    transit = run_transit(trace, 2, 8, "pack", False, 0.0, factors, baseline_racks=[1])
-    assert transit.racks == [2] and transit.nodes == [6]
-    assert transit.end[0] == pytest.approx(100.0 / 0.8)
+def test_slowdown_readings_differ():
+    # J (4 nodes) ran on one rack as is: the baseline cluster is one rack. With TRANSIT it keeps 3
+    # nodes on 2 racks where four 1-node blockers, spread, leave 2 free nodes per rack: one -> several.
+    trace = prepare([Job(f"b{i}", 0, 1000.0, 8) for i in range(4)] + [Job("J", 1, 100.0, 32)])
+    times = {}
+    for reading in ("throughput", "runtime"):
+        factors = Factors(intra_to_inter_slowdown=0.55, slowdown_reading=reading)
+        setup = Setup(2, 8, 0.25, placement="spread", factors=factors, baseline_racks=1,
+                      efficiency=Efficiency(1.0), network=NO_NETWORK)
+        base = run_baseline(trace, setup)
+        transit = run_transit(trace, setup, base)
+        assert base.racks[4] == 1 and transit.racks[4] == 2 and transit.nodes[4] == 3
+        times[reading] = float(transit.end[4] - transit.start[4])
+    as_is = 100.0 * 32 / 24
+    assert times["throughput"] == pytest.approx(as_is / (1 - 0.55))     # x2.22
+    assert times["runtime"] == pytest.approx(as_is * 1.55)
+
+
+def test_node_counts_from_the_trace_make_a_job_eligible():
+    # 4 nodes x 1 GPU (sacct NNodes=4, gres/gpu=4): multi-node, so eligible, on whole nodes
+    trace = prepare([Job("1", 0, 100.0, 4, nodes=4)])
+    setup = Setup(2, 8, 0.5, efficiency=Efficiency(1.0), network=NO_NETWORK)
+    sized = shape(trace, setup)
+    assert sized.eligible.tolist() == [True] and sized.transit_nodes.tolist() == [2]
+    assert sized.transit_gpus.tolist() == [2]
+    base = run_baseline(trace, setup)
+    assert base.nodes.tolist() == [4] and base.held_gpus.tolist() == [32]
+
+
+def test_reduction_comes_before_the_fits_in_cluster_check():
+    # 128 GPUs = 16 nodes = 4 racks: too big for a 2-rack baseline, fits 2 racks at r = 0.5
+    trace = prepare([Job("big", 0, 100.0, 128), Job("small", 0, 100.0, 8)])
+    setup = Setup(2, 8, 0.5, network=NO_NETWORK)
+    document, base, transit = study(trace, setup)
+    assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [True, True]
+    assert base.drop_reason[0] == "larger than the 8 nodes of 2 racks"
+    assert document["jobs"]["only_transit"] == 1 and document["jobs"]["compared"] == 1
+    assert document["jobs"]["dropped"]["baseline"] == {"count": 1, "by_reason": {
+        "larger than the 8 nodes of 2 racks": 1}}
 
 
 def test_metrics_of_a_hand_checked_replay():
-    trace = prepare([Job("1", 0, 3600.0, 48), Job("2", 0, 3600.0, 8)], 64)
-    base = run_baseline(trace, 2, 8, "pack", False)
-    eligible = np.array([True, False])
-    summary = metrics.summarize(trace.submit, trace.duration, eligible, base)
-    assert summary["all"]["inter_rack_traffic"] == pytest.approx(1.0)   # 1 extra rack x 1 h of work
+    trace = prepare([Job("1", 0, 3600.0, 48), Job("2", 0, 3600.0, 8)])
+    setup = Setup(2, 8, 0.5, network=Network(contention=False, comm_fraction=0.25))
+    base = run_baseline(trace, setup)
+    both = np.array([True, True])
+    summary = metrics.summarize(base, trace.submit, both, np.array([True, False]))
     assert summary["makespan_h"] == pytest.approx(1.0)
     assert summary["gpu_idle_h"] == pytest.approx(64 - 56)
     assert summary["eligible"]["mean_racks"] == 2
+    # 6 nodes over 2 racks: 0.25 x 3600 s at a node's 8 x 400 Gb/s (400 GB/s) over each of 2 boundaries
+    assert summary["network"]["cross_rack_bytes"] == pytest.approx(2 * 0.25 * 3600 * 400e9)
+    assert summary["network"]["inter_node_bytes"] == pytest.approx(6 * 0.25 * 3600 * 400e9)
+
+
+def test_an_empty_group_keeps_every_key():
+    trace = prepare([Job("1", 0, 3600.0, 8)])
+    setup = Setup(1, 8, 0.5, network=NO_NETWORK)
+    document, _, _ = study(trace, setup)
+    empty = document["baseline"]["eligible"]
+    full = document["baseline"]["all"]
+    assert set(empty) == set(full) and set(empty["queue"]) == set(full["queue"])
+    assert empty["jobs"] == 0 and empty["queue"]["mean_s"] is None and empty["mean_racks"] is None
 
 
 def test_study_on_a_small_synthetic_trace():
-    from transit.sim import synthetic
-
-    trace = prepare(synthetic.generate("kalos", 2000, seed=4), 8 * 32)
-    result = study(trace, Setup(8, 8, 0.5))
-    assert result["jobs"] == 2000 - trace.too_big and trace.too_big > 0   # some Kalos jobs > 256 GPUs
-    assert result["eligible_jobs"] == int((np.array(trace.gpus) > 8).sum())
-    # reducing multi-node jobs can only make eligible jobs span fewer racks on average here
-    assert result["transit"]["eligible"]["mean_racks"] < result["baseline"]["eligible"]["mean_racks"]
-    assert result["change_pct"]["inter-rack traffic"] < 0
-    assert result["transit"]["eligible"]["single_node_share_pct"] > 0
-    assert sum(result["transitions"].values()) == result["eligible_jobs"]
+    trace = prepare(synthetic.generate("kalos", 2000, seed=4))
+    document, _, _ = study(trace, Setup(8, 8, 0.5))
+    dropped = document["jobs"]["dropped"]
+    assert dropped["baseline"]["count"] > 0      # some Kalos jobs exceed 256 GPUs
+    assert document["jobs"]["compared"] + document["jobs"]["only_transit"] + dropped["transit"]["count"] == 2000
+    compared = document["jobs"]["compared"]
+    assert document["baseline"]["all"]["jobs"] == compared == document["transit"]["all"]["jobs"]
+    assert document["comparison"]["mean_racks_eligible"]["change"] < 0
+    assert document["transit"]["eligible"]["single_node_share_pct"] > 0
+    moves = document["transitions"]
+    assert moves["inter_to_intra"] + moves["intra_to_inter"] + moves["unchanged"] == document["jobs"]["reduced"]
 
 
 def test_spread_fragments_racks_more_than_pack():
-    from transit.sim import synthetic
-
-    trace = prepare(synthetic.generate("seren", 10_000, seed=1), 16 * 32)
-    eligible = np.array(trace.gpus) > 8
+    trace = prepare(synthetic.generate("seren", 10_000, seed=1))
     share = {}
     for placement in ("pack", "spread"):
-        racks = np.array(run_baseline(trace, 16, 8, placement, False).racks)[eligible]
-        share[placement] = (racks > 1).mean()
+        setup = Setup(16, 8, 0.5, placement=placement, network=NO_NETWORK)
+        run = run_baseline(trace, setup)
+        eligible = shape(trace, setup).eligible & run.ran
+        share[placement] = (run.racks[eligible] > 1).mean()
     assert share["spread"] > share["pack"] + 0.05, share

@@ -1,5 +1,7 @@
-"""Trace readers: every format gives the same normalized jobs, and bad rows are counted, not lost."""
+"""Trace readers: every format gives the same normalized jobs, and bad rows are counted by reason
+with their line numbers, not lost."""
 
+import json
 import time
 from pathlib import Path
 
@@ -7,10 +9,11 @@ import pytest
 
 from transit.errors import UsageError
 from transit.sim import sacct
-from transit.sim.jobs import Job, meaningful_gpu_job
+from transit.sim.jobs import HET_COMPONENT, MAX_DURATION_DAYS, Job, meaningful_gpu_job
 from transit.sim.traces import detect_format, read_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"
+OVER_MAX = f"run time over {MAX_DURATION_DAYS} days"
 
 
 def ids(load):
@@ -31,33 +34,40 @@ def test_acme_seren_keeps_gpu_jobs_and_counts_the_rest():
     load = read_trace(str(FIXTURES / "acme_seren.csv"))
     assert ids(load) == [("dlc1a2b3c", 120, 1), ("dlc1a2b3d", 3600, 16), ("dlc1a2b3e", 30, 8),
                          ("dlc1a2b42", 86400, 64)]
+    assert [j.nodes for j in load.jobs] == [1, 2, 1, 8]
     assert load.rows == 7
-    assert load.bad == {"gpu_num 'four' is not a number": 1}
+    assert load.bad == {"gpu_num or node_num is not a number": 1}
+    assert load.bad_lines == {"gpu_num or node_num is not a number": [7]}
     assert load.filtered == {"no GPU": 1, "ran under 1 s": 1}
-    # +08:00 offsets: 08:00:10 local is 00:00:10 UTC
+    # +08:00 offsets: 08:00:10 local is 00:00:10 UTC; the recorded start 2 s later
     assert load.jobs[1].submit - load.jobs[0].submit == 10
     assert load.jobs[0].submit == 1677628800.0
+    assert load.jobs[1].start - load.jobs[1].submit == 2
+    assert {j.cluster for j in load.jobs} == {"acme_seren"}
 
 
 def test_acme_kalos_schema_and_bad_time():
     load = read_trace(str(FIXTURES / "acme_kalos.csv"), "acme")
     assert ids(load) == [("k0001", 60, 1), ("k0002", 86400, 256), ("k0003", 300, 8)]
-    assert sum(load.bad.values()) == 1 and load.bad_examples == ["row 5: submit_time 'not-a-time' is not an ISO time"]
+    assert load.bad_lines == {"submit_time, start_time or end_time is not an ISO time": [5]}
 
 
 def test_helios_short_row_is_bad():
     load = read_trace(str(FIXTURES / "helios.csv"))
     assert ids(load) == [("2", 10800, 8), ("3", 600, 32)]
-    assert load.bad == {"11 fields, header has 12": 1}
+    assert load.bad_lines == {"11 fields, header has 12": [5]}
     assert load.filtered == {"no GPU": 1}
+    assert [j.nodes for j in load.jobs] == [1, 4]
 
 
 def test_sacct_epoch_export():
     load = read_trace(str(FIXTURES / "sacct_epoch.txt"))
     assert ids(load) == [("101", 3600, 16), ("102", 300, 2), ("106", 86400, 32)]
+    assert [j.nodes for j in load.jobs] == [2, 1, 4]
     assert load.jobs[2].state == "CANCELLED"   # "CANCELLED by 1000"
-    assert load.filtered == {"job step row": 2, "no GPU": 1, "never ran (PENDING)": 1}
-    assert sum(load.bad.values()) == 1
+    assert load.jobs[0].start == 1700000005.0
+    assert load.filtered == {"job step row": 2, "no GPU": 1}
+    assert load.bad_lines == {"job not finished (PENDING)": [7], "Elapsed, a GPU count or NNodes is not a number": [8]}
 
 
 def test_sacct_local_times_follow_the_time_zone(monkeypatch):
@@ -71,34 +81,146 @@ def test_sacct_local_times_follow_the_time_zone(monkeypatch):
     assert ids(load) == [("7", 90000, 32), ("8", 1800, 4)]
     assert load.jobs[0].submit == 1714564800.0 - 8 * 3600   # 12:00 in UTC+8
     assert load.filtered == {"job step row": 1, "ran under 1 s": 1}
-    assert sum(load.bad.values()) == 1
+    assert load.bad_lines == {"Submit, Start or End is not a time": [6]}
 
 
 def test_sacct_json_both_schemas():
     old = read_trace(str(FIXTURES / "sacct_22.05.json"))
     assert ids(old) == [("21", 1800, 16)]
-    assert old.filtered == {"never started": 1, "no GPU": 1}
-    assert sum(old.bad.values()) == 1
+    assert old.jobs[0].nodes == 2
+    assert old.filtered == {"no GPU": 1}
+    assert old.bad_lines == {"job not finished (PENDING)": [2], "job record without a 'time' object": [4]}
     new = read_trace(str(FIXTURES / "sacct_24.11.json"))
     # the untyped gres/gpu entry wins over the typed one (no double counting); typed alone is used
     assert ids(new) == [("31", 7200, 16), ("32", 120, 4)]
-    assert new.filtered == {"never started": 1}
+    assert new.bad_lines == {"job not finished (PENDING)": [3]}
+    assert {j.cluster for j in new.jobs} == {""}
 
 
 def test_project_json_and_missing_field():
     load = read_trace(str(FIXTURES / "transit_trace.json"))
     assert ids(load) == [("a", 100, 24), ("b", 50, 16), ("c", 30, 8)]
-    assert load.summary()["bad_rows"] == 1
+    assert load.summary()["bad_rows"] == 1 and load.line_unit == "record"
+
+
+def test_rows_add_up():
+    for name in ("acme_seren.csv", "helios.csv", "sacct_epoch.txt", "sacct_22.05.json"):
+        load = read_trace(str(FIXTURES / name))
+        summary = load.summary()
+        assert summary["jobs_kept"] + summary["bad_rows"] + summary["filtered_rows"] == summary["rows"], name
+
+
+ACME_HEADER = "job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time"
+HELIOS_HEADER = "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue"
+SACCT_HEADER = "JobID|Submit|Start|End|ElapsedRaw|AllocTRES|NNodes|State"
+SACCT_ELAPSED_HEADER = "JobID|Submit|Start|End|Elapsed|AllocTRES|NNodes|State"
+T0, T1, T2 = "2023-03-01T08:00:00+08:00", "2023-03-01T08:00:10+08:00", "2023-03-01T09:00:10+08:00"
+H0, H1, H2 = "2020-04-01 00:00:00", "2020-04-01 00:00:10", "2020-04-01 01:00:10"
+TRES = "cpu=8,gres/gpu=8,node=1"
+
+
+def acme(node="1", gpus="8", state="COMPLETED", submit=T0, start=T1, end=T2, duration="3600"):
+    return f"j1,u1,{node},{gpus},8,Pretrain,{state},{submit},{start},{end},{duration},10,0"
+
+
+def helios(gpus="8", state="COMPLETED", start=H1, end=H2, duration="3600"):
+    return f"h1,u1,vc1,{gpus},8,1,{state},{H0},{start},{end},{duration},10"
+
+
+def sacct_row(job="300", submit="1700000000", start="1700000010", end="1700003610", elapsed="3600", tres=TRES,
+              nodes="1", state="COMPLETED"):
+    return f"{job}|{submit}|{start}|{end}|{elapsed}|{tres}|{nodes}|{state}"
+
+
+def record(elapsed=3600, gpus=8, state="COMPLETED", start=1700000010, end=1700003610, het=0):
+    return {"job_id": 9, "state": {"current": [state]}, "allocation_nodes": 1, "het": {"job_id": het},
+            "time": {"submission": 1700000000, "start": start, "end": end, "elapsed": elapsed},
+            "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]}}
+
+
+# (format, header, row(s) after it, bad-row reason, its line / record numbers)
+MALFORMED = [
+    ("acme", ACME_HEADER, [acme(duration="1000000000000")], OVER_MAX, [2]),
+    ("acme", ACME_HEADER, [acme(duration="-5")], "negative run time", [2]),
+    ("acme", ACME_HEADER, [acme(start=T2, end=T1, duration="")], "End before Start", [2]),
+    ("acme", ACME_HEADER, [acme(gpus="-8")], "negative GPU count", [2]),
+    ("acme", ACME_HEADER, [acme(node="-2")], "negative node count", [2]),
+    ("acme", ACME_HEADER, [acme(state="RUNNING", end="", duration="")], "job not finished (RUNNING)", [2]),
+    ("acme", ACME_HEADER, [acme(state="PENDING", start="", end="", duration="")], "job not finished (PENDING)", [2]),
+    ("acme", ACME_HEADER, [acme(gpus="eight")], "gpu_num or node_num is not a number", [2]),
+    ("acme", ACME_HEADER, [acme(submit="yesterday")], "submit_time, start_time or end_time is not an ISO time", [2]),
+    ("acme", ACME_HEADER, [acme(start="2023-03-01T07:00:00+08:00")], "Start before Submit", [2]),
+    ("acme", ACME_HEADER, [acme(), acme() + ",extra"], "14 fields, header has 13", [3]),
+    ("helios", HELIOS_HEADER, [helios(duration="40000000")], OVER_MAX, [2]),
+    ("helios", HELIOS_HEADER, [helios(gpus="-1")], "negative GPU count", [2]),
+    ("helios", HELIOS_HEADER, [helios(state="RUNNING", end="", duration="")], "job not finished (RUNNING)", [2]),
+    ("helios", HELIOS_HEADER, [helios(start=H2, end=H1, duration="")], "End before Start", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(elapsed="1000000000000", end="1700003610")], OVER_MAX, [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(elapsed="-60")], "negative run time", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(start="1700003610", end="1700000010")], "End before Start", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(tres="cpu=8,gres/gpu=-8,node=1")], "negative GPU count", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(nodes="-2")], "negative node count", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(end="Unknown", state="RUNNING")], "job not finished (RUNNING)", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(start="Unknown", end="Unknown", elapsed="0", state="PENDING")],
+     "job not finished (PENDING)", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(state="SUSPENDED")], "job not finished (SUSPENDED)", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(state="REQUEUED")], "job not finished (REQUEUED)", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(submit="Unknown")], "Submit is unset", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(elapsed="abc")], "Elapsed, a GPU count or NNodes is not a number", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row(start="1699999990")], "Start before Submit", [2]),
+    ("sacct", SACCT_HEADER, [sacct_row("400+0"), sacct_row("400+1", tres="gres/gpu=16", nodes="2")],
+     HET_COMPONENT, [3]),
+    ("sacct", SACCT_ELAPSED_HEADER, [sacct_row(elapsed="-00:05:00")], "negative run time", [2]),
+    ("sacct", SACCT_ELAPSED_HEADER, [sacct_row(elapsed="400-00:00:00", end="1700003610")], OVER_MAX, [2]),
+    ("sacct-json", None, [record(elapsed=10**12)], OVER_MAX, [1]),
+    ("sacct-json", None, [record(gpus=-8)], "negative GPU count", [1]),
+    ("sacct-json", None, [record(state="RUNNING", end=0, elapsed=100)], "job not finished (RUNNING)", [1]),
+    ("sacct-json", None, [record(start=1700003610, end=1700000010)], "End before Start", [1]),
+    ("sacct-json", None, [record(het=500), record(het=500)], HET_COMPONENT, [2]),
+]
+
+
+@pytest.mark.parametrize(("fmt", "header", "rows", "reason", "lines"), MALFORMED,
+                         ids=[f"{case[0]}-{case[3]}" for case in MALFORMED])
+def test_malformed_rows_are_bad_by_reason_with_their_line(tmp_path, fmt, header, rows, reason, lines):
+    path = tmp_path / "trace.txt"
+    if fmt == "sacct-json":
+        path.write_text(json.dumps({"jobs": rows}))
+    else:
+        path.write_text("".join(f"{line}\n" for line in (header, *rows)))
+    load = read_trace(str(path), fmt)
+    assert dict(load.bad) == {reason: 1}
+    assert load.bad_lines == {reason: lines}
+    summary = load.summary()
+    assert summary["jobs_kept"] + summary["bad_rows"] + summary["filtered_rows"] == summary["rows"]
+
+
+def test_het_job_components_merge_into_one_job(tmp_path):
+    path = tmp_path / "het.txt"
+    path.write_text("\n".join([SACCT_HEADER, sacct_row("400+0", end="1700001810", elapsed="1800"),
+                               sacct_row("400+1", tres="gres/gpu=16", nodes="2"), sacct_row("401")]) + "\n")
+    load = read_trace(str(path), "sacct")
+    assert [(j.job_id, j.gpus, j.nodes, j.duration) for j in load.jobs] == [("401", 8, 1, 3600), ("400", 24, 3, 3600)]
+
+
+def test_over_a_thousand_malformed_rows_all_counted(tmp_path):
+    path = tmp_path / "many.txt"
+    path.write_text("\n".join([SACCT_HEADER] + [sacct_row(str(i), elapsed="-1") for i in range(1200)]) + "\n")
+    load = read_trace(str(path), "sacct")
+    assert load.bad == {"negative run time": 1200}
+    assert load.bad_lines["negative run time"][:3] == [2, 3, 4] and len(load.bad_lines["negative run time"]) == 20
 
 
 @pytest.mark.parametrize(("text", "gpus"), [
     ("billing=8,cpu=8,gres/gpu=4,mem=1G", 4), ("cpu=8,gres/gpu:a100=2,gres/gpu:v100=1", 3),
-    ("cpu=8,gres/gpu=4,gres/gpu:a100=4", 4), ("gpu:a100:4(IDX:0-3)", 4), ("cpu=4", 0), ("", 0)])
+    ("cpu=8,gres/gpu=4,gres/gpu:a100=4", 4), ("gpu:a100:4(IDX:0-3)", 4), ("cpu=4", 0), ("", 0),
+    ("cpu=8,gres/gpu=-8", -8)])
 def test_gpu_count_from_tres_and_gres(text, gpus):
     assert sacct.parse_gpus(text) == gpus
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("00:30:00", 1800), ("1-01:00:00", 90000), ("05:07", 307)])
+@pytest.mark.parametrize(("text", "seconds"), [("00:30:00", 1800), ("1-01:00:00", 90000), ("05:07", 307),
+                                               ("-00:00:05", -5)])
 def test_elapsed(text, seconds):
     assert sacct.parse_elapsed(text) == seconds
 
@@ -107,7 +229,6 @@ def test_filter_reasons():
     assert meaningful_gpu_job(Job("1", 0, 10, 1, "COMPLETED")) is None
     assert meaningful_gpu_job(Job("1", 0, 10, 0)) == "no GPU"
     assert meaningful_gpu_job(Job("1", 0, 0.5, 8)) == "ran under 1 s"
-    assert meaningful_gpu_job(Job("1", 0, 10, 8, "PENDING")) == "never ran (PENDING)"
 
 
 def test_unknown_format_is_a_usage_error(tmp_path):

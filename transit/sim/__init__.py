@@ -1,51 +1,88 @@
-"""`transit simulate`: what scale-in with TRANSIT would do to a cluster's rack traffic and queues.
+"""`transit simulate`: what scale-in with TRANSIT would do to a cluster's queues and rack traffic.
 
 A discrete-event simulator of a multi-rack cluster (the paper's section 4.3). It replays a job
 trace twice, as is and with TRANSIT's node-count reduction on multi-node jobs, and compares.
+Where the trace records start times, the baseline's queues are first checked against them.
 Input: the cluster's own Slurm history (``sacct -P`` or ``sacct --json``), the ACME or Helios
 traces, the project's ``transit.trace/1`` JSON, or, with no ``--trace``, a synthetic Seren-like
-(or Kalos-like) trace calibrated on the published ACME CDFs.
+(or Kalos-like) trace calibrated on the published ACME CDFs. The model, its parameters and the
+JSON schema are in docs/simulator.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import shlex
 import sys
+from dataclasses import replace
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from transit.errors import UsageError
-from transit.sim import output, synthetic
+from transit.sim import audit, output, synthetic
 from transit.sim.jobs import TraceLoad
+from transit.sim.network import Network
 from transit.sim.placement import PLACEMENTS, RACK_GPUS
 from transit.sim.project_json import write as write_trace
-from transit.sim.scenario import Factors, Trace, prepare, read_factors
-from transit.sim.study import Setup, study
+from transit.sim.scenario import (
+    PAPER_EFFICIENCY_CURVE,
+    SLOWDOWN_READINGS,
+    Efficiency,
+    Factors,
+    Setup,
+    Trace,
+    prepare,
+    read_factors,
+    shape,
+)
+from transit.sim.study import check_not_all_dropped, study
 from transit.sim.traces import FORMATS, read_trace
 
 GPUS_PER_NODE_CHOICES = (4, 8)
 DEFAULT_RACKS = 72  # for a user trace: the paper's Seren-sized cluster
+SCHEMA = "transit.sim/2"
+SWEEP_SCHEMA = "transit.sim-sweep/2"
 
 
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
 
 
-def _reduction(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a finite number")
+    return value
+
+
+def _reduction(text: str) -> float:
+    value = _number(text)
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be in [0, 1): the fraction of nodes removed")
     return value
+
+
+def _curve(text: str) -> tuple[tuple[float, float], ...]:
+    """``paper`` or ``R:E,R:E,...`` (fraction of nodes removed : per-GPU efficiency)."""
+    if text == "paper":
+        return PAPER_EFFICIENCY_CURVE
+    try:
+        points = tuple(sorted((float(r), float(e)) for r, e in (item.split(":") for item in text.split(","))))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected 'paper' or R:E pairs such as 0.25:1,0.5:0.9") from None
+    return points
 
 
 def _list(kind):
@@ -58,24 +95,41 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("input")
     source.add_argument("--trace", metavar="FILE", help="job trace; without it, a synthetic trace")
     source.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
+    source.add_argument("--cluster", metavar="NAME",
+                        help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
     source.add_argument("--workload", choices=sorted(synthetic.WORKLOADS), default="seren",
                         help="synthetic workload when there is no --trace (default seren)")
     source.add_argument("--jobs", type=_positive_int, metavar="N",
                         help="synthetic job count (default: the public trace's GPU-job count)")
     source.add_argument("--seed", type=int, default=1, help="synthetic trace seed (default 1)")
-    model = parser.add_argument_group("model")
+    model = parser.add_argument_group("model (docs/simulator.md gives each default's source)")
     model.add_argument("--baseline-racks", type=_positive_int, metavar="N",
                        help="replay the baseline on N racks instead (e.g. the full-size cluster)")
     model.add_argument("--backfill", action="store_true", help="EASY backfill instead of strict FIFO")
-    model.add_argument("--factors", metavar="FILE", help="transit.factors/1 JSON from the GPU benchmark")
-    model.add_argument("--speedup", type=float, metavar="X", help="inter->intra-rack throughput gain (0.5 = +50%%)")
-    model.add_argument("--slowdown", type=float, metavar="Y", help="intra->inter-rack throughput loss (0.3 = -30%%)")
-    model.add_argument("--unchanged", type=float, metavar="Z", help="throughput change when the kind stays")
+    model.add_argument("--efficiency", type=_number, metavar="E",
+                       help="per-GPU efficiency of a reduced job (default: measured, 0.898)")
+    model.add_argument("--efficiency-curve", type=_curve, metavar="CURVE",
+                       help="efficiency by the share of nodes removed: 'paper' or R:E,R:E,...")
+    model.add_argument("--factors", metavar="FILE", help="transit.factors/1 or /2 JSON (bench/factors.py)")
+    model.add_argument("--speedup", type=_number, metavar="X", help="several racks -> one: throughput gain (0.5 = +50%%)")
+    model.add_argument("--slowdown", type=_number, metavar="Y", help="one rack -> several: throughput loss (0.55)")
+    model.add_argument("--slowdown-reading", choices=SLOWDOWN_READINGS,
+                       help="read the slowdown as a throughput loss (run time / (1 - Y), default) or a run-time "
+                            "increase (x (1 + Y))")
+    model.add_argument("--unchanged", type=_number, metavar="Z", help="throughput change when the kind stays (0)")
+    model.add_argument("--nic-gbps", type=_number, metavar="G", help="NIC bandwidth per GPU (400)")
+    model.add_argument("--oversubscription", type=_number, metavar="O", help="rack uplink oversubscription (4)")
+    model.add_argument("--comm-fraction", type=_number, metavar="F",
+                       help="share of a multi-node step spent in collectives at line rate (0.2)")
+    model.add_argument("--no-contention", action="store_true", help="count the bytes but never slow jobs down")
+    audit_group = parser.add_argument_group("audit output")
+    audit_group.add_argument("--jobs-out", metavar="FILE", help="one row per job per replay (CSV; .parquet needs pyarrow)")
+    audit_group.add_argument("--timeline-out", metavar="FILE", help="one row per simulated minute per replay")
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="simulate TRANSIT on a cluster trace (rack traffic, queue times)",
+        "simulate", help="simulate TRANSIT on a cluster trace (queue times, rack traffic)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_input_arguments(parser)
     parser.add_argument("--racks", type=_positive_int, metavar="N",
@@ -84,7 +138,7 @@ def register(subparsers) -> None:
     parser.add_argument("--reduction", type=_reduction, default=0.5, metavar="R",
                         help="fraction of nodes an eligible job gives up (default 0.5)")
     parser.add_argument("--placement", choices=PLACEMENTS, default="pack")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--json", action="store_true", help=f"print the result as JSON ({SCHEMA})")
     parser.add_argument("--plot", metavar="PNG", help="write a Figure-12-style bar chart")
     parser.add_argument("--save-trace", metavar="FILE", help="write the (synthetic) input as transit.trace/1 JSON")
     parser.set_defaults(func=main)
@@ -99,102 +153,161 @@ def register(subparsers) -> None:
     sweep.add_argument("--gpus-per-node", dest="gpn_list", type=_list(int), default=[4, 8], metavar="4,8")
     sweep.add_argument("--reductions", type=_list(_reduction), default=[0.25, 0.5], metavar="R,R")
     sweep.add_argument("--placements", type=_list(str), default=["pack"], metavar="pack,spread")
-    sweep.add_argument("--speedups", type=_list(float), metavar="X,X",
+    sweep.add_argument("--speedups", type=_list(_number), metavar="X,X",
                        help="inter->intra-rack throughput gains to try (default: the one factor)")
-    sweep.add_argument("--slowdowns", type=_list(float), metavar="Y,Y",
+    sweep.add_argument("--slowdowns", type=_list(_number), metavar="Y,Y",
                        help="intra->inter-rack throughput losses to try (default: the one factor)")
     sweep.add_argument("--processes", type=_positive_int, metavar="N", help="worker processes (default: CPUs)")
-    sweep.add_argument("--json", action="store_true", help="print the results as JSON")
+    sweep.add_argument("--json", action="store_true", help=f"print the results as JSON ({SWEEP_SCHEMA})")
     sweep.add_argument("--plot", metavar="PNG", help="write a Figure-12-style bar chart of every study")
     sweep.add_argument("--markdown", metavar="FILE", help="write the results table as Markdown")
     sweep.set_defaults(func=sweep_main)
 
 
-def _factors(args: argparse.Namespace) -> Factors:
-    factors = read_factors(args.factors) if args.factors else Factors()
+def _model(args: argparse.Namespace) -> tuple[Factors, Efficiency, Network]:
+    """The model's parameters from the command line, checked before anything runs."""
+    factors, efficiency = read_factors(args.factors) if args.factors else (Factors(), Efficiency())
     overrides = {name: value for name, value in (("inter_to_intra_speedup", args.speedup),
                                                   ("intra_to_inter_slowdown", args.slowdown),
+                                                  ("slowdown_reading", args.slowdown_reading),
                                                   ("unchanged", args.unchanged)) if value is not None}
     if overrides:
-        factors = Factors(**{**factors.__dict__, **overrides,
-                             "source": f"{factors.source}, overridden on the command line"})
-    factors.check()
-    return factors
+        factors = replace(factors, **overrides, source=f"{factors.source}, overridden on the command line")
+    if args.efficiency is not None and args.efficiency_curve is not None:
+        raise UsageError("--efficiency and --efficiency-curve: give one of them")
+    if args.efficiency is not None:
+        efficiency = Efficiency(args.efficiency, (), "set on the command line")
+    if args.efficiency_curve is not None:
+        source = "the paper's section 4.2" if args.efficiency_curve == PAPER_EFFICIENCY_CURVE else "the command line"
+        efficiency = Efficiency(efficiency.value, args.efficiency_curve, f"curve from {source}")
+    network = Network()
+    network = replace(network, **{name: value for name, value in (("nic_gbps", args.nic_gbps),
+                                                                  ("oversubscription", args.oversubscription),
+                                                                  ("comm_fraction", args.comm_fraction))
+                                  if value is not None}, contention=not args.no_contention)
+    for part in (factors, efficiency, network):
+        part.check()
+    for option in ("jobs_out", "timeline_out"):
+        audit.check_path(getattr(args, option), "--" + option.replace("_", "-"))
+    return factors, efficiency, network
 
 
-def _load(args: argparse.Namespace) -> tuple[TraceLoad, dict]:
-    """The trace's jobs, and extra facts for the output (calibration of a synthetic trace)."""
+def _load(args: argparse.Namespace) -> tuple[TraceLoad, dict | None]:
+    """The trace's jobs, and the synthetic trace's description (None for a user trace)."""
     if args.trace:
         if args.jobs is not None:
             raise UsageError("--jobs sizes a synthetic trace; it cannot be used with --trace")
         load = read_trace(args.trace, args.format)
+        if args.cluster is not None:
+            _keep_cluster(load, args.cluster)
         if not load.jobs:
             raise UsageError(f"{args.trace}: no meaningful GPU jobs in {load.rows} rows")
-        return load, {}
-    if args.format:
-        raise UsageError("--format needs --trace")
+        return load, None
+    if args.format or args.cluster:
+        raise UsageError(f"{'--format' if args.format else '--cluster'} needs --trace")
     jobs = synthetic.generate(args.workload, args.jobs, args.seed)
     load = TraceLoad(source=f"synthetic {args.workload}-like, seed {args.seed}", fmt="synthetic",
                      jobs=jobs, rows=len(jobs))
-    return load, {"calibration_max_gap_pp": synthetic.calibration_report(jobs, args.workload)}
+    return load, {"workload": args.workload, "seed": args.seed, "jobs": len(jobs),
+                  "calibration_max_gap_pp": synthetic.calibration_report(jobs, args.workload)}
+
+
+def _keep_cluster(load: TraceLoad, name: str) -> None:
+    """Keep one cluster's jobs; the others are filtered rows ("other cluster")."""
+    clusters = sorted({job.cluster for job in load.jobs})
+    if name not in clusters:
+        raise UsageError(f"--cluster {name[:80]!r}: the trace's clusters are {', '.join(map(repr, clusters))}")
+    others = [job for job in load.jobs if job.cluster != name]
+    load.jobs = [job for job in load.jobs if job.cluster == name]
+    if others:
+        load.filtered["other cluster"] += len(others)
 
 
 def _default_racks(args: argparse.Namespace) -> int:
     return DEFAULT_RACKS if args.trace else synthetic.WORKLOADS[args.workload].racks
 
 
-def _prepare(load: TraceLoad, racks: list[int]) -> Trace:
-    return prepare(load.jobs, min(racks) * RACK_GPUS)
-
-
 def _check_placements(placements: list[str]) -> None:
     for name in placements:
         if name not in PLACEMENTS:
-            raise UsageError(f"--placements {name!r}: expected {' or '.join(PLACEMENTS)}")
+            raise UsageError(f"--placements {name[:80]!r}: expected {' or '.join(PLACEMENTS)}")
+
+
+def replay_progress(enabled: bool) -> Progress:
+    """Progress bars on stderr (stdout carries the table or the JSON), shown only on a terminal."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False)
+
+
+def write_audit(args: argparse.Namespace, trace: Trace, studies: list[tuple[int, Setup, object, object]]) -> None:
+    """``--jobs-out`` and ``--timeline-out`` for each (study number, setup, baseline run, TRANSIT run)."""
+    for path, columns, rows in ((args.jobs_out, audit.JOB_COLUMNS, "jobs"),
+                                (args.timeline_out, audit.TIMELINE_COLUMNS, "timeline")):
+        if not path:
+            continue
+        parts = []
+        for number, setup, base, transit in studies:
+            sized = shape(trace, setup)
+            for name, run in (("baseline", base), ("transit", transit)):
+                if rows == "jobs":
+                    parts.append(audit.job_rows(number, name, trace, run, sized))
+                else:
+                    parts.append(audit.timeline_rows(number, name, trace, run))
+        audit.write(path, columns, itertools.chain.from_iterable(parts))
 
 
 def main(args: argparse.Namespace) -> int:
-    factors = _factors(args)
+    factors, efficiency, network = _model(args)
     racks = args.racks or _default_racks(args)
-    load, extra = _load(args)
+    load, synthetic_info = _load(args)
     if args.save_trace:
         write_trace(args.save_trace, load.jobs, load.source)
-    trace = _prepare(load, [racks, args.baseline_racks or racks])
+    trace = prepare(load.jobs)
     setup = Setup(racks, args.gpus_per_node, args.reduction, args.placement, args.backfill, factors,
-                  args.baseline_racks)
-    console = Console(stderr=True)
-    with console.status(f"replaying {len(trace.submit):,} jobs twice"):
-        document = {"schema": "transit.sim/1", "command": _command(), "trace": load.summary(), **extra,
-                    **study(trace, setup)}
+                  args.baseline_racks, efficiency, network)
+    check_not_all_dropped(trace, setup)
+    with replay_progress(sys.stderr.isatty()) as progress:
+        tasks = {name: progress.add_task(f"{name} replay", total=len(trace)) for name in ("baseline", "transit")}
+        result, base, transit = study(trace, setup, progress=lambda name, done, jobs: progress.update(
+            tasks[name], completed=done, total=jobs))
+    write_audit(args, trace, [(0, setup, base, transit)])
+    document = {"schema": SCHEMA, "command": _command(), "trace": load.summary(), "synthetic": synthetic_info,
+                **result}
     if args.plot:
         output.plot_studies([document], args.plot, f"TRANSIT vs baseline: {load.source}")
     if args.json:
         output.print_json(document)
     else:
-        output.print_study(document, Console())
+        output.print_study(document, Console(soft_wrap=True))
     return 0
 
 
 def sweep_main(args: argparse.Namespace) -> int:
     from transit.sim import sweep
 
-    factors = _factors(args)
+    factors, efficiency, network = _model(args)
     _check_placements(args.placements)
     for per_node in args.gpn_list:
         if per_node not in GPUS_PER_NODE_CHOICES:
             raise UsageError(f"--gpus-per-node {per_node}: expected 4 or 8")
     if args.speedups and any(value <= -1 for value in args.speedups):
         raise UsageError("--speedups values must be above -1")
-    if args.slowdowns and any(not 0 <= value < 1 for value in args.slowdowns):
-        raise UsageError("--slowdowns values must be in [0, 1)")
     racks = args.racks_list or [_default_racks(args)]
-    load, extra = _load(args)
-    trace = _prepare(load, racks + ([args.baseline_racks] if args.baseline_racks else []))
-    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks)
+    load, synthetic_info = _load(args)
+    trace = prepare(load.jobs)
+    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks, efficiency, network)
     points = sweep.setups(racks, args.gpn_list, args.reductions, args.placements, args.speedups,
                           args.slowdowns, base)
-    studies = sweep.run(trace, points, args.processes, quiet=args.json and not sys.stderr.isatty())
-    document = {"schema": "transit.sim-sweep/1", "command": _command(), "trace": load.summary(), **extra,
+    for point in points:
+        point.factors.check()
+        check_not_all_dropped(trace, point)
+    keep_runs = bool(args.jobs_out or args.timeline_out)
+    results = sweep.run(trace, points, args.processes, quiet=not sys.stderr.isatty(), keep_runs=keep_runs)
+    if keep_runs:
+        write_audit(args, trace, [(i, point, base_run, transit_run)
+                                  for i, (point, (_, base_run, transit_run)) in enumerate(zip(points, results))])
+    studies = [document for document, _, _ in results]
+    document = {"schema": SWEEP_SCHEMA, "command": _command(), "trace": load.summary(), "synthetic": synthetic_info,
                 "studies": studies}
     if args.plot:
         output.plot_studies(studies, args.plot, f"TRANSIT vs baseline: {load.source}")
@@ -204,13 +317,12 @@ def sweep_main(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(document)
     else:
+        console = Console(soft_wrap=True)
         for line in output.trace_lines(document["trace"]):
-            Console().print(line)
-        output.print_sweep(studies, Console())
+            console.print(line)
+        output.print_sweep(studies, console)
     return 0
 
 
 def _command() -> str:
     return "transit " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv else "transit"
-
-

@@ -6,7 +6,7 @@ import csv
 from datetime import datetime, timezone
 
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad
+from transit.sim.jobs import Job, TraceLoad, unfinished
 
 
 def parse_timestamp(text: str) -> float:
@@ -20,11 +20,17 @@ def parse_timestamp(text: str) -> float:
     return moment.timestamp()
 
 
-def read_gpu_csv(path: str, fmt: str, required: tuple[str, ...]) -> TraceLoad:
-    """Read a CSV with ``job_id, gpu_num, state, submit_time, start_time, end_time, duration``.
+def _optional_time(text: str) -> float | None:
+    """A recorded time, or None where the column is empty (a job that never started or ended)."""
+    return parse_timestamp(text) if text.strip() else None
 
-    ``duration`` is used when present, else ``end_time - start_time``. Each row that cannot be
-    read is counted in ``TraceLoad.bad`` with its reason.
+
+def read_gpu_csv(path: str, fmt: str, required: tuple[str, ...], cluster: str) -> TraceLoad:
+    """Read a CSV with ``job_id, gpu_num, state, submit_time, start_time, end_time``, and
+    ``duration`` and ``node_num`` where present.
+
+    Run time is ``duration`` when present, else ``end_time - start_time``. Each row that cannot be
+    a finished job is counted in ``TraceLoad.bad`` with its reason and line number.
     """
     load = TraceLoad(source=path, fmt=fmt)
     with open(path, newline="", encoding="utf-8") as handle:
@@ -39,42 +45,48 @@ def read_gpu_csv(path: str, fmt: str, required: tuple[str, ...]) -> TraceLoad:
         col = {name: header.index(name) for name in header}
         i_id, i_gpu, i_state = col["job_id"], col["gpu_num"], col["state"]
         i_submit, i_start, i_end = col["submit_time"], col["start_time"], col["end_time"]
-        i_duration = col.get("duration")
-        for line_no, row in enumerate(reader, start=2):
+        i_duration, i_nodes = col.get("duration"), col.get("node_num")
+        for row in reader:
+            line = reader.line_num
             if not row:
                 continue
             load.rows += 1
             if len(row) != len(header):
-                load.reject(line_no, f"{len(row)} fields, header has {len(header)}")
+                load.reject(line, f"{len(row)} fields, header has {len(header)}")
                 continue
             try:
                 gpus = int(float(row[i_gpu]))
+                nodes = int(float(row[i_nodes])) if i_nodes is not None and row[i_nodes].strip() else None
             except ValueError:
-                load.reject(line_no, f"gpu_num {row[i_gpu]!r} is not a number")
+                load.reject(line, "gpu_num or node_num is not a number")
                 continue
             try:
                 submit = parse_timestamp(row[i_submit])
+                start, end = _optional_time(row[i_start]), _optional_time(row[i_end])
             except ValueError:
-                load.reject(line_no, f"submit_time {row[i_submit]!r} is not an ISO time")
+                load.reject(line, "submit_time, start_time or end_time is not an ISO time")
                 continue
-            duration = _duration(row, i_duration, i_start, i_end)
+            state = row[i_state].strip().upper()
+            if unfinished(state):
+                load.reject(line, unfinished(state))
+                continue
+            if start is None:
+                load.filtered["never started"] += 1
+                continue
+            duration = _duration(row, i_duration, start, end)
             if duration is None:
-                load.reject(line_no, "no duration and no start/end times")
+                load.reject(line, "no duration and no end time")
                 continue
-            if duration < 0:
-                load.reject(line_no, f"negative duration {duration:g}")
-                continue
-            load.add(Job(row[i_id], submit, duration, gpus, row[i_state].strip().upper()))
+            load.add(line, Job(row[i_id], submit, duration, gpus, state, nodes or None, start, cluster), end)
     return load
 
 
-def _duration(row: list[str], i_duration: int | None, i_start: int, i_end: int) -> float | None:
+def _duration(row: list[str], i_duration: int | None, start: float | None, end: float | None) -> float | None:
     if i_duration is not None and row[i_duration].strip():
         try:
             return float(row[i_duration])
         except ValueError:
             pass
-    try:
-        return parse_timestamp(row[i_end]) - parse_timestamp(row[i_start])
-    except ValueError:
+    if start is None or end is None:
         return None
+    return end - start

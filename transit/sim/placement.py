@@ -1,8 +1,9 @@
 """Cluster state and locality-aware placement: one rack when possible, pack or spread, else several.
 
-A cluster is ``racks`` racks of ``RACK_GPUS`` GPUs, in nodes of 4 or 8 GPUs. A job asking for
-fewer GPUs than a node shares a node with others; a larger job takes whole nodes (exclusive,
-``ceil(gpus / gpus_per_node)`` of them), as multi-node training jobs do.
+A cluster is ``racks`` racks of ``RACK_GPUS`` GPUs, in nodes of 4 or 8 GPUs. A single-node job
+asking for fewer GPUs than a node shares a node with others; any other job takes whole nodes
+(exclusive), as multi-node training jobs do: as many as the trace says it ran on, and at least
+``ceil(gpus / gpus_per_node)``.
 
 * ``pack``: best fit. A small job goes to the fullest node that still fits it; a whole-node job
   to the rack with the fewest free nodes that can hold all of it.
@@ -19,7 +20,12 @@ PLACEMENTS = ("pack", "spread")
 
 
 class Cluster:
-    """Free GPUs per node, with per-rack and cluster-wide counts kept in step for fast checks."""
+    """Free GPUs per node, with per-rack and cluster-wide counts kept in step for fast choices.
+
+    ``count[k][rack]`` is how many nodes of ``rack`` have exactly ``k`` free GPUs, and
+    ``racks_with[k]`` the racks where that count is not 0; ``count[gpus_per_node]`` is so the
+    whole free nodes per rack, and ``racks_by_whole[c]`` the racks with exactly ``c`` of them.
+    """
 
     def __init__(self, racks: int, gpus_per_node: int, placement: str = "pack") -> None:
         if RACK_GPUS % gpus_per_node:
@@ -28,96 +34,102 @@ class Cluster:
             raise ValueError(f"placement {placement!r} is not one of {PLACEMENTS}")
         self.racks = racks
         self.gpus_per_node = gpus_per_node
-        self.nodes_per_rack = RACK_GPUS // gpus_per_node
-        self.nodes = racks * self.nodes_per_rack
+        per_rack = self.nodes_per_rack = RACK_GPUS // gpus_per_node
+        self.nodes = racks * per_rack
         self.total_gpus = racks * RACK_GPUS
         self.pack = placement == "pack"
         self.node_free = [gpus_per_node] * self.nodes
-        self.rack_whole_free = [self.nodes_per_rack] * racks   # nodes with every GPU free
         self.rack_free_gpus = [RACK_GPUS] * racks
         self.whole_free = self.nodes
+        self.free_gpus = self.total_gpus
+        self.max_free = gpus_per_node          # the most free GPUs any node has
         # nodes_with_free[k]: how many nodes have exactly k free GPUs (k = 0..gpus_per_node)
         self.nodes_with_free = [0] * gpus_per_node + [self.nodes]
-        # the same per rack, flattened: rack_nodes_with_free[rack * (gpus_per_node + 1) + k]
-        self.rack_nodes_with_free = ([0] * gpus_per_node + [self.nodes_per_rack]) * racks
+        self.count = [[0] * racks for _ in range(gpus_per_node)] + [[per_rack] * racks]
+        self.racks_with: list[set[int]] = [set() for _ in range(gpus_per_node)] + [set(range(racks))]
+        self.racks_by_whole: list[set[int]] = [set() for _ in range(per_rack)] + [set(range(racks))]
 
-    def nodes_for(self, gpus: int) -> int:
-        """Nodes a job of ``gpus`` GPUs occupies (a part of one node counts as one)."""
-        return -(-gpus // self.gpus_per_node)
+    def fits(self, gpus: int, whole: int) -> bool:
+        """Whether ``place(gpus, whole)`` would succeed now (counts only)."""
+        return whole <= self.whole_free if whole else gpus <= self.max_free
 
-    def place(self, gpus: int) -> list[tuple[int, int]] | None:
-        """Allocate ``gpus`` GPUs; return [(node, gpus taken)] or None when they do not fit now."""
-        if gpus < self.gpus_per_node:
-            return self._place_in_node(gpus)
-        return self._place_whole_nodes(self.nodes_for(gpus))
+    def place(self, gpus: int, whole: int = 0) -> tuple[list[tuple[int, int]], list[int]] | None:
+        """Allocate ``whole`` whole nodes, or ``gpus`` GPUs on one node when ``whole`` is 0.
+
+        Returns ([(node, gpus taken)], [racks used]), or None when they do not fit now.
+        """
+        if whole:
+            return self._place_whole_nodes(whole)
+        return self._place_in_node(gpus)
+
+    def _move(self, node: int, before: int, after: int) -> None:
+        """Node ``node`` goes from ``before`` to ``after`` free GPUs: keep every count in step."""
+        rack = node // self.nodes_per_rack
+        self.node_free[node] = after
+        delta = after - before
+        self.rack_free_gpus[rack] += delta
+        self.free_gpus += delta
+        counts = self.nodes_with_free
+        counts[before] -= 1
+        counts[after] += 1
+        left = self.count[before]
+        remaining = left[rack] - 1
+        left[rack] = remaining
+        if not remaining:
+            self.racks_with[before].discard(rack)
+        arrived = self.count[after]
+        present = arrived[rack]
+        if not present:
+            self.racks_with[after].add(rack)
+        arrived[rack] = present + 1
+        if before == self.gpus_per_node:      # a whole free node less in this rack
+            self.racks_by_whole[remaining + 1].discard(rack)
+            self.racks_by_whole[remaining].add(rack)
+            self.whole_free -= 1
+        elif after == self.gpus_per_node:     # a whole free node more
+            self.racks_by_whole[present].discard(rack)
+            self.racks_by_whole[present + 1].add(rack)
+            self.whole_free += 1
+        if after > self.max_free:
+            self.max_free = after
+        elif before == self.max_free and not counts[before]:
+            while self.max_free and not counts[self.max_free]:
+                self.max_free -= 1
 
     def release(self, allocation: list[tuple[int, int]]) -> None:
-        per_node = self.gpus_per_node
-        per_rack = self.nodes_per_rack
+        node_free = self.node_free
         for node, taken in allocation:
-            before = self.node_free[node]
-            after = before + taken
-            self.node_free[node] = after
-            rack = node // per_rack
-            self.rack_free_gpus[rack] += taken
-            self.nodes_with_free[before] -= 1
-            self.nodes_with_free[after] += 1
-            self.rack_nodes_with_free[rack * (per_node + 1) + before] -= 1
-            self.rack_nodes_with_free[rack * (per_node + 1) + after] += 1
-            if after == per_node:
-                self.rack_whole_free[rack] += 1
-                self.whole_free += 1
+            before = node_free[node]
+            self._move(node, before, before + taken)
 
-    def _take(self, node: int, taken: int) -> None:
-        before = self.node_free[node]
-        after = before - taken
-        self.node_free[node] = after
-        rack = node // self.nodes_per_rack
-        self.rack_free_gpus[rack] -= taken
-        self.nodes_with_free[before] -= 1
-        self.nodes_with_free[after] += 1
-        self.rack_nodes_with_free[rack * (self.gpus_per_node + 1) + before] -= 1
-        self.rack_nodes_with_free[rack * (self.gpus_per_node + 1) + after] += 1
-        if before == self.gpus_per_node:
-            self.rack_whole_free[rack] -= 1
-            self.whole_free -= 1
-
-    def _place_in_node(self, gpus: int) -> list[tuple[int, int]] | None:
-        counts = self.nodes_with_free
-        sizes = range(gpus, self.gpus_per_node + 1)
-        fitting = [k for k in sizes if counts[k]]
-        if not fitting:
+    def _place_in_node(self, gpus: int) -> tuple[list[tuple[int, int]], list[int]] | None:
+        if gpus > self.max_free:
             return None
+        counts = self.nodes_with_free
         if self.pack:
-            free = fitting[0]
-            racks = range(self.racks)
+            free = next(k for k in range(gpus, self.gpus_per_node + 1) if counts[k])
+            rack = min(self.racks_with[free])
         else:
-            free = fitting[-1]
-            racks = sorted(range(self.racks), key=self.rack_free_gpus.__getitem__, reverse=True)
+            free = self.max_free
+            spare = self.rack_free_gpus
+            rack = min(self.racks_with[free], key=lambda r: (-spare[r], r))
         per_rack = self.nodes_per_rack
         node_free = self.node_free
-        in_rack = self.rack_nodes_with_free
-        stride = self.gpus_per_node + 1
-        for rack in racks:
-            if not in_rack[rack * stride + free]:
-                continue
-            for node in range(rack * per_rack, (rack + 1) * per_rack):
-                if node_free[node] == free:
-                    self._take(node, gpus)
-                    return [(node, gpus)]
+        for node in range(rack * per_rack, (rack + 1) * per_rack):
+            if node_free[node] == free:
+                self._move(node, free, free - gpus)
+                return [(node, gpus)], [rack]
         raise AssertionError("node counts out of step with node state")
 
-    def _place_whole_nodes(self, nodes: int) -> list[tuple[int, int]] | None:
+    def _place_whole_nodes(self, nodes: int) -> tuple[list[tuple[int, int]], list[int]] | None:
         if nodes > self.whole_free:
             return None
-        whole = self.rack_whole_free
-        candidates = [(free, rack) for rack, free in enumerate(whole) if free >= nodes]
-        if candidates:
-            if self.pack:
-                chosen = [min(candidates)[1]]
-            else:
-                chosen = [min(candidates, key=lambda c: (-c[0], c[1]))[1]]
-        else:
+        per_rack = self.nodes_per_rack
+        buckets = self.racks_by_whole
+        sizes = range(nodes, per_rack + 1) if self.pack else range(per_rack, nodes - 1, -1)
+        chosen = next(([min(buckets[size])] for size in sizes if buckets[size]), None)
+        if chosen is None:
+            whole = self.count[self.gpus_per_node]
             chosen = []
             remaining = nodes
             for rack in sorted(range(self.racks), key=lambda r: (-whole[r], r)):
@@ -127,20 +139,14 @@ class Cluster:
                     break
         allocation = []
         per_node = self.gpus_per_node
-        per_rack = self.nodes_per_rack
         node_free = self.node_free
         remaining = nodes
         for rack in chosen:
             for node in range(rack * per_rack, (rack + 1) * per_rack):
                 if node_free[node] == per_node:
-                    self._take(node, per_node)
+                    self._move(node, per_node, 0)
                     allocation.append((node, per_node))
                     remaining -= 1
                     if not remaining:
-                        return allocation
+                        return allocation, chosen
         raise AssertionError("whole-node counts out of step with node state")
-
-    def racks_of(self, allocation: list[tuple[int, int]]) -> int:
-        """Distinct racks an allocation spans."""
-        per_rack = self.nodes_per_rack
-        return len({node // per_rack for node, _ in allocation})

@@ -1,16 +1,20 @@
 """Reader for Slurm ``sacct -P`` exports (pipe-separated, one header line).
 
-A suitable export::
+A suitable export (one row per job; ``-X`` leaves out the step rows)::
 
     SLURM_TIME_FORMAT=%s sacct -P -a -X -S 2024-01-01 -E now \\
-        --format=JobID,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State > jobs.txt
+        --format=JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State > jobs.txt
 
-``Submit``/``Start``/``End`` may be epoch seconds (``SLURM_TIME_FORMAT=%s``) or Slurm's default
-local times (``2024-05-01T12:00:00``, read in this process's time zone, so export and read on
-machines with the same ``TZ``). Run time comes from ``ElapsedRaw``, else ``Elapsed``
-(``[D-]HH:MM:SS``), else ``End - Start``. GPUs come from ``AllocTRES`` (``gres/gpu=N``, or the
-sum of typed ``gres/gpu:TYPE=N``), else ``ReqTRES``, else ``AllocGRES``/``ReqGRES`` (``gpu:N``).
-Step rows (``123.batch``, ``123.0``) are counted as filtered, not read: ``-X`` leaves them out.
+Field forms, from sacct(1) of Slurm 22.05 (the version installed here): ``JobID`` is ``123``,
+``123_4`` for an array task, ``123+1`` for a heterogeneous-job component, with ``.batch``,
+``.extern`` or ``.0`` appended for a step. ``Submit``/``Start``/``End`` are epoch seconds with
+``SLURM_TIME_FORMAT=%s``, else ``YYYY-MM-DDTHH:MM:SS`` local times (read in this process's time
+zone, so export and read with the same ``TZ``), ``Unknown``/``None`` when unset. ``Elapsed`` is
+``[D-]HH:MM:SS``; ``ElapsedRaw`` seconds. ``State`` may carry a reason (``CANCELLED by 1000``).
+Run time comes from ``ElapsedRaw``, else ``Elapsed``, else ``End - Start``. GPUs come from
+``AllocTRES`` (``gres/gpu=N``, or the sum of typed ``gres/gpu:TYPE=N``), else ``ReqTRES``, else
+``AllocGRES``/``ReqGRES`` (``gpu:N``). Nodes from ``NNodes`` (or ``AllocNodes``).
+Step rows are counted as filtered; het-job components are merged into one job.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from datetime import datetime
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad
+from transit.sim.jobs import Job, TraceLoad, merge_het_components, unfinished
 
 GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
+NODE_COLUMNS = ("NNodes", "AllocNodes")
 UNSET_TIMES = frozenset({"", "Unknown", "None"})
 
 
@@ -36,31 +41,42 @@ def parse_time(text: str) -> float | None:
 
 
 def parse_elapsed(text: str) -> float:
-    """Seconds from Slurm's ``[D-]HH:MM:SS`` (also ``MM:SS`` and ``MM:SS.mmm``)."""
-    days, _, clock = text.strip().rpartition("-")
+    """Seconds from Slurm's ``[D-]HH:MM:SS`` (also ``MM:SS`` and ``MM:SS.mmm``; a leading ``-`` negates)."""
+    text = text.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    days, _, clock = text.lstrip("-").rpartition("-")
     parts = [float(p) for p in clock.split(":")]
     if not 1 <= len(parts) <= 3:
         raise ValueError(text)
     seconds = 0.0
     for part in parts:
         seconds = seconds * 60 + part
-    return seconds + (int(days) * 86400 if days else 0)
+    return sign * (seconds + (int(days) * 86400 if days else 0))
 
 
 def parse_gpus(text: str) -> int:
-    """GPU count from a TRES string (``cpu=8,gres/gpu=4``) or a GRES string (``gpu:a100:4``)."""
+    """GPU count from a TRES string (``cpu=8,gres/gpu=4``) or a GRES string (``gpu:a100:4``).
+
+    Counts are read as signed integers, so a corrupt ``gres/gpu=-8`` stays negative (a bad row)
+    rather than reading as "no GPU".
+    """
     if "=" in text:
-        return slurm.gpus_in_tres(slurm.tres_from_string(text)) or 0
+        entries = {}
+        for item in text.split(","):
+            name, _, count = item.partition("=")
+            if name.strip().startswith("gres/gpu"):
+                entries[name.strip()] = int(count)
+        return slurm.gpus_in_tres(entries) or 0
     typed = 0
     for item in filter(None, text.strip().split(",")):
         if item.startswith("gpu"):  # gpu:4, gpu:a100:4, gpu:a100:4(IDX:0-3)
-            count = item.split("(")[0].rsplit(":", 1)[-1]
-            typed += int(count) if count.isdigit() else 0
+            typed += int(item.split("(")[0].rsplit(":", 1)[-1])
     return typed
 
 
 def read(path: str) -> TraceLoad:
     load = TraceLoad(source=path, fmt="sacct")
+    het: dict[str, list[tuple[int, Job, float | None]]] = {}
     with open(path, encoding="utf-8") as handle:
         header = handle.readline().rstrip("\n").split("|")
         col = {name: i for i, name in enumerate(header)}
@@ -72,6 +88,7 @@ def read(path: str) -> TraceLoad:
         has_run_time = "ElapsedRaw" in col or "Elapsed" in col or ("Start" in col and "End" in col)
         if not has_run_time:
             raise UsageError(f"{path}: sacct export needs ElapsedRaw, Elapsed or Start and End")
+        node_col = next((col[name] for name in NODE_COLUMNS if name in col), None)
         for line_no, line in enumerate(handle, start=2):
             line = line.rstrip("\n")
             if not line:
@@ -85,36 +102,48 @@ def read(path: str) -> TraceLoad:
             if "." in job_id:
                 load.filtered["job step row"] += 1
                 continue
+            state = row[col["State"]].split()[0].upper() if "State" in col and row[col["State"]].strip() else ""
+            if unfinished(state):
+                load.reject(line_no, unfinished(state))
+                continue
             try:
                 submit = parse_time(row[col["Submit"]])
+                start = parse_time(row[col["Start"]]) if "Start" in col else None
+                end = parse_time(row[col["End"]]) if "End" in col else None
             except ValueError:
-                load.reject(line_no, f"Submit {row[col['Submit']]!r} is not a time")
+                load.reject(line_no, "Submit, Start or End is not a time")
                 continue
             if submit is None:
                 load.reject(line_no, "Submit is unset")
                 continue
             try:
-                duration = _run_time(row, col)
+                duration = _run_time(row, col, start, end)
                 gpus = max(parse_gpus(row[i]) for i in gpu_cols)
-            except ValueError as exc:
-                load.reject(line_no, f"unreadable value {exc}")
+                nodes = int(row[node_col]) if node_col is not None and row[node_col].strip() else None
+            except ValueError:
+                load.reject(line_no, "Elapsed, a GPU count or NNodes is not a number")
                 continue
-            state = row[col["State"]].split()[0].upper() if "State" in col and row[col["State"]] else ""
-            if duration is None:
+            if duration is None or (start is None and "Start" in col):
                 # a job that never started has no run time: not bad, just not a job that ran
                 load.filtered["never started"] += 1
                 continue
-            load.add(Job(job_id, submit, duration, gpus, state))
+            cluster = row[col["Cluster"]] if "Cluster" in col else ""
+            job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster)
+            leader, plus, _ = job_id.partition("+")
+            if plus:
+                job.job_id = leader
+                het.setdefault(leader, []).append((line_no, job, end))
+            else:
+                load.add(line_no, job, end)
+    merge_het_components(load, het)
     return load
 
 
-def _run_time(row: list[str], col: dict[str, int]) -> float | None:
+def _run_time(row: list[str], col: dict[str, int], start: float | None, end: float | None) -> float | None:
     if "ElapsedRaw" in col and row[col["ElapsedRaw"]].strip():
         return float(row[col["ElapsedRaw"]])
     if "Elapsed" in col and row[col["Elapsed"]].strip():
         return parse_elapsed(row[col["Elapsed"]])
-    start = parse_time(row[col["Start"]]) if "Start" in col else None
-    end = parse_time(row[col["End"]]) if "End" in col else None
     if start is None or end is None:
         return None
     return end - start

@@ -3,40 +3,48 @@
 Per job: ``job_id``; ``time.submission``, ``time.start``, ``time.end``, ``time.elapsed`` (epoch
 seconds; in 23.02+ each may be ``{"set": bool, "infinite": bool, "number": N}``);
 ``tres.allocated`` (else ``tres.requested``), a list of ``{"type": "gres", "name": "gpu", "count": N}``;
-``state.current`` (a string in 22.05, a list of strings later). Step records are not read.
+``allocation_nodes``; ``cluster``; ``state.current`` (a string in 22.05, a list of strings later);
+``het.job_id`` (the leader, 0 for an ordinary job) and ``het.job_offset``. Step records are not
+read. Bad records are numbered by their place in ``jobs`` (from 1), not by line.
 """
 
 from __future__ import annotations
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad, load_json
+from transit.sim.jobs import Job, TraceLoad, load_json, merge_het_components, unfinished
 
 
-def gpu_count(tres: list) -> int:
-    """GPUs in a TRES list: the untyped ``gres/gpu`` entry, else the sum of typed ones."""
-    return slurm.gpus_in_tres(slurm.tres_from_list(tres)) or 0
+def gpu_count(tres: object) -> int:
+    """GPUs in a TRES list: the untyped ``gres/gpu`` entry, else the sum of typed ones; a negative
+    count anywhere among the GPU entries wins, so that corrupt data reads as a bad row."""
+    entries = slurm.tres_from_list(tres)
+    negative = [count for name, count in entries.items() if name.startswith("gres/gpu") and count < 0]
+    return min(negative) if negative else (slurm.gpus_in_tres(entries) or 0)
 
 
 def read_document(document: dict, source: str) -> TraceLoad:
-    load = TraceLoad(source=source, fmt="sacct-json")
+    load = TraceLoad(source=source, fmt="sacct-json", line_unit="record")
     jobs = document.get("jobs") if isinstance(document, dict) else None
     if not isinstance(jobs, list):
         raise UsageError(f"{source}: not sacct --json output, no 'jobs' list")
-    for index, record in enumerate(jobs):
+    het: dict[str, list[tuple[int, Job, float | None]]] = {}
+    for label, record in enumerate(jobs, start=1):
         load.rows += 1
-        label = index + 1
         if not isinstance(record, dict) or not isinstance(record.get("time"), dict):
             load.reject(label, "job record without a 'time' object")
             continue
         times = record["time"]
+        state = (slurm.job_state(record.get("state")) or "").split("+")[0].upper()
+        if unfinished(state):
+            load.reject(label, unfinished(state))
+            continue
         submit = slurm.number(times.get("submission"))
         if submit is None:
             load.reject(label, "time.submission missing")
             continue
         start, end = slurm.number(times.get("start")), slurm.number(times.get("end"))
         elapsed = slurm.number(times.get("elapsed"))
-        state = (slurm.job_state(record.get("state")) or "").split("+")[0]
         if not start:
             load.filtered["never started"] += 1
             continue
@@ -45,8 +53,17 @@ def read_document(document: dict, source: str) -> TraceLoad:
             load.reject(label, "neither time.elapsed nor time.end")
             continue
         tres = record.get("tres") or {}
-        gpus = gpu_count(tres.get("allocated") or []) or gpu_count(tres.get("requested") or [])
-        load.add(Job(str(record.get("job_id", label)), submit, duration, gpus, state.upper()))
+        gpus = gpu_count(tres.get("allocated")) or gpu_count(tres.get("requested"))
+        nodes = slurm.number(record.get("allocation_nodes"))
+        job = Job(str(record.get("job_id", label)), submit, duration, gpus, state,
+                  int(nodes) if nodes else None, start, str(record.get("cluster") or ""))
+        leader = slurm.number((record.get("het") or {}).get("job_id"))
+        if leader:
+            job.job_id = str(int(leader))
+            het.setdefault(job.job_id, []).append((label, job, end or None))
+        else:
+            load.add(label, job, end or None)
+    merge_het_components(load, het)
     return load
 
 

@@ -1,7 +1,8 @@
-"""`transit simulate sweep`: many studies of one trace, in parallel processes, with a progress bar.
+"""`transit simulate sweep`: many studies of one trace, in parallel processes, with progress bars.
 
-Baselines depend only on (baseline racks, GPUs per node, placement, backfill), so each is
-replayed once and shared by every TRANSIT replay that compares with it.
+Baselines depend only on the baseline cluster, GPUs per node, placement, backfill and the network,
+so each is replayed once and shared by every TRANSIT replay that compares with it. Workers report
+their replays' progress through a queue; the parent draws one bar per replay under way.
 """
 
 from __future__ import annotations
@@ -9,28 +10,36 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import queue as queue_module
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import replace
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from transit.sim.scenario import Run, Setup, Trace, run_baseline
+from transit.sim.study import study
 
-from transit.sim.engine import Replay
-from transit.sim.scenario import Factors, Trace
-from transit.sim.study import Setup, baseline_result, study
-
-# The trace each worker replays: set before the pool forks, so it is shared, never pickled.
+# Set before the pool forks, so workers share them, never pickled: the trace, the progress queue.
 _TRACE: Trace | None = None
+_PROGRESS = None
+POLL_S = 0.2
 
 
-def _baseline(setup: Setup) -> tuple[Replay, float]:
+def _report(key):
+    if _PROGRESS is None:
+        return None
+    return lambda done, jobs: _PROGRESS.put((key, done, jobs))
+
+
+def _baseline(key: tuple, setup: Setup) -> Run:
     assert _TRACE is not None
-    return baseline_result(_TRACE, setup)
+    return run_baseline(_TRACE, setup, _report(("baseline", key)))
 
 
-def _study(setup: Setup, baseline: tuple[Replay, float]) -> dict:
+def _study(index: int, setup: Setup, baseline: Run, keep_runs: bool) -> tuple:
     assert _TRACE is not None
-    return study(_TRACE, setup, baseline)
+    report = _report(("study", index))
+    document, base, transit = study(_TRACE, setup, baseline,
+                                    None if report is None else lambda name, done, jobs: report(done, jobs))
+    return (document, base, transit) if keep_runs else (document, None, None)
 
 
 def setups(racks: list[int], gpus_per_node: list[int], reductions: list[float], placements: list[str],
@@ -47,34 +56,69 @@ def setups(racks: list[int], gpus_per_node: list[int], reductions: list[float], 
 
 
 def _baseline_key(setup: Setup) -> tuple:
-    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill)
+    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill, setup.network)
 
 
-def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: bool = False) -> list[dict]:
-    """Run every study of ``points``; results come back in the order of ``points``."""
-    global _TRACE
+def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: bool = False,
+        keep_runs: bool = False) -> list[tuple]:
+    """(document, baseline run, TRANSIT run) per point, in the order of ``points``; the runs are None
+    unless ``keep_runs`` (they are large)."""
+    from transit.sim import replay_progress
+
+    global _TRACE, _PROGRESS
     _TRACE = trace
+    context = multiprocessing.get_context("fork")
+    _PROGRESS = None if quiet else context.Queue()
     keys = {}
     for point in points:
-        keys.setdefault(_baseline_key(point), replace(point, factors=Factors(), reduction=0.0))
+        keys.setdefault(_baseline_key(point), point)
     workers = max(1, min(processes or os.cpu_count() or 1, len(points)))
-    context = multiprocessing.get_context("fork")
-    results: list[dict | None] = [None] * len(points)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    # progress goes to stderr: stdout carries the table or the --json document
-    with Progress(*columns, console=Console(stderr=True), disable=quiet, transient=False) as progress, \
-            ProcessPoolExecutor(workers, mp_context=context) as pool:
-        base_task = progress.add_task("baselines", total=len(keys))
-        study_task = progress.add_task("TRANSIT replays", total=len(points))
+    results: list = [None] * len(points)
+    with replay_progress(not quiet) as progress, ProcessPoolExecutor(workers, mp_context=context) as pool:
+        overall = progress.add_task("studies", total=len(points))
+        bars: dict = {}
+        finished: set = set()
+
+        def bar(key) -> int:
+            if key not in bars:
+                kind, which = key
+                name = f"baseline replay {which[0]} racks, {which[1]} GPUs/node" if kind == "baseline" else \
+                    f"study {which + 1}: TRANSIT replay"
+                bars[key] = progress.add_task(name, total=len(trace))
+            return bars[key]
+
+        def drain() -> None:
+            while _PROGRESS is not None:
+                try:
+                    key, done, jobs = _PROGRESS.get_nowait()
+                except queue_module.Empty:
+                    return
+                if key not in finished:
+                    progress.update(bar(key), completed=done, total=jobs)
+
+        def finish(key) -> None:
+            finished.add(key)
+            if key in bars:
+                progress.remove_task(bars.pop(key))
+
         baselines = {}
-        futures = {pool.submit(_baseline, setup): key for key, setup in keys.items()}
-        for future in as_completed(futures):
-            baselines[futures[future]] = future.result()
-            progress.advance(base_task)
-        study_futures = {pool.submit(_study, point, baselines[_baseline_key(point)]): index
-                         for index, point in enumerate(points)}
-        for future in as_completed(study_futures):
-            results[study_futures[future]] = future.result()
-            progress.advance(study_task)
-    _TRACE = None
-    return [result for result in results if result is not None]
+        pending = {pool.submit(_baseline, key, setup): key for key, setup in keys.items()}
+        studies: dict = {}
+        while pending or studies:
+            done, _ = wait(list(pending) + list(studies), timeout=POLL_S, return_when=FIRST_COMPLETED)
+            drain()
+            for future in done:
+                if future in pending:
+                    key = pending.pop(future)
+                    baselines[key] = future.result()
+                    finish(("baseline", key))
+                    for index, point in enumerate(points):
+                        if _baseline_key(point) == key:
+                            studies[pool.submit(_study, index, point, baselines[key], keep_runs)] = index
+                else:
+                    index = studies.pop(future)
+                    results[index] = future.result()
+                    finish(("study", index))
+                    progress.advance(overall)
+    _TRACE, _PROGRESS = None, None
+    return results
