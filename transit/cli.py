@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "report": "transit.report",
     "simulate": "transit.sim",
     "cluster": "transit.cluster",  # wraps scripts/dev-cluster
+    "bench": "transit.bench_link",  # bench link: the machine's PCIe and peer links
 }
 
 
