@@ -688,8 +688,11 @@ def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
         else:
             htod, dtoh = (_median_of([(r.get("pcie_nvml_per_step") or {}).get(key) for r in ok]) for key in ("rx", "tx"))
             zero_copy = None
+        # what the system may use on the device: TRANSIT's L (before fair memory's correction), the
+        # others' allocator budget (the cap less their context and margin)
+        budget_key = "limit_bytes" if system.transit else "allocator_budget_bytes"
         budget = (transit_limit(system, 0) if system.transit and system.cap
-                  else max((r.get("allocator_budget_bytes") or 0 for r in ok), default=None) or None)
+                  else max((r.get(budget_key) or 0 for r in ok), default=None) or None)
         rows.append({
             "name": system.name, **system_config(system), "settle_rule": system.settle.describe(),
             "runs": [r["id"] for r in timed], "repeats_ok": len(ok), "repeats_planned": len(timed),

@@ -16,6 +16,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,16 +49,23 @@ def system_of(name: str, run: dict) -> System:
                   transport="sockets" if SOCKETS_MARK in run.get("command", "") else "nvlink")
 
 
+# the earlier drivers' reference run for the losses (collect.py's losses_vs_no_offload, losses_vs_native)
+REFERENCE_RUN = {"compare": "fsdp2-2gpu", "policies": "native", "overhead": "native"}
+
+
 def summarize(doc: dict, source: str) -> dict:
     systems, runs = [], []
+    reference = REFERENCE_RUN.get(doc.get("kind"))
     for name, run in doc["runs"].items():
         runner = (run.get("result") or {}).get("runner")
         if run.get("status") != "ok" or runner not in TRAINING_RUNNERS:
-            runs.append({"id": f"{name}.r1", "system": name, "repeat": 1, "role": "other",
-                         "status": run.get("status") if runner in TRAINING_RUNNERS else f"not a training run ({runner})",
+            status = run.get("status") if run.get("status") != "ok" else f"not a training run ({runner})"
+            runs.append({"id": f"{name}.r1", "system": name, "repeat": 1, "role": "other", "status": status,
                          "raw": f"{source}: runs.{name}"})
             continue
         system = system_of(name, run)
+        if reference in doc["runs"] and name != reference:
+            system = replace(system, reference=reference)
         systems.append(system)
         record = {"id": f"{name}.r1", "system": name, "repeat": 1, "role": "timed", "status": "ok",
                   "command": run.get("command"), "config": system_config(system), "raw": f"{source}: runs.{name}",
