@@ -512,7 +512,8 @@ def run_part(runs: list[Run], gpus: int, cores: int, work: Path, limits: dict[st
         for live in live_runs:
             _kill_group(live["proc"])
     overlaps(records)
-    return records
+    order = {run.id: i for i, run in enumerate(runs)}
+    return sorted(records, key=lambda r: order[r["id"]])  # the plan's order, not the order they ended
 
 
 def skipped(run: Run, reason: str) -> dict:
