@@ -42,6 +42,43 @@ SMAPS_HEADER_OR_RSS = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+[ \t]*(.*
 # The Rss line of a mapping whose pathname is UVM_DEVICE_PATH (the lines between hold no "Rss:").
 SMAPS_UVM_RSS = re.compile(" " + re.escape(UVM_DEVICE_PATH) + r"\n(?:(?!Rss:).*\n)*?Rss:\s+(\d+) kB")
 SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# The benchmark protocol's settle rule (bench/README.md, "Protocol"): a run has settled at the first
+# step s, from its first eligible step on, where SETTLE_WINDOW consecutive step times (s, s+1, ...)
+# all lie within SETTLE_TOLERANCE of their median; its TIMED_STEPS timed steps start at s. A run
+# whose window cannot start by step max_start is "not settled": its timed steps start at max_start.
+SETTLE_WINDOW = 3
+SETTLE_TOLERANCE = 0.05
+TIMED_STEPS = 8
+# NVML field ids (nvml.h) of the cumulative PCIe byte counters, for drivers whose pynvml lacks the names.
+NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 197, 198
+
+
+def add_protocol_args(parser: argparse.ArgumentParser, default_steps: int) -> None:
+    """--steps, the settle rule (--settle-from, --settle-by) and --cpu-cores-per-rank, for the runners."""
+    parser.add_argument("--steps", type=int, help=f"optimizer steps, warm-up included (default {default_steps}; "
+                        "with --settle-by: the rule's maximum)")
+    parser.add_argument("--settle-by", type=int, metavar="STEP",
+                        help="the protocol's settle rule (SettleRule): stop once settled and timed, or once not "
+                             "settled by STEP and timed from it")
+    parser.add_argument("--settle-from", type=int, default=1, metavar="STEP",
+                        help="the first step a settled window may start at (default 1)")
+    parser.add_argument("--timed-steps", type=int, default=TIMED_STEPS, metavar="N",
+                        help=f"steps timed after the settle rule (default {TIMED_STEPS})")
+    parser.add_argument("--cpu-cores-per-rank", type=int, metavar="N",
+                        help="pin each rank to N cores of its own (default: all cores, shared)")
+    parser.set_defaults(default_steps=default_steps)
+
+
+def protocol_settings(args: argparse.Namespace) -> SettleRule | None:
+    """The settle rule of add_protocol_args' arguments, with args.steps resolved."""
+    if args.settle_by is None:
+        args.steps = args.steps or args.default_steps
+        return None
+    if args.steps is not None:
+        raise SystemExit("give --steps or --settle-by, not both: the settle rule decides the steps")
+    rule = SettleRule(first=args.settle_from, max_start=args.settle_by, timed=args.timed_steps)
+    args.steps = rule.max_steps
+    return rule
 
 
 def parse_size(text: str) -> int:
@@ -50,6 +87,45 @@ def parse_size(text: str) -> int:
     if text and text[-1] in SIZE_SUFFIXES:
         return int(float(text[:-1]) * SIZE_SUFFIXES[text[-1]])
     return int(text)
+
+
+@dataclass(frozen=True)
+class SettleRule:
+    """When a run's step times have settled, and which steps are timed (the protocol's rule)."""
+
+    first: int = 1  # step 0 allocates and autotunes; TRANSIT's first step after its profile phase
+    max_start: int = 12  # the last step a settled window may start at
+    window: int = SETTLE_WINDOW
+    tolerance: float = SETTLE_TOLERANCE
+    timed: int = TIMED_STEPS
+
+    @property
+    def max_steps(self) -> int:
+        return self.max_start + max(self.timed, self.window)
+
+    def settled_at(self, times: list[float]) -> int | None:
+        for start in range(self.first, min(self.max_start, len(times) - self.window) + 1):
+            window = times[start:start + self.window]
+            middle = statistics.median(window)
+            if all(abs(t - middle) <= self.tolerance * middle for t in window):
+                return start
+        return None
+
+    def timed_from(self, times: list[float]) -> tuple[int, bool] | None:
+        """(first timed step, settled) once `times` holds all the timed steps, else None."""
+        start = self.settled_at(times)
+        if start is not None:
+            return (start, True) if len(times) >= start + self.timed else None
+        return (self.max_start, False) if len(times) >= self.max_steps else None
+
+    def describe(self) -> str:
+        return (f"settled at the first step s >= {self.first} (s <= {self.max_start}) where steps s..s+"
+                f"{self.window - 1} are all within {self.tolerance:.0%} of their median; {self.timed} timed "
+                f"steps from s (not settled: from step {self.max_start})")
+
+    def as_dict(self) -> dict:
+        return {"first": self.first, "max_start": self.max_start, "window": self.window,
+                "tolerance": self.tolerance, "timed": self.timed, "rule": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -168,9 +244,11 @@ def nvml_handle(pynvml, device_index: int):
 
 
 class GpuClocks:
-    """The SM clock and NVML's clock event reasons (power cap, thermal, ...), read once per step
-    after its synchronisation: step times of one configuration move between plateaus for seconds,
-    and these say whether the GPU's clock moved with them."""
+    """The SM clock, NVML's clock event reasons (power cap, thermal, ...) and the GPU's cumulative
+    PCIe byte counters, read once per step after its synchronisation: step times of one
+    configuration move between plateaus for seconds, and these say whether the GPU's clock moved
+    with them; the counters give each step's PCIe bytes (`transit bench link` checks them against
+    the bytes of known transfers)."""
 
     def __init__(self, device_index: int) -> None:
         import pynvml
@@ -183,15 +261,59 @@ class GpuClocks:
             pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self.sm_mhz: list[int] = []
         self.event_reasons: list[int] = []
+        self._pcie_fields = [getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+                             getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", NVML_FI_DEV_PCIE_COUNT_RX_BYTES)]
+        self.pcie_error: str | None = None
+        self.pcie_tx: list[int] = []  # cumulative, before step 0 and at the end of every step
+        self.pcie_rx: list[int] = []
+        self._read_pcie()
+
+    def _read_pcie(self) -> None:
+        if self.pcie_error:
+            return
+        try:
+            tx, rx = self._nvml.nvmlDeviceGetFieldValues(self.handle, self._pcie_fields)
+        except self._nvml.NVMLError as exc:
+            self.pcie_error = f"nvmlDeviceGetFieldValues: {exc}"
+            return
+        if tx.nvmlReturn or rx.nvmlReturn:
+            self.pcie_error = f"NVML return {tx.nvmlReturn or rx.nvmlReturn}"
+            return
+        self.pcie_tx.append(int(tx.value.ullVal))
+        self.pcie_rx.append(int(rx.value.ullVal))
 
     def read(self) -> None:
         self.sm_mhz.append(self._nvml.nvmlDeviceGetClockInfo(self.handle, self._nvml.NVML_CLOCK_SM))
         self.event_reasons.append(self._reasons(self.handle))
+        self._read_pcie()
 
     def as_dict(self) -> dict:
         return {"sm_clock_mhz": self.sm_mhz, "clocks_event_reasons": self.event_reasons,
                 "clocks_event_reasons_note": "NVML bitmask per step: 0x1 idle, 0x4 SW power cap, "
-                                              "0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake"}
+                                              "0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake",
+                "pcie_counters": {"tx_bytes": self.pcie_tx, "rx_bytes": self.pcie_rx, "error": self.pcie_error,
+                                  "note": "NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES, cumulative, read before step 0 "
+                                          "and after each step; the GPU's view: RX = host to GPU"}}
+
+
+def pin_cpu_cores(local_rank: int, cores_per_rank: int | None) -> list[int] | None:
+    """Restrict this rank (and the threads it starts later) to its CPU cores: BENCH_CPU_CORES
+    ("first-last", set by bench/paper.py for runs side by side) and, within those, its own block of
+    `cores_per_rank` (rank r takes the r-th). Neither: every core, unchanged (None)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if os.environ.get("BENCH_CPU_CORES"):
+        first, _, last = os.environ["BENCH_CPU_CORES"].partition("-")
+        allowed = [c for c in allowed if int(first) <= c <= int(last)]
+    elif not cores_per_rank:
+        return None
+    mine = allowed[local_rank * cores_per_rank:(local_rank + 1) * cores_per_rank] if cores_per_rank else allowed
+    if not mine or (cores_per_rank and len(mine) < cores_per_rank):
+        raise SystemExit(f"--cpu-cores-per-rank {cores_per_rank}: rank {local_rank} needs cores "
+                         f"{local_rank * (cores_per_rank or 0)}-{(local_rank + 1) * (cores_per_rank or 0) - 1} "
+                         f"of the {len(allowed)} it may use")
+    os.sched_setaffinity(0, mine)
+    torch.set_num_threads(len(mine))
+    return mine
 
 
 class NvmlMonitor:
@@ -373,17 +495,26 @@ def apply_memory_cap(cap_bytes: int, device: torch.device, monitor: NvmlMonitor)
             "allocator_fraction": fraction, "non_allocator_margin_bytes": NON_ALLOCATOR_MARGIN_BYTES}
 
 
-def step_stats(step_times: list[float], warmup: int) -> dict:
+def step_stats(step_times: list[float], warmup: int, settle: SettleRule | None = None) -> dict:
+    """Mean and median of the measured steps: after `warmup`, or the settle rule's timed steps."""
+    settled = None
+    if settle is not None:
+        found = settle.timed_from(step_times)
+        start, settled = found if found else (settle.settled_at(step_times), None)
+        warmup = start if start is not None else settle.max_start
     # A run cut short by its time budget during warm-up keeps at least one measured step.
     warmup = max(0, min(warmup, len(step_times) - 1))
-    measured = step_times[warmup:]
-    return {
+    measured = step_times[warmup:warmup + settle.timed] if settle else step_times[warmup:]
+    stats = {
         "all_s": step_times,
         "warmup_steps": warmup,
         "measured_steps": len(measured),
         "mean_s": statistics.fmean(measured) if measured else None,
         "p50_s": statistics.median(measured) if measured else None,
     }
+    if settle is not None:
+        stats["settle"] = settle.as_dict() | {"settled": settled}
+    return stats
 
 
 @dataclass
@@ -395,12 +526,14 @@ class LoopResult:
 
 
 def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: torch.device,
-                world: int, rank: int, host_state=None, clocks: GpuClocks | None = None) -> LoopResult:
+                world: int, rank: int, host_state=None, clocks: GpuClocks | None = None,
+                settle: SettleRule | None = None) -> LoopResult:
     """Run `one_step(step) -> loss tensor` (this rank's mean over micro-batches) `steps` times.
 
     Each step is timed to a device synchronisation; losses are averaged over ranks. A run stops
     after the first step past warm-up that ends more than `time_budget` seconds into the loop
-    (0: no budget), the same decision on every rank. `host_state()` is read once, after step 0.
+    (0: no budget), or once every rank's steps hold the settle rule's timed steps: the same
+    decision on every rank. `host_state()` is read once, after step 0.
     """
     import torch.distributed as dist
 
@@ -431,6 +564,11 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
         if decision.item() and step + 1 < steps:
             stopped = True
             break
+        if settle is not None:
+            done = torch.tensor(float(settle.timed_from(times) is not None), device=device)
+            dist.all_reduce(done, op=dist.ReduceOp.MIN)
+            if done.item():
+                break
     return LoopResult(times, losses, stopped, state_bytes)
 
 
@@ -451,13 +589,13 @@ def gather_rank_facts(monitor: NvmlMonitor | None, device: torch.device, loop: L
 
 def result_doc(*, system: str, runner: str, model_name: str, batch: BatchSettings, world: int,
                warmup: int, loop: LoopResult, rank_facts: list[dict], cap: dict | None,
-               config: dict) -> dict:
+               config: dict, settle: SettleRule | None = None) -> dict:
     """The result file every runner writes: provenance, configuration, throughput, memory, offload."""
     from model import config_by_name, count_params, flops_per_step
 
     cfg = config_by_name(model_name)
     flops = flops_per_step(cfg, batch.global_batch)
-    timing = step_stats(loop.step_times, warmup)
+    timing = step_stats(loop.step_times, warmup, settle)
     peaks = [r["memory"].get("peak_bytes") for r in rank_facts]
     peak = max(peaks) if peaks and all(p is not None for p in peaks) else None
     host_states = [r["host_state_bytes"] for r in rank_facts]

@@ -8,6 +8,10 @@ Same model, initial weights, data, activation checkpointing and tokens per optim
 bench/train.py; bf16 compute with fp32 master weights (DeepSpeed's bf16 mode).
 - zero-offload:  ZeRO stage 2, optimizer states (and fp32 master weights, gradients) on the CPU.
 - zero-infinity: ZeRO stage 3, parameters and optimizer states on the CPU (CPU, not NVMe).
+- zenflow:       ZeRO-Offload with DeepSpeed's ZenFlow (stage 2): the top ZENFLOW_TOPK_RATIO of
+                 gradient columns updated on the GPU every step, the rest by the CPU optimizer
+                 every ZENFLOW_UPDATE_INTERVAL steps, overlapped with the next steps; a different
+                 optimizer, so its losses are not comparable bit for bit. Needs DeepSpeedCPUAdam.
 The CPU optimizer is DeepSpeedCPUAdam (a JIT-built op) or, with `--cpu-adam torch`, PyTorch's
 fused AdamW on the CPU; the result records which.
 """
@@ -24,10 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    GpuClocks,
     NvmlMonitor,
+    add_protocol_args,
     apply_memory_cap,
     gather_rank_facts,
     parse_size,
+    pin_cpu_cores,
+    protocol_settings,
     resolve_batch,
     result_doc,
     timed_steps,
@@ -36,7 +44,10 @@ from common import (
 from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
 from train import ADAM_BETAS, LEARNING_RATE, WEIGHT_DECAY, micro_batch
 
-SYSTEMS = ("zero-offload", "zero-infinity")
+SYSTEMS = ("zero-offload", "zero-infinity", "zenflow")
+# ZenFlow's settings: DeepSpeed's ZenFlow tutorial (topk 5 %, CPU update every 4 steps, overlapped).
+ZENFLOW_TOPK_RATIO = 0.05
+ZENFLOW_UPDATE_INTERVAL = 4
 # Large buckets: one GPU, so these only bound transient buffers; DeepSpeed's defaults are 5e8.
 REDUCE_BUCKET_ELEMENTS = 200_000_000
 
@@ -48,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--global-batch", type=int)
     p.add_argument("--local-batch", type=int)
     p.add_argument("--grad-accum", type=int)
-    p.add_argument("--steps", type=int, default=6)
+    add_protocol_args(p, default_steps=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0.0)
     p.add_argument("--cpu-adam", choices=("deepspeed", "torch"), default="deepspeed",
@@ -72,6 +83,9 @@ def ds_config(system: str, global_batch: int, local_batch: int, grad_accum: int,
     }
     if system == "zero-infinity":
         zero["offload_param"] = offload
+    if system == "zenflow":
+        zero["zenflow"] = {"topk_ratio": ZENFLOW_TOPK_RATIO, "select_strategy": "auto", "select_interval": "auto",
+                           "update_interval": ZENFLOW_UPDATE_INTERVAL, "full_warm_up_rounds": 0, "overlap_step": True}
     adam_params: dict = {"lr": LEARNING_RATE, "betas": list(ADAM_BETAS), "weight_decay": WEIGHT_DECAY}
     if cpu_adam == "torch":
         adam_params |= {"torch_adam": True, "fused": True}
@@ -124,6 +138,10 @@ def train(args: argparse.Namespace) -> dict | None:
     import torch.distributed as dist
 
     local_rank = int(os.environ["LOCAL_RANK"])
+    cores = pin_cpu_cores(local_rank, args.cpu_cores_per_rank)
+    settle = protocol_settings(args)
+    if args.system == "zenflow" and args.cpu_adam != "deepspeed":
+        raise SystemExit("zenflow runs DeepSpeed's ZenFlowCPUAdam: --cpu-adam deepspeed")
     on_gpu = torch.cuda.is_available()
     # CPU (gloo, DS_ACCELERATOR=cpu) only for the harness's own tests.
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
@@ -156,15 +174,16 @@ def train(args: argparse.Namespace) -> dict | None:
             loss_sum += loss.detach() / batch.grad_accum
         return loss_sum
 
+    clocks = GpuClocks(local_rank) if on_gpu else None
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
-                       host_state=lambda: host_state_bytes(engine, model))
+                       host_state=lambda: host_state_bytes(engine, model), clocks=clocks, settle=settle)
     facts = gather_rank_facts(monitor, device, loop)
     dist.destroy_process_group()
     if rank != 0:
         return None
     return result_doc(
         system=args.system, runner="bench/deepspeed_train.py", model_name=args.model, batch=batch,
-        world=world, warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap,
+        world=world, warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap, settle=settle,
         config={
             "offload": args.system, "deepspeed": deepspeed.__version__, "deepspeed_config": config,
             "optimizer": ("DeepSpeedCPUAdam" if args.cpu_adam == "deepspeed"
@@ -172,8 +191,9 @@ def train(args: argparse.Namespace) -> dict | None:
             "activation_checkpointing": True,
             "precision": "DeepSpeed bf16: bf16 params and compute, fp32 master weights and optimizer on CPU",
             "steps_requested": args.steps, "seed": args.seed, "time_budget_s": args.time_budget,
+            "cpu_cores_rank0": cores,
         },
-    )
+    ) | {"gpu_clocks_rank0": clocks.as_dict() if clocks else None}
 
 
 def main(argv: list[str] | None = None) -> int:

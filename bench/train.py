@@ -27,10 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     GpuClocks,
     NvmlMonitor,
+    add_protocol_args,
     apply_memory_cap,
     gather_rank_facts,
     host_resident_bytes,
     parse_size,
+    pin_cpu_cores,
+    protocol_settings,
     read_own_smaps,
     residency_sweep,
     resolve_batch,
@@ -53,8 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step, all ranks together")
     p.add_argument("--local-batch", type=int, help="sequences per micro-batch per rank")
     p.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
-    p.add_argument("--steps", type=int, default=8, help="optimizer steps, warm-up included")
-    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing statistics")
+    add_protocol_args(p, default_steps=8)
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing statistics (no settle rule)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (FSDP over world / tp ranks)")
     p.add_argument("--time-budget", type=float, default=0.0,
                    help="stop after the first measured step that ends past this many seconds (0: none)")
     p.add_argument("--offload", choices=("none", "fsdp-cpu"), default="none")
@@ -98,10 +102,16 @@ def build_model(args: argparse.Namespace, device: torch.device, world: int) -> T
     model.to_empty(device=device)
     torch.manual_seed(args.seed)
     model.init_weights()
+    if args.tp > 1:
+        mesh = init_device_mesh(device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
+        apply_tensor_parallel(model, mesh["tp"])
+        data_mesh = mesh["dp"]
+    else:
+        data_mesh = init_device_mesh(device.type, (world,))
     if not args.no_activation_checkpointing:
         apply_activation_checkpointing(model)
     fsdp_kwargs = {
-        "mesh": init_device_mesh(device.type, (world,)),
+        "mesh": data_mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
         # Pinned host memory needs a GPU; the CPU-only tests run the same path unpinned.
         "offload_policy": (CPUOffloadPolicy(pin_memory=device.type == "cuda") if args.offload == "fsdp-cpu"
@@ -111,6 +121,19 @@ def build_model(args: argparse.Namespace, device: torch.device, world: int) -> T
         fully_shard(block, **fsdp_kwargs)
     fully_shard(model, **fsdp_kwargs)
     return model
+
+
+def apply_tensor_parallel(model: Transformer, tp_mesh) -> None:
+    """Megatron-style TP in every block, as TorchTitan does it: the attention's q/k/v and the
+    FFN's w1/w3 split by output features (heads), wo and w2 by input features; embeddings, norms
+    and the output layer replicated."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(), "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w3": ColwiseParallel(), "feed_forward.w2": RowwiseParallel()}
+    for block in model.layers:
+        parallelize_module(block, tp_mesh, plan)
 
 
 def build_optimizer(args: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -178,6 +201,8 @@ def train(args: argparse.Namespace) -> dict | None:
     if "LOCAL_RANK" not in os.environ:
         raise SystemExit("train.py runs under torchrun (e.g. torchrun --standalone --nproc-per-node 1 ...)")
     local_rank = int(os.environ["LOCAL_RANK"])
+    cores = pin_cpu_cores(local_rank, args.cpu_cores_per_rank)
+    settle = protocol_settings(args)
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -190,7 +215,10 @@ def train(args: argparse.Namespace) -> dict | None:
     monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() and not args.no_memory_monitor else None
     rank, world, device = init_distributed(local_rank)
     cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
-    batch = resolve_batch(world, args.global_batch, args.local_batch, args.grad_accum)
+    if world % args.tp:
+        raise SystemExit(f"--tp {args.tp} does not divide the world size {world}")
+    data_world, data_rank = world // args.tp, rank // args.tp  # TP ranks of one group train the same rows
+    batch = resolve_batch(data_world, args.global_batch, args.local_batch, args.grad_accum)
     cfg = config_by_name(args.model)
     model = build_model(args, device, world)
     optimizer = build_optimizer(args, model)
@@ -203,7 +231,7 @@ def train(args: argparse.Namespace) -> dict | None:
         optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=device)
         for micro in range(batch.grad_accum):
-            inputs, targets = micro_batch(batches[step], micro, rank, world, batch.local_batch, device)
+            inputs, targets = micro_batch(batches[step], micro, data_rank, data_world, batch.local_batch, device)
             loss = loss_fn(model(inputs), targets) / batch.grad_accum
             loss.backward()
             loss_sum += loss.detach()
@@ -212,7 +240,7 @@ def train(args: argparse.Namespace) -> dict | None:
 
     clocks = GpuClocks(local_rank) if device.type == "cuda" else None
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
-                       host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks)
+                       host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks, settle=settle)
     # Where the state is after the last step, before the sweep moves it all (TRANSIT runs).
     placement = managed_host_resident_by_state(model, optimizer) if under_transit() and device.type == "cuda" else None
     facts = gather_rank_facts(monitor, device, loop)
@@ -222,13 +250,13 @@ def train(args: argparse.Namespace) -> dict | None:
         return None
     return result_doc(
         system=args.label, runner="bench/train.py", model_name=args.model, batch=batch, world=world,
-        warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap,
+        warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap, settle=settle,
         config={
             "offload": args.offload, "optimizer": f"torch.optim.AdamW({args.optimizer})",
             "activation_checkpointing": not args.no_activation_checkpointing,
             "precision": "fp32 params, bf16 compute, fp32 reduce (FSDP2 MixedPrecisionPolicy)",
             "steps_requested": args.steps, "seed": args.seed, "deterministic": args.deterministic,
-            "time_budget_s": args.time_budget,
+            "time_budget_s": args.time_budget, "tp": args.tp, "cpu_cores_rank0": cores,
         },
     ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement,
          "gpu_clocks_rank0": clocks.as_dict() if clocks else None}

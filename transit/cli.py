@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "simulate": "transit.sim",
     "replay": "transit.replay",
     "cluster": "transit.cluster",  # wraps scripts/dev-cluster
+    "bench": "transit.bench_link",  # bench link: the machine's PCIe and peer links
 }
 
 

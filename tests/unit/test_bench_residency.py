@@ -4,6 +4,7 @@ cap verdict collect.py builds from it, and the memory-over-time plot, on CPU."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -27,6 +28,19 @@ from common import (
 )
 
 SMAPS = (REPO / "tests/fixtures/bench/smaps-uvm.txt").read_text()
+# Raw results the device wrote, gzipped: bench/results/<name> at 2bd697f (bench/results/MANIFEST.md).
+RAW = REPO / "bench/fixtures/raw-2bd697f"
+
+
+def raw_file(name: str, directory: Path) -> Path:
+    """The raw result bench/results/<name> of 2bd697f, unpacked into `directory` under its own file name."""
+    path = directory / Path(name).name
+    path.write_bytes(gzip.decompress((RAW / (name.replace("/", "--") + ".gz")).read_bytes()))
+    return path
+
+
+def raw_doc(name: str) -> dict:
+    return json.loads(gzip.decompress((RAW / (name.replace("/", "--") + ".gz")).read_bytes()))
 # The policies result of the session before the residency monitor (commit 0ddb8bb, H200): real shapes, no timelines
 POLICIES = json.loads((REPO / "tests/fixtures/bench/policies-before-residency-monitor.json").read_text())
 KB = 1024
@@ -236,15 +250,14 @@ def test_memory_plot_written_from_timelines(tmp_path):
 
 
 def test_compare_plots_are_named_after_their_result_file(tmp_path):
-    source = REPO / "bench/results/compare-gb64-h200x2.json"
+    source = raw_file("compare-gb64-h200x2.json", tmp_path)
     paths = plots.plot_compare(json.loads(source.read_text()), source, tmp_path)
     assert [p.name for p in paths] == ["compare-gb64-h200x2-tflops.png", "compare-gb64-h200x2-offloaded.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
 def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monkeypatch):
-    results = REPO / "bench/results/warmup-experiments-h200x2"
-    docs = {results / f"{name}.json": json.loads((results / f"{name}.json").read_text())
+    docs = {raw_file(f"warmup-experiments-h200x2/{name}.json", tmp_path): raw_doc(f"warmup-experiments-h200x2/{name}.json")
             for name in ("final", "map", "follow")}
     drawn = []
     monkeypatch.setattr(plots.plt.Axes, "plot",
@@ -260,8 +273,7 @@ def test_warmup_plot_draws_the_runs_with_a_per_iteration_summary(tmp_path, monke
 
 def test_warmup_plot_draws_one_figure_per_policy(tmp_path, monkeypatch):
     """Base and prefetch runs get figures of their own beside advise's."""
-    results = REPO / "bench/results/cap27-experiments"
-    docs = {results / f"{name}.json": json.loads((results / f"{name}.json").read_text())
+    docs = {raw_file(f"cap27-experiments/{name}.json", tmp_path): raw_doc(f"cap27-experiments/{name}.json")
             for name in ("advise-final-h200", "base-sweep1-h200x2", "base-final-h200x2", "prefetch-final-h200x2")}
     titles = []
     monkeypatch.setattr(plots.plt.Axes, "set_title", lambda self, title, **kw: titles.append(title))
@@ -273,8 +285,7 @@ def test_warmup_plot_draws_one_figure_per_policy(tmp_path, monkeypatch):
 
 def test_ticks_plot_draws_each_log_against_L(tmp_path, monkeypatch):
     """TRANSIT_TICK_LOG files from the H200: one panel each, the bound where a tick read it."""
-    results = REPO / "bench/results/warmup-experiments-h200x2"
-    logs = [results / "sweep-stream.ticks.csv", results / "held.ticks.csv"]
+    logs = [raw_file(f"warmup-experiments-h200x2/{name}.ticks.csv", tmp_path) for name in ("sweep-stream", "held")]
     drawn, lines = [], []
     monkeypatch.setattr(plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((list(x), list(y))))
     monkeypatch.setattr(plots.plt.Axes, "axhline", lambda self, y, **kw: lines.append(y))
@@ -299,9 +310,9 @@ def test_memory_plot_skipped_without_timelines(tmp_path):
 
 
 def test_sweep_measures_what_the_device_held_at_the_end():
-    """On the committed H200 policies result: the residency sweep's DtoH records (what moved off the
-    device) against TRANSIT's estimate at the last iteration mark."""
-    doc = json.loads((REPO / "bench/results/policies-h200.json").read_text())
+    """On the H200 policies result: the residency sweep's DtoH records (what moved off the device)
+    against TRANSIT's estimate at the last iteration mark."""
+    doc = raw_doc("policies-h200.json")
     run = doc["runs"]["transit-base"]
     verdict = collect.memory_for_cap(run)
     dtoh_after = run["transit_stats"][0]["migrations"]["dtoh"]["bytes"]
@@ -313,8 +324,8 @@ def test_sweep_measures_what_the_device_held_at_the_end():
 def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
     """The prefetch target is about steady state; the committed H200 run, summarized again."""
     out = tmp_path / "policies.json"
-    assert collect.main(["policies", "--resummarize", str(REPO / "bench/results/policies-h200.json"),
-                         "--out", str(out)]) == 0
+    source = raw_file("policies-h200.json", tmp_path)
+    assert collect.main(["policies", "--resummarize", str(source), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     base = doc["runs"]["transit-base"]
     marks = {e["iteration"]: e["gpu_page_faults"] for e in base["transit_stats"][0]["timeline"]}
@@ -322,7 +333,7 @@ def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
     assert doc["summary"]["gpu_faults_after_warmup"]["transit-base"] == marks[max(marks)] - marks[warmup]
     assert doc["summary"]["prefetch_fault_reduction"]["met"] is False
     # the runs stay; only what is derived from libtransit's stats files is derived again
-    before = json.loads((REPO / "bench/results/policies-h200.json").read_text())["runs"]
+    before = raw_doc("policies-h200.json")["runs"]
     assert {n: {k: v for k, v in r.items() if k != "transit"} for n, r in doc["runs"].items()} == {
         n: {k: v for k, v in r.items() if k != "transit"} for n, r in before.items()}
     # a run from before the per-iteration bound: its offloaded bytes are the spilled peak
@@ -332,7 +343,7 @@ def test_faults_after_warmup_come_from_the_iteration_marks(tmp_path):
 def test_offloaded_is_the_managed_peak_less_the_last_bound():
     """The runner's sweep empties the device after the last step: TRANSIT's offloaded bytes come
     from the last iteration's bound, not from the spilled peak the sweep raised."""
-    doc = json.loads((REPO / "bench/results/policies-long-h200x2.json").read_text())
+    doc = raw_doc("policies-long-h200x2.json")
     stats = doc["runs"]["transit-prefetch"]["transit_stats"][0]
     last_bound = [e["device_bound_peak_bytes"] for e in stats["timeline"] if e["device_bound_peak_bytes"] is not None][-1]
     summary = collect.transit_summary([stats])
@@ -342,8 +353,8 @@ def test_offloaded_is_the_managed_peak_less_the_last_bound():
 
 def test_resummarize_keeps_the_gpu_test_summary(tmp_path):
     """The junit summary exists only in the device's work directory: summarizing again keeps it."""
-    source = REPO / "bench/results/overhead-shared-h200x2.json"
-    out = tmp_path / "overhead.json"
+    source = raw_file("overhead-shared-h200x2.json", tmp_path)
+    out = tmp_path / "overhead-summarized.json"
     assert collect.main(["overhead", "--resummarize", str(source), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["summary"]["gpu_tests"] == json.loads(source.read_text())["summary"]["gpu_tests"]
@@ -370,7 +381,7 @@ def test_steady_faults_are_the_median_of_the_last_iterations():
 def test_merge_adds_the_runs_the_first_lacks_names_their_commit_and_refuses_another_kind(tmp_path):
     """Two device commands become one result (policies-h200x2.json was made so); merged_runs says
     which runs came from which command and commit."""
-    whole = json.loads((REPO / "bench/results/policies-h200x2.json").read_text())
+    whole = raw_doc("policies-h200x2.json")
     first, second = copy.deepcopy(whole), copy.deepcopy(whole)
     del first["runs"]["transit-advise"]
     second["runs"] = {n: whole["runs"][n] for n in ("native", "transit-advise")}
@@ -411,7 +422,7 @@ def test_merge_adds_the_runs_the_first_lacks_names_their_commit_and_refuses_anot
 def test_verdict_gives_the_bound_per_iteration():
     """Where in the run the cap was not held: TRANSIT's bound peak per iteration, plus the fixed
     overhead, and whether the last iteration held the cap."""
-    run = json.loads((REPO / "bench/results/policies-h200x2.json").read_text())["runs"]["transit-advise"]
+    run = raw_doc("policies-h200x2.json")["runs"]["transit-advise"]
     verdict = collect.memory_for_cap(run)
     fixed = verdict["cap_bytes"] - verdict["limit_bytes"]
     timeline = run["transit_stats"][0]["timeline"]
@@ -424,8 +435,7 @@ def test_recorder_pairs_compare_each_pair_and_give_a_confidence_interval(tmp_pat
     """run_recorder_pairs.sh's work directory: pair i is rec-i and norec-i. Real runs (138109c's
     rounds on an H200) as the pairs; a pair without its partner is named, not compared, and the
     burn-in run is neither."""
-    rounds = [json.loads((REPO / f"bench/results/overhead-rounds-h200x2/this{i}.json").read_text())["runs"]
-              for i in (1, 2, 3)]
+    rounds = [raw_doc(f"overhead-rounds-h200x2/this{i}.json")["runs"] for i in (1, 2, 3)]
     for i, runs in enumerate(rounds, 1):
         for name, source in ((f"rec-{i}", "transit-base"), (f"norec-{i}", "transit-base-norec")):
             (tmp_path / f"{name}.cmd").write_text(runs[source]["command"])
@@ -478,7 +488,7 @@ def test_the_median_of_the_ratios_keeps_its_interval_through_an_outlier():
 def test_pool_adds_another_commands_pairs_renumbered(tmp_path):
     """Pairs of two device commands of the same code pooled: twice the pairs, the same geometric
     mean when both commands measured the same, a narrower interval; the source of each is named."""
-    source = REPO / "bench/results/recorder-pairs-callbacks-off/run6-5e5ab76.json"
+    source = raw_file("recorder-pairs-callbacks-off/run6-5e5ab76.json", tmp_path)
     one, out = json.loads(source.read_text()), tmp_path / "pooled.json"
     assert collect.main(["recorder", "--resummarize", str(source), "--pool", str(source), "--out", str(out)]) == 0
     pooled = json.loads(out.read_text())

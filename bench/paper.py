@@ -1,0 +1,956 @@
+"""One driver, one protocol: run a named experiment of the paper's claims, write one summary JSON.
+
+    python3 bench/paper.py --list                          the experiments
+    python3 bench/paper.py claim-c --dry-run               its plan, device time and device commands
+    source bench/device_setup.sh && python3 bench/paper.py controls-1gpu --out $OUT     (on the device)
+    python3 bench/paper.py claim-c --merge p1.json p2.json --out bench/results/claim-c.json
+
+The protocol (bench/README.md, "Protocol"), the same for every experiment:
+- systems alternate, A B C A B C ..., for REPEATS (>= 3) repeats; on a 2-GPU machine two one-GPU
+  runs go side by side, one per GPU (they share no link), each on its own half of the CPU cores;
+- every run follows common.SettleRule: it stops once its step times have settled and TIMED_STEPS
+  steps are timed (or, not settled by the rule's last start, timed from there, and marked so);
+- fair memory: a TRANSIT system with a cap first runs once at L = cap - NON_ALLOCATOR_MARGIN_BYTES
+  (its calibration run, in the summary, out of the statistics); its worst overshoot there, its own
+  bound's peak over L, is taken off L for its timed repeats. Every row gives its peak by its own
+  measure (PyTorch's reserved bytes; TRANSIT's bound) and by NVML, beside the cap;
+- one commit and one machine kind for every row; the summary says whether the hosts were one.
+A device command runs at most 10 minutes, so a plan is cut into parts (--part K/N), each writing
+its own summary and raw archive; --merge joins them. The dry run prints the parts' commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect import load_transit_stats, transit_summary
+from common import GIB, NON_ALLOCATOR_MARGIN_BYTES, SettleRule, git_commit, parse_size, write_json
+from model import config_by_name
+
+SUMMARY_SCHEMA = "transit.bench-summary/1"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench/results"
+MODEL = "bench"
+REPEATS = 3
+# Every system but TRANSIT reaches its step time after step 0 (allocation, autotuning).
+FRAMEWORK_SETTLE = SettleRule(first=1, max_start=6)
+# TRANSIT profiles TRANSIT_WARMUP_ITERS=2 iterations, drains the third and applies its policy in the
+# fourth (bench/run_compare.sh): its steady state can start at step 4.
+TRANSIT_SETTLE = SettleRule(first=4, max_start=6)
+# A calibration run (fair memory) needs TRANSIT's peak: its warm-up, where the cap-27 experiments saw
+# it (bench/README.md), and SETTLE_WINDOW steps after; the timed repeats' peaks are reported too.
+CALIBRATION_SETTLE = SettleRule(first=TRANSIT_SETTLE.first, max_start=TRANSIT_SETTLE.first,
+                                timed=TRANSIT_SETTLE.window)
+SOCKETS_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
+TRANSPORTS = {"nvlink": {}, "no-p2p": {"NCCL_P2P_DISABLE": "1"}, "sockets": SOCKETS_ENV}
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+KINDS = ("fsdp2", "fsdp2-cpu-offload", "zero-offload", "zero-infinity", "zenflow", "transit")
+DEEPSPEED_KINDS = ("zero-offload", "zero-infinity", "zenflow")
+MACHINES = {"nvidia-h200": 1, "nvidia-h200-x2": 2}  # device kind -> GPUs
+# Device time. A command may run 600 s; a part keeps PART_MARGIN_S of it for the setup and the end.
+COMMAND_LIMIT_S = 600
+PART_MARGIN_S = 60
+EXPERIMENT_BUDGET_S = 25 * 60  # issue 36 item 8
+# Seconds a run spends outside its steps (start, model build, NCCL, teardown), per kind: the gaps
+# between consecutive runs' end times less their step times in compare-gb64-27g-h200x2.json and
+# compare-gb8-h200x2.json (raw, at 2bd697f): FSDP2 13-18 s, FSDP2 offload 19-26 s, DeepSpeed
+# 32-46 s, TRANSIT 17-23 s (with its residency sweep); the largest of each.
+RUN_OVERHEAD_S = {"fsdp2": 18, "fsdp2-cpu-offload": 26, "zero-offload": 46, "zero-infinity": 46,
+                  "zenflow": 46, "transit": 23}
+SETUP_S = 20  # bench/device_setup.sh and the wheels: 363 s command less its runs' 345 s (README)
+# A run is stopped at this multiple of its estimate (at least RUN_LIMIT_MIN_S), within its part.
+RUN_LIMIT_FACTOR, RUN_LIMIT_MIN_S = 2.0, 120
+LOG_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class System:
+    """One configuration of one system; an experiment's row."""
+
+    name: str
+    kind: str
+    gpus: int
+    global_batch: int
+    local_batch: int = 4
+    cap: str | None = None  # per-GPU cap: the frameworks' allocator cap; TRANSIT's L before fair memory
+    policy: str | None = None
+    transport: str = "nvlink"  # how 2 ranks talk (TRANSPORTS)
+    tp: int = 1
+    deterministic: bool = False
+    cores_per_rank: int | None = None  # None: every rank may use every core
+    reference: str | None = None  # whose losses this one's are compared with, bit for bit
+    model: str = MODEL
+
+    @property
+    def transit(self) -> bool:
+        return self.kind == "transit"
+
+    @property
+    def data_ranks(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def grad_accum(self) -> int:
+        return self.global_batch // (self.local_batch * self.data_ranks)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * config_by_name(self.model).seq_len
+
+    @property
+    def settle(self) -> SettleRule:
+        return TRANSIT_SETTLE if self.transit else FRAMEWORK_SETTLE
+
+    def rule(self, repeat: int) -> SettleRule:
+        """The settle rule of one run: repeat 0 is a calibration run."""
+        return CALIBRATION_SETTLE if repeat == 0 else self.settle
+
+    @property
+    def cap_bytes(self) -> int | None:
+        return parse_size(self.cap) if self.cap else None
+
+    def check(self) -> None:
+        if self.kind not in KINDS or self.transport not in TRANSPORTS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} / transport {self.transport!r}")
+        if self.global_batch % (self.local_batch * self.data_ranks):
+            raise ValueError(f"{self.name}: global batch {self.global_batch} is not a multiple of "
+                             f"{self.local_batch} x {self.data_ranks} ranks")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    claim: str  # the issue item and the paper's claim it measures
+    machine: str  # the device kind (MACHINES)
+    systems: tuple[System, ...]
+    repeats: int = REPEATS
+    search: bool = False  # a micro-batch search: one run per system, no repeats
+    note: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return MACHINES[self.machine]
+
+
+def _control(gpus: int, gb: int, **kw) -> System:
+    return System(f"fsdp2-{gpus}gpu-gb{gb}", "fsdp2", gpus, gb, **kw)
+
+
+def _transit_1gpu(policies: tuple[str, ...], batches: tuple[int, ...]) -> tuple[System, ...]:
+    """Each batch's uncapped one-GPU control, then TRANSIT's policies at cap 27 GiB against it."""
+    return tuple(system for gb in batches for system in (
+        _control(1, gb), *(System(f"transit-{p}-gb{gb}", "transit", 1, gb, cap="27G", policy=p,
+                                  reference=f"fsdp2-1gpu-gb{gb}") for p in policies)))
+
+
+def _claim_c(gb: int) -> tuple[System, ...]:
+    ref = f"fsdp2-2gpu-nvlink-gb{gb}"
+    return (System(ref, "fsdp2", 2, gb, cap="27G"),
+            System(f"fsdp2-2gpu-no-p2p-gb{gb}", "fsdp2", 2, gb, cap="27G", transport="no-p2p", reference=ref),
+            System(f"fsdp2-2gpu-sockets-gb{gb}", "fsdp2", 2, gb, cap="27G", transport="sockets", reference=ref),
+            System(f"transit-advise-1gpu-gb{gb}", "transit", 1, gb, cap="27G", policy="advise", reference=ref))
+
+
+# claim (b): 2 GPUs, the same per-GPU cap and tokens per step. 14 GiB: FSDP2's estimated peak on 2
+# GPUs at micro-batch 4 is 15.9 GiB (bench/estimate_memory.py, README "Sizing"), about 17.5 GiB with
+# the allocator's caching, 1.4x TRANSIT's L = 14 - 1.5 GiB.
+CLAIM_B_CAP, CLAIM_B_BATCH = "14G", 64
+# the micro-batches searched, per system; TRANSIT against the frameworks in two halves, each in 25 min
+CLAIM_B_SEARCH = {"transit-advise": (2, 4, 8), "zero-offload": (4, 8, 16), "zero-infinity": (4, 8, 16),
+                  "zenflow": (4, 8, 16), "fsdp2-cpu-offload": (4, 8, 16)}
+CLAIM_B_DEFAULT_MICRO = {"transit-advise": 4, "zero-offload": 8, "zero-infinity": 8, "zenflow": 8,
+                         "fsdp2-cpu-offload": 8}
+CLAIM_B_HALVES = {"claim-b": ("transit-advise", "zero-offload", "zero-infinity"),
+                  "claim-b-more": ("transit-advise", "zenflow", "fsdp2-cpu-offload")}
+
+
+def _claim_b_system(family: str, micro: int, cores: int | None) -> System:
+    suffix = f"-mb{micro}" + (f"-{cores}cores" if cores else "")
+    if family == "transit-advise":
+        return System(f"transit-advise-2rank{suffix}", "transit", 2, CLAIM_B_BATCH, micro, cap=CLAIM_B_CAP,
+                      policy="advise", cores_per_rank=cores)
+    return System(f"{family}-2gpu{suffix}", family, 2, CLAIM_B_BATCH, micro, cap=CLAIM_B_CAP, cores_per_rank=cores)
+
+
+def claim_b_systems(families: tuple[str, ...], micro: dict[str, int], cores: int | None) -> tuple[System, ...]:
+    return tuple(_claim_b_system(family, micro[family], cores) for family in families)
+
+
+# issue 36 item 3: a per-GPU cap at which the model needs 4 GPUs without offload: FSDP2's estimated
+# peak is 9.5 GiB per GPU on 4 (micro-batch 4) and 15.9 GiB on 2 (bench/estimate_memory.py).
+TWO_RANK_CAP, TWO_RANK_BATCH = "13G", 8
+
+
+def _two_rank(tp: int) -> tuple[System, ...]:
+    tag = "" if tp == 1 else f"-tp{tp}"
+    ref = f"fsdp2-2gpu-uncapped{tag}"
+    return (System(ref, "fsdp2", 2, TWO_RANK_BATCH, tp=tp, deterministic=True),
+            System(f"transit-advise-2rank{tag}", "transit", 2, TWO_RANK_BATCH, cap=TWO_RANK_CAP, policy="advise",
+                   tp=tp, deterministic=True, reference=ref))
+
+
+def _experiments() -> list[Experiment]:
+    out = [Experiment("controls-1gpu", "item 2: what no offload costs on one GPU (native FSDP2, no cap, micro-batch 4 "
+                      "as TRANSIT's runs)", "nvidia-h200", (_control(1, 8), _control(1, 64))),
+           Experiment("transit-1gpu", "items 1, 6: TRANSIT advise on one GPU at cap 27 GiB against the uncapped "
+                      "control", "nvidia-h200-x2", _transit_1gpu(("advise",), (8, 64)))]
+    out += [Experiment(f"transit-1gpu-{policy}", f"item 1: TRANSIT {policy} on one GPU at cap 27 GiB against the "
+                       "uncapped control", "nvidia-h200-x2", _transit_1gpu((policy,), (8, 64)))
+            for policy in ("prefetch", "base")]
+    out += [Experiment(f"claim-c-gb{gb}", f"item 4, claim (c) in its limiting case (scale-in 2 -> 1 GPU), global batch "
+                       f"{gb}: FSDP2 on 2 GPUs (NVLink, P2P disabled, sockets) against TRANSIT advise on 1",
+                       "nvidia-h200-x2", _claim_c(gb)) for gb in (8, 64, 16, 128)]
+    for name, families in CLAIM_B_HALVES.items():
+        searched = tuple(f for f in families if f != "transit-advise" or name == "claim-b")
+        out.append(Experiment(f"{name}-search", f"item 5: every micro-batch tried for {name}, one run each",
+                              "nvidia-h200-x2", tuple(_claim_b_system(f, m, None) for f in searched
+                                                      for m in CLAIM_B_SEARCH[f]), repeats=1, search=True))
+        for cores in (None, 10):
+            out.append(Experiment(
+                name + ("-10cores" if cores else ""),
+                f"item 5, claim (b): 2 GPUs, cap {CLAIM_B_CAP} per GPU, {CLAIM_B_BATCH * 2048:,} tokens per step, "
+                f"{' vs '.join(families)}, each at its best micro-batch, "
+                + (f"{cores} CPU cores per GPU (the paper's cluster)" if cores else "every CPU core"),
+                "nvidia-h200-x2", claim_b_systems(families, CLAIM_B_DEFAULT_MICRO, cores),
+                note="micro-batches: the defaults until --search-summary names the searches' summaries"))
+    out.append(Experiment("transit-2rank", "item 3: TRANSIT on 2 ranks (FSDP2 + NCCL, cap 13 GiB per GPU, where the "
+                          "model needs 4 GPUs without offload) against native FSDP2 on 2 uncapped; deterministic, "
+                          "losses bit for bit; once more with TP degree 2", "nvidia-h200-x2",
+                          (*_two_rank(1), *_two_rank(2))))
+    return out
+
+
+EXPERIMENTS = {e.name: e for e in _experiments()}
+
+
+# ---------------------------------------------------------------- commands
+
+def transit_limit(system: System, overshoot: int) -> int:
+    """TRANSIT's L: the cap less the memory the frameworks keep outside PyTorch's allocator (their
+    budget's margin, so that both stay under the cap), less its overshoot in calibration."""
+    return system.cap_bytes - NON_ALLOCATOR_MARGIN_BYTES - overshoot
+
+
+def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[int], limit: int | None,
+                profile: bool) -> tuple[list[str], dict]:
+    """The argv and the environment additions of one run of `system` under `rule` on `gpu_ids`."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(system.gpus)]
+    args = ["--model", system.model, "--global-batch", str(system.global_batch), "--local-batch", str(system.local_batch),
+            "--settle-from", str(rule.first), "--settle-by", str(rule.max_start), "--timed-steps", str(rule.timed),
+            "--out", str(run_dir / "result.json")]
+    if system.cores_per_rank:
+        args += ["--cpu-cores-per-rank", str(system.cores_per_rank)]
+    if system.kind in DEEPSPEED_KINDS:
+        script = ["bench/deepspeed_train.py", "--system", system.kind, "--cpu-adam", "deepspeed"]
+    else:
+        script = ["bench/train.py", "--label", system.name, "--tp", str(system.tp)]
+        if system.kind == "fsdp2-cpu-offload":
+            script += ["--offload", "fsdp-cpu"]
+        if system.deterministic:
+            script += ["--deterministic"]
+        if system.transit:
+            script += ["--residency-sweep"]
+    if system.cap and not system.transit:
+        args += ["--mem-cap", system.cap]
+    env = MULTICAST_OFF | TRANSPORTS[system.transport] | {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
+    if system.cores_per_rank:
+        env["OMP_NUM_THREADS"] = str(system.cores_per_rank)
+    argv = [*launcher, *script, *args]
+    if system.transit:
+        mem = ["--mem-limit", str(limit)] if limit is not None else []
+        argv = [sys.executable, "-m", "transit", "run", "--policy", system.policy, *mem,
+                "--out", str(run_dir / "transit"), "--", *argv]
+        if profile:
+            env["TRANSIT_PROFILE"] = "1"
+    return argv, env
+
+
+# ---------------------------------------------------------------- the plan
+
+@dataclass
+class Run:
+    system: System
+    repeat: int  # 0: TRANSIT's calibration run (fair memory), 1..: the timed repeats
+
+    @property
+    def id(self) -> str:
+        return f"{self.system.name}.r{self.repeat}" if self.repeat else f"{self.system.name}.calibration"
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether this system's timed repeats wait for a calibration run."""
+        return self.system.transit and self.system.cap is not None
+
+
+def plan(experiment: Experiment) -> list[Run]:
+    """The experiment's runs in the order they start: calibrations, then A B C A B C ..."""
+    calibrations = [Run(s, 0) for s in experiment.systems if s.transit and s.cap and not experiment.search]
+    return calibrations + [Run(s, r) for r in range(1, experiment.repeats + 1) for s in experiment.systems]
+
+
+@dataclass
+class Placement:
+    run: Run
+    start: float  # seconds after the part's start
+    end: float
+    gpu_ids: list[int]
+
+
+def schedule(runs: list[Run], gpus: int, seconds) -> list[Placement]:
+    """List scheduling on the GPUs: runs start in order, each as soon as its GPUs are free (a
+    one-GPU run on the GPU free first, a run of every GPU once all are) and, for a calibrated
+    system's timed repeat, once its calibration has ended; `seconds(run)` is how long it takes."""
+    free_at = [0.0] * gpus
+    calibration_end: dict[str, float] = {}
+    last_start = 0.0
+    out = []
+    for run in runs:
+        ready = max(last_start, calibration_end.get(run.system.name, 0.0) if run.repeat else 0.0)
+        if run.system.gpus == 1 and gpus > 1:
+            g = min(range(gpus), key=lambda i: free_at[i])
+            ids = [g]
+        else:
+            ids = list(range(run.system.gpus))
+        begin = max([ready] + [free_at[i] for i in ids])
+        finish = begin + seconds(run)
+        for i in ids:
+            free_at[i] = finish
+        if run.repeat == 0:
+            calibration_end[run.system.name] = finish
+        last_start = begin
+        out.append(Placement(run, begin, finish, ids))
+    return out
+
+
+def split_parts(runs: list[Run], gpus: int, seconds) -> list[list[Run]]:
+    """Consecutive runs into parts (device commands) whose schedule ends within
+    COMMAND_LIMIT_S - PART_MARGIN_S estimated seconds."""
+    budget = COMMAND_LIMIT_S - PART_MARGIN_S
+    parts: list[list[Run]] = [[]]
+    for run in runs:
+        trial = parts[-1] + [run]
+        if parts[-1] and max(p.end for p in schedule(trial, gpus, seconds)) > budget:
+            parts.append([run])
+        else:
+            parts[-1] = trial
+    return parts
+
+
+def makespan(runs: list[Run], gpus: int, seconds) -> float:
+    return max((p.end for p in schedule(runs, gpus, seconds)), default=0.0)
+
+
+# ---------------------------------------------------------------- estimates from recorded runs
+
+def recorded_runs() -> list[dict]:
+    """Every run of the summaries in bench/results (this driver's and the pre-protocol ones)."""
+    runs = []
+    for path in sorted(RESULTS.glob("*.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("schema") == SUMMARY_SCHEMA:
+            runs += [run | {"source_file": path.name} for run in doc.get("runs", []) if run.get("step_times_s")]
+    return runs
+
+
+def _nearest_recorded(system: System, history: list[dict]) -> tuple[dict | None, str]:
+    """The recorded run most like `system`: the same kind and policy, then the same GPUs and
+    transport if any (else the slowest transport recorded, sockets: an upper bound), then the
+    nearest global batch and micro-batch."""
+    same = [r for r in history if r.get("model") == system.model and r["config"].get("kind") == system.kind
+            and r["config"].get("policy") == system.policy]
+    if not same:
+        return None, "no recorded run of this kind"
+    for pick, how in ((lambda r: r["config"]["gpus"] == system.gpus and r["config"]["transport"] == system.transport,
+                       ""),
+                      (lambda r: r["config"]["gpus"] == system.gpus and r["config"]["transport"] == "sockets",
+                       f"; no {system.transport} run recorded, sockets' taken"),
+                      (lambda r: r["config"]["gpus"] == system.gpus, f"; no {system.transport} run recorded"),
+                      (lambda r: True, f"; no {system.gpus}-GPU run recorded, per-GPU work scaled")):
+        candidates = [r for r in same if pick(r)]
+        if candidates:
+            return min(candidates, key=lambda r: (abs(math.log(r["config"]["global_batch"] / system.global_batch)),
+                                                  abs(r["config"]["micro_batch"] - system.local_batch))), how
+    raise AssertionError("unreachable: the last filter takes every run")
+
+
+def estimate_steps(system: System, history: list[dict], rule: SettleRule) -> tuple[list[float], str]:
+    """Step times a run of `system` should see, from the nearest recorded run: its steps from the
+    settle rule's first one on scaled by the sequences per GPU, extended with its last three
+    steps' median to the rule's most steps; and where they come from."""
+    ref, how = _nearest_recorded(system, history)
+    if ref is None:
+        return [], how
+    rc = ref["config"]
+    scale = (system.global_batch / system.gpus) / (rc["global_batch"] / rc["gpus"])
+    first = rule.first
+    recorded = list(ref["step_times_s"])
+    times = recorded[:first] + [t * scale for t in recorded[first:]]
+    # beyond the recorded steps: the median of those from the rule's first step on
+    times += [statistics.median(times[first:] or times)] * (rule.max_steps - len(times))
+    basis = (f"{ref['source_file']} {ref['system']} ({rc['gpus']} GPU(s), global batch {rc['global_batch']}, "
+             f"micro-batch {rc['micro_batch']}, {rc['transport']}{how}")
+    return times, basis + (f"; steps from {first} x{scale:.2f})" if scale != 1 else ")")
+
+
+def estimate_run(system: System, history: list[dict], repeat: int = 1) -> tuple[float, str]:
+    """Seconds of one run under its settle rule, and the estimate's basis."""
+    rule = system.rule(repeat)
+    times, basis = estimate_steps(system, history, rule)
+    if not times:
+        return float(RUN_LIMIT_MIN_S), basis + f": {RUN_LIMIT_MIN_S} s assumed"
+    steps = next(n for n in range(1, len(times) + 1) if rule.timed_from(times[:n]) is not None)
+    settled = "settles" if rule.timed_from(times[:steps])[1] else "does not settle"
+    return RUN_OVERHEAD_S[system.kind] + sum(times[:steps]), f"{basis}; {steps} steps, {settled}"
+
+
+# ---------------------------------------------------------------- running
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the run's process group (libtransit writes its stats on it), SIGKILL after 15 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def start_run(run: Run, gpu_ids: list[int], cores: tuple[int, int] | None, work: Path, limits: dict[str, int],
+              profile: bool) -> dict:
+    """Start one run in the background; the returned dict holds its process and what run_record needs."""
+    run_dir = work / run.id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    limit = None
+    if run.calibrated:  # a calibration run, or one whose calibration failed, runs at L itself
+        limit = limits.get(run.system.name) if run.repeat else None
+        limit = transit_limit(run.system, 0) if limit is None else limit
+    argv, env_extra = run_command(run.system, run.system.rule(run.repeat), run_dir, gpu_ids, limit, profile)
+    if cores:
+        env_extra["BENCH_CPU_CORES"] = f"{cores[0]}-{cores[1]}"  # common.pin_cpu_cores
+    command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items()) + " " + shlex.join(argv)
+    (run_dir / "command.txt").write_text(command + "\n")
+    print(f"=== {run.id} on GPU {','.join(map(str, gpu_ids))}: {command}", flush=True)
+    log = open(run_dir / "log.txt", "w")  # noqa: SIM115 (closed when the run ends)
+    env = os.environ | env_extra | {"BENCH_COMMAND": command}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return {"run": run, "proc": proc, "log": log, "t0": time.time(), "limit": limit, "command": command,
+            "gpu_ids": gpu_ids, "cores": cores, "dir": run_dir}
+
+
+def finish_run(live: dict, rc) -> dict:
+    live["log"].close()
+    record = run_record(live["run"], live["dir"], rc, live["command"], live["limit"], live["gpu_ids"], live["cores"])
+    record["start_unix"], record["end_unix"] = round(live["t0"], 1), round(time.time(), 1)
+    record["elapsed_s"] = round(record["end_unix"] - record["start_unix"], 1)
+    print(f"    {record['id']}: {record['status']} in {record['elapsed_s']:.0f} s, "
+          f"{record.get('tflops_per_gpu') or 0:.1f} TFLOPS/GPU", flush=True)
+    return record
+
+
+def run_part(runs: list[Run], gpus: int, cores: int, work: Path, limits: dict[str, int], profile: bool,
+             seconds, deadline: float, experiment: Experiment) -> list[dict]:
+    """schedule()'s rule, live: each run starts in order once its GPUs are free and, for a timed
+    repeat of a calibrated system, once its calibration has ended (its L then known); one-GPU runs
+    on a 2-GPU machine get their GPU's half of the cores. A run is stopped at RUN_LIMIT_FACTOR x its
+    estimate (at least RUN_LIMIT_MIN_S) or at the deadline; one whose estimate no longer fits
+    before the deadline is skipped."""
+    live_runs: list[dict] = []
+    records: list[dict] = []
+
+    def reap_one() -> None:
+        """Wait until one live run has ended (or was stopped), and record it."""
+        while True:
+            for live in live_runs:
+                rc = live["proc"].poll()
+                limit_s = max(RUN_LIMIT_MIN_S, RUN_LIMIT_FACTOR * seconds(live["run"]))
+                if rc is None and time.time() > min(live["t0"] + limit_s, deadline):
+                    _kill_group(live["proc"])
+                    rc = "timeout"
+                if rc is not None:
+                    live_runs.remove(live)
+                    records.append(finish_run(live, rc))
+                    return
+            time.sleep(1.0)
+
+    def calibrating(run: Run) -> bool:
+        return any(live["run"].system == run.system and live["run"].repeat == 0 for live in live_runs)
+
+    try:
+        for run in runs:
+            one_gpu_lane = run.system.gpus == 1 and gpus > 1
+            while (sum(len(live["gpu_ids"]) for live in live_runs) > gpus - run.system.gpus
+                   or (run.repeat and calibrating(run))):
+                reap_one()
+            limits = calibrated_limits(experiment, records, limits)
+            left = deadline - time.time()
+            if seconds(run) > left:
+                records.append(skipped(run, f"estimated {seconds(run):.0f} s, {left:.0f} s left in this command"))
+                continue
+            taken = {g for live in live_runs for g in live["gpu_ids"]}
+            ids = [min(set(range(gpus)) - taken)] if one_gpu_lane else list(range(run.system.gpus))
+            half = cores // gpus
+            lane_cores = (ids[0] * half, (ids[0] + 1) * half - 1) if one_gpu_lane else None
+            live_runs.append(start_run(run, ids, lane_cores, work, limits, profile))
+        while live_runs:
+            reap_one()
+    finally:  # stopped (SIGTERM, ^C): the runs started their own sessions, so stop them here
+        for live in live_runs:
+            _kill_group(live["proc"])
+    overlaps(records)
+    order = {run.id: i for i, run in enumerate(runs)}
+    return sorted(records, key=lambda r: order[r["id"]])  # the plan's order, not the order they ended
+
+
+def skipped(run: Run, reason: str) -> dict:
+    print(f"=== {run.id}: skipped ({reason})", flush=True)
+    return {"id": run.id, "system": run.system.name, "repeat": run.repeat,
+            "role": "calibration" if run.repeat == 0 else "timed", "status": "skipped", "reason": reason,
+            "config": system_config(run.system)}
+
+
+def overlaps(records: list[dict]) -> None:
+    """Each run's `beside`: the runs that ran at the same time (on the other GPU)."""
+    timed = [r for r in records if r.get("start_unix")]
+    for r in timed:
+        r["beside"] = [o["id"] for o in timed if o is not r and o["start_unix"] < r["end_unix"]
+                       and r["start_unix"] < o["end_unix"]]
+
+
+def run_record(run: Run, run_dir: Path, rc, command: str, limit: int | None, gpu_ids: list[int],
+               cores: tuple[int, int] | None) -> dict:
+    """One run as the summary keeps it: its settings, step times, losses, memory and PCIe bytes."""
+    system = run.system
+    result_file = run_dir / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else None
+    stats_dir = run_dir / "transit"
+    stats = load_transit_stats(stats_dir) if stats_dir.is_dir() else []
+    record = {"id": run.id, "system": system.name, "repeat": run.repeat,
+              "role": "calibration" if run.repeat == 0 else "timed",
+              "status": "ok" if rc == 0 and result else "timeout" if rc == "timeout" else "failed", "rc": rc,
+              "command": command, "gpu_ids": gpu_ids, "cores": cores, "limit_bytes": limit,
+              "config": system_config(system), "raw": f"{run.id}/ (in the part's raw archive)"}
+    if record["status"] != "ok":
+        log = run_dir / "log.txt"
+        record["log_tail"] = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+    if result:
+        record |= compact_result(result, system.rule(run.repeat))
+    if stats:
+        record["transit"] = compact_transit(transit_summary(stats), stats, record)
+        if system.gpus > 1:
+            record["transit_report"] = transit_report(stats_dir, run_dir)
+    return record
+
+
+def system_config(system: System) -> dict:
+    return {"model": system.model, "kind": system.kind, "gpus": system.gpus, "ranks": system.gpus, "global_batch": system.global_batch,
+            "micro_batch": system.local_batch, "grad_accum": system.grad_accum, "tp": system.tp,
+            "tokens_per_step": system.tokens_per_step, "policy": system.policy, "transport": system.transport,
+            "cap": system.cap, "cap_bytes": system.cap_bytes, "deterministic": system.deterministic,
+            "cpu_cores_per_rank": system.cores_per_rank or "all"}
+
+
+def compact_result(result: dict, rule: SettleRule | None) -> dict:
+    """What the summary keeps of a runner's result file; without a rule (earlier runs), its steps
+    are timed from the runner's fixed warm-up."""
+    steps = result.get("step_time") or {}
+    times = steps.get("all_s") or []
+    timed = rule.timed_from(times) if rule else None
+    first, settled = timed if timed else ((steps.get("warmup_steps") or 0), None)
+    n = rule.timed if rule else len(times) - first
+    window = times[first:first + n]
+    per_rank = (result.get("memory") or {}).get("per_rank") or []
+    clocks = result.get("gpu_clocks_rank0") or {}
+    return {
+        "git_commit": result.get("git_commit"), "hostname": result.get("hostname"), "device": result.get("device"),
+        "model": (result.get("config") or {}).get("model"),
+        "step_times_s": times, "timed_from": first, "timed_steps": len(window), "settled": settled,
+        "timed_median_s": statistics.median(window) if window else None,
+        "tflops_per_gpu": (result["flops_per_step"] / statistics.median(window) / result["config"]["world_size"] / 1e12
+                           if window else None),
+        "losses": result.get("losses"),
+        "peak_torch_reserved_bytes": max((r.get("torch_max_reserved_bytes") or 0 for r in per_rank), default=None),
+        "peak_nvml_bytes": (result.get("memory") or {}).get("peak_bytes_max"),
+        "allocator_budget_bytes": (result.get("memory_cap") or {}).get("allocator_budget_bytes"),
+        "pcie_nvml_per_step": pcie_per_step(clocks.get("pcie_counters"), first, len(window)),
+        "offloaded_bytes_per_gpu": result.get("offloaded_bytes_per_gpu"),
+    }
+
+
+def pcie_per_step(counters: dict | None, first: int, n: int) -> dict | None:
+    """NVML's RX (host to GPU) and TX bytes per timed step, rank 0's GPU: the cumulative counters
+    are read before step 0 (index 0) and after each step i (index i + 1)."""
+    if not counters or counters.get("error") or len(counters.get("rx_bytes") or []) < first + n + 1 or not n:
+        return {"error": (counters or {}).get("error") or "not recorded"} if counters is not None else None
+    rx, tx = counters["rx_bytes"], counters["tx_bytes"]
+    return {"rx": (rx[first + n] - rx[first]) / n, "tx": (tx[first + n] - tx[first]) / n}
+
+
+def compact_transit(summary: dict | None, stats: list[dict], record: dict) -> dict:
+    """TRANSIT's own figures of a run: its bound's peak against L, and its migrations per timed
+    iteration (from libtransit's iteration marks; whole-run averages where the marks are missing)."""
+    summary = summary or {}
+    first, n = record.get("timed_from") or 0, record.get("timed_steps") or 0
+    marks = {e["iteration"]: e for e in (stats[0].get("timeline") or []) if "htod_bytes" in e} if stats else {}
+    # the mark of iteration i is set when step i - 1 ends
+    if first in marks and first + n in marks and n:
+        htod = (marks[first + n]["htod_bytes"] - marks[first]["htod_bytes"]) / n
+        dtoh = (marks[first + n]["dtoh_bytes"] - marks[first]["dtoh_bytes"]) / n
+        source = f"libtransit iteration marks {first}..{first + n}, rank 0"
+    elif summary.get("iterations"):
+        htod = summary["htod_bytes"] / summary["iterations"] / summary["ranks"]
+        dtoh = summary["dtoh_bytes"] / summary["iterations"] / summary["ranks"]
+        source = "libtransit whole-run migrations / iterations (warm-up included)"
+    else:
+        htod = dtoh = source = None
+    nvml = record.get("pcie_nvml_per_step") or {}
+    return {"policy": summary.get("policy"), "mode": summary.get("mode"), "limit_bytes": summary.get("limit_bytes"),
+            "bound_peak_bytes": summary.get("device_bound_peak_bytes"),
+            "bound_peak_after_profile_bytes": summary.get("device_bound_peak_after_profile_bytes"),
+            "overshoot_bytes": (max(0, summary["device_bound_peak_bytes"] - summary["limit_bytes"])
+                                if summary.get("device_bound_peak_bytes") is not None and summary.get("limit_bytes")
+                                else None),
+            "htod_bytes_per_step": htod, "dtoh_bytes_per_step": dtoh, "migrations_source": source,
+            # what crossed PCIe into the GPU beyond the migrations: kernels reading host memory in place
+            "zero_copy_bytes_per_step": (nvml["rx"] - htod) if "rx" in nvml and htod is not None else None,
+            "offloaded_bytes_per_gpu": summary.get("offloaded_bytes_per_gpu"),
+            "gpu_page_faults": summary.get("gpu_page_faults"), "cuda_errors": summary.get("cuda_errors"),
+            "ranks": summary.get("ranks")}
+
+
+def transit_report(stats_dir: Path, run_dir: Path) -> dict:
+    """`transit report` over the run's per-rank stats files (the multi-rank report, item 3)."""
+    argv = [sys.executable, "-m", "transit", "report", str(stats_dir), "--no-slurm"]
+    text = subprocess.run([*argv, "--plot", str(run_dir / "report-plots")], cwd=REPO, capture_output=True,
+                          text=True, check=False, timeout=120)
+    as_json = subprocess.run([*argv, "--json"], cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
+    (run_dir / "report.txt").write_text(text.stdout + text.stderr)
+    ranks = None
+    if as_json.returncode == 0:
+        (run_dir / "report.json").write_text(as_json.stdout)
+        ranks = len(json.loads(as_json.stdout).get("ranks") or [])
+    return {"command": shlex.join(argv), "rc": text.returncode, "json_rc": as_json.returncode, "ranks": ranks,
+            "files": "report.txt, report.json, report-plots/ in the run's raw directory"}
+
+
+def calibrated_limits(experiment: Experiment, runs: list[dict], given: dict[str, int]) -> dict[str, int]:
+    """Each capped TRANSIT system's L for its timed repeats: given on the command line (a later part),
+    else from its calibration run: L - its overshoot there."""
+    limits = dict(given)
+    for run in runs:
+        system = next(s for s in experiment.systems if s.name == run["system"])
+        if run["role"] == "calibration" and system.name not in limits and run["status"] == "ok":
+            overshoot = (run.get("transit") or {}).get("overshoot_bytes")
+            if overshoot is not None:
+                limits[system.name] = transit_limit(system, overshoot) // (1 << 20) * (1 << 20)
+    return limits
+
+
+# ---------------------------------------------------------------- the summary
+
+def _median_of(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)} \
+        if values else {"median": None, "min": None, "max": None, "n": 0}
+
+
+def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
+    """Per system: its configuration, TFLOPS and step time over its timed repeats, PCIe bytes per
+    step, peaks by its own measure and by NVML against the cap, and its losses check."""
+    rows = []
+    by_id = {r["id"]: r for r in runs}
+    for system in experiment_systems:
+        timed = [r for r in runs if r["system"] == system.name and r["role"] != "calibration"]
+        ok = [r for r in timed if r["status"] == "ok" and r.get("tflops_per_gpu")]
+        calibration = next((r for r in runs if r["system"] == system.name and r["role"] == "calibration"), None)
+        own = [(r.get("transit") or {}).get("bound_peak_bytes") if system.transit else r.get("peak_torch_reserved_bytes")
+               for r in ok]
+        if system.transit:  # libtransit's migrations; zero-copy: NVML's RX less them
+            htod, dtoh, zero_copy = (_median_of([(r.get("transit") or {}).get(key) for r in ok])
+                                     for key in ("htod_bytes_per_step", "dtoh_bytes_per_step", "zero_copy_bytes_per_step"))
+        else:
+            htod, dtoh = (_median_of([(r.get("pcie_nvml_per_step") or {}).get(key) for r in ok]) for key in ("rx", "tx"))
+            zero_copy = None
+        # what the system may use on the device: TRANSIT's L (before fair memory's correction), the
+        # others' allocator budget (the cap less their context and margin)
+        budget_key = "limit_bytes" if system.transit else "allocator_budget_bytes"
+        budget = (transit_limit(system, 0) if system.transit and system.cap
+                  else max((r.get(budget_key) or 0 for r in ok), default=None) or None)
+        rows.append({
+            "name": system.name, **system_config(system), "settle_rule": system.settle.describe(),
+            "runs": [r["id"] for r in timed], "repeats_ok": len(ok), "repeats_planned": len(timed),
+            "settled": [r.get("settled") for r in ok],
+            "tflops_per_gpu": _spread([r["tflops_per_gpu"] for r in ok]),
+            "step_time_s": _spread([r["timed_median_s"] for r in ok]),
+            "step_times_s": {r["id"]: r["step_times_s"] for r in ok},
+            "limit_bytes": sorted({r["limit_bytes"] for r in ok if r.get("limit_bytes") is not None}) or None,
+            "calibration": ({"run": calibration["id"], "overshoot_bytes": (calibration.get("transit") or {}).get(
+                "overshoot_bytes"), "status": calibration["status"]} if calibration else None),
+            "pcie_bytes_per_step": {
+                "htod": htod, "dtoh": dtoh, "zero_copy": zero_copy,
+                "source": ("libtransit's migrations; zero-copy: NVML RX less them" if system.transit
+                           else "NVML PCIe counters RX / TX, rank 0's GPU")},
+            "peak_own_bytes": max((v for v in own if v is not None), default=None),
+            "peak_own_source": ("libtransit's device bound (memory.device_bound_peak_bytes)" if system.transit
+                                else "PyTorch's max_memory_reserved"),
+            "peak_nvml_bytes": max((r.get("peak_nvml_bytes") or 0 for r in ok), default=None) or None,
+            "budget_bytes": budget,
+            "within_budget_by_own_measure": (max(v for v in own if v is not None) <= budget
+                                             if budget and any(v is not None for v in own) else None),
+            "losses": losses_check(system, timed, by_id, runs),
+        })
+    return rows
+
+
+def losses_check(system: System, timed: list[dict], by_id: dict, runs: list[dict]) -> dict:
+    """Each timed repeat's losses against the reference system's run of the same repeat (bit for
+    bit over the steps both ran), or, without a reference, against this system's first repeat."""
+    checks = []
+    for run in timed:
+        if not run.get("losses"):
+            continue
+        ref_id = f"{system.reference}.r{run['repeat']}" if system.reference else f"{system.name}.r1"
+        ref = by_id.get(ref_id)
+        if ref is None or ref is run or not ref.get("losses"):
+            continue
+        n = min(len(run["losses"]), len(ref["losses"]))
+        checks.append({"run": run["id"], "against": ref_id, "steps": n,
+                       "bitwise_equal": run["losses"][:n] == ref["losses"][:n],
+                       "max_abs_diff": max(abs(a - b) for a, b in zip(run["losses"][:n], ref["losses"][:n]))})
+    return {"reference": system.reference or f"{system.name}.r1 (repeatability)", "checks": checks,
+            "all_bitwise_equal": all(c["bitwise_equal"] for c in checks) if checks else None}
+
+
+def summary_doc(experiment: Experiment, runs: list[dict], parts: list[int], n_parts: int, extra: dict) -> dict:
+    commits = sorted({r["git_commit"] for r in runs if r.get("git_commit")})
+    hosts = sorted({r["hostname"] for r in runs if r.get("hostname")})
+    devices = sorted({json.dumps(r["device"], sort_keys=True) for r in runs if r.get("device")})
+    return {
+        "schema": SUMMARY_SCHEMA, "experiment": experiment.name, "claim": experiment.claim,
+        "machine": experiment.machine, "search": experiment.search, "note": experiment.note,
+        "protocol": {"repeats": experiment.repeats, "alternation": "A B C A B C ...; calibrations first",
+                     "side_by_side": "on 2 GPUs, consecutive one-GPU runs in one slot, one GPU and half the cores "
+                                     "each (`beside` names the other run)",
+                     "settle_rules": {"frameworks": FRAMEWORK_SETTLE.as_dict(), "transit": TRANSIT_SETTLE.as_dict()},
+                     "fair_memory": "a capped TRANSIT system's calibration run at L = cap - "
+                                    f"{NON_ALLOCATOR_MARGIN_BYTES} bytes; its timed repeats at that L less its "
+                                    "overshoot there (its bound's peak over L)",
+                     "tflops": "model FLOPs per step / the median of the run's timed steps / GPUs; per system the "
+                               "median, min and max over its timed repeats"},
+        # parts_total 0: one command ran every slot
+        "parts": sorted(parts), "parts_total": n_parts, "complete": sorted(parts) == list(range(1, n_parts + 1)),
+        "git_commits": commits, "same_commit": len(commits) == 1, "hostnames": hosts, "same_host": len(hosts) == 1,
+        "devices": [json.loads(d) for d in devices],
+        "systems": summarize_systems(experiment.systems, runs), "runs": runs, **extra,
+    }
+
+
+# ---------------------------------------------------------------- the command line
+
+def parse_assignments(values: list[str], what: str, conv) -> dict:
+    out = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        if not sep:
+            raise SystemExit(f"{what} {value!r}: give NAME=VALUE")
+        out[name] = conv(number)
+    return out
+
+
+def best_micro_batches(search_files: list[Path]) -> dict[str, int]:
+    """Each claim (b) system's micro-batch with the highest median TFLOPS in the searches' summaries."""
+    best: dict[str, tuple[float, int]] = {}
+    for path in search_files:
+        doc = json.loads(path.read_text())
+        if not (doc.get("experiment") or "").endswith("-search"):
+            raise SystemExit(f"--search-summary {path}: not a micro-batch search's summary")
+        for row in doc["systems"]:
+            family = next(f for f in CLAIM_B_SEARCH if row["name"].startswith(f + "-"))
+            tflops = row["tflops_per_gpu"]["median"]
+            if tflops is not None and tflops > best.get(family, (0.0, 0))[0]:
+                best[family] = (tflops, row["micro_batch"])
+    return {family: micro for family, (_, micro) in best.items()}
+
+
+def resolve(args: argparse.Namespace) -> Experiment:
+    experiment = EXPERIMENTS[args.experiment]
+    if args.search_summary:
+        half = experiment.name.removesuffix("-10cores")
+        if half not in CLAIM_B_HALVES:
+            raise SystemExit(f"--search-summary picks claim (b)'s micro-batches: {', '.join(CLAIM_B_HALVES)} "
+                             "(and their -10cores runs) only")
+        micro = CLAIM_B_DEFAULT_MICRO | best_micro_batches(args.search_summary)
+        missing = [f for f in CLAIM_B_HALVES[half] if f not in best_micro_batches(args.search_summary)]
+        if missing:
+            raise SystemExit(f"--search-summary: no completed search run of {', '.join(missing)}")
+        cores = experiment.systems[0].cores_per_rank
+        experiment = replace(experiment, systems=claim_b_systems(CLAIM_B_HALVES[half], micro, cores),
+                             note=f"micro-batches from {', '.join(p.name for p in args.search_summary)}: "
+                                  + ", ".join(f"{f} {micro[f]}" for f in CLAIM_B_HALVES[half]))
+    if args.model != MODEL:
+        experiment = replace(experiment, systems=tuple(replace(s, model=args.model) for s in experiment.systems))
+    for system in experiment.systems:
+        system.check()
+    return experiment
+
+
+def print_plan(experiment: Experiment, parts: list[list[Run]], seconds, basis, cores: int, args) -> None:
+    print(f"{experiment.name}: {experiment.claim}")
+    print(f"machine {experiment.machine}; {experiment.repeats} repeat(s); {cores} cores; runs start in this order, "
+          "each once its GPU(s) are free")
+    for system in experiment.systems:
+        print(f"  {system.name}: {system.kind}{' ' + system.policy if system.policy else ''}, {system.gpus} GPU(s), "
+              f"global batch {system.global_batch} = micro-batch {system.local_batch} x {system.grad_accum} x "
+              f"{system.data_ranks}, cap {system.cap or 'none'}, cores/rank {system.cores_per_rank or 'all'}, "
+              f"{system.transport}; {seconds(Run(system, 1)):.0f} s a run: {basis(Run(system, 1))}")
+    total = 0.0
+    for k, part in enumerate(parts, 1):
+        placements = schedule(part, experiment.gpus, seconds)
+        span = SETUP_S + max(p.end for p in placements)
+        total += span
+        print(f"part {k}/{len(parts)}: {span:.0f} s (setup {SETUP_S} s)")
+        for p in placements:
+            print(f"  {p.start:6.0f}-{p.end:4.0f} s  GPU {','.join(map(str, p.gpu_ids)):3s} {p.run.id}")
+        extra = (" --search-summary " + " ".join(map(str, args.search_summary))) if args.search_summary else ""
+        limits = " --limit NAME=BYTES ... (printed by part 1)" if k > 1 and any(
+            r.calibrated for r in plan(experiment)) else ""
+        print(f"  device command: source bench/device_setup.sh && BENCH_GIT_COMMIT=<sha> python3 bench/paper.py "
+              f"{experiment.name} --part {k}/{len(parts)}{extra} --out $OUT{limits}")
+    verdict = "fits" if total <= EXPERIMENT_BUDGET_S else "does NOT fit"
+    print(f"estimated device time: {total:.0f} s ({total / 60:.1f} min) in {len(parts)} command(s); "
+          f"{verdict} the {EXPERIMENT_BUDGET_S // 60}-minute budget of one experiment (issue 36 item 8)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Experiments: " + ", ".join(EXPERIMENTS))
+    p.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS))
+    p.add_argument("--list", action="store_true", help="list the experiments")
+    p.add_argument("--dry-run", action="store_true", help="print the plan with its estimated device time")
+    p.add_argument("--part", metavar="K/N", help="run part K of N, the dry run's cut (default: every slot)")
+    p.add_argument("--out", type=Path, help="directory for the summary (and the raw archive)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/paper-work"), help="the runs' directories")
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=BYTES",
+                   help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
+    p.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
+                   help="claim-b*: each system's best micro-batch from these micro-batch searches' summaries")
+    p.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
+    p.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
+    p.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores of the machine (default: this one's)")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON", help="join the parts' summaries")
+    args = p.parse_args(argv)
+    if args.list:
+        for e in EXPERIMENTS.values():
+            print(f"{e.name:18s} {e.machine:15s} {len(e.systems):2d} systems x {e.repeats}: {e.claim}")
+        return 0
+    if not args.experiment:
+        p.error("name an experiment (--list shows them)")
+    experiment = resolve(args)
+    history = recorded_runs()
+    estimates: dict[str, tuple[float, str]] = {}
+
+    def estimate(run: Run) -> tuple[float, str]:
+        key = f"{run.system.name}.{run.repeat == 0}"
+        if key not in estimates:
+            estimates[key] = estimate_run(run.system, history, run.repeat)
+        return estimates[key]
+
+    def seconds(run: Run) -> float:
+        return estimate(run)[0]
+
+    runs = plan(experiment)
+    parts = split_parts(runs, experiment.gpus, seconds)
+    if args.merge:
+        return merge(experiment, args.merge, len(parts), args.out)
+    if args.dry_run:
+        print_plan(experiment, parts, seconds, lambda run: estimate(run)[1], args.cores, args)
+        return 0
+    if not args.out:
+        p.error("--out DIR: where the summary goes")
+    k, n = 0, 0
+    if args.part:
+        k_text, _, n_text = args.part.partition("/")
+        if not (k_text.isdigit() and n_text.isdigit() and int(n_text) == len(parts) and 1 <= int(k_text) <= len(parts)):
+            p.error(f"--part {args.part!r}: this plan has {len(parts)} parts (K/{len(parts)}, K from 1)")
+        k, n = int(k_text), int(n_text)
+    chosen = parts[k - 1] if k else runs
+    limits = parse_assignments(args.limit, "--limit", int)
+    return execute(experiment, chosen, k, n, args, limits, seconds)
+
+
+def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, args, limits, seconds) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # run_part's finally stops the runs
+    t0 = time.time()
+    work = args.work / experiment.name
+    work.mkdir(parents=True, exist_ok=True)
+    deadline = t0 + (COMMAND_LIMIT_S - SETUP_S - PART_MARGIN_S / 2 if part else math.inf)
+    records = run_part(runs, experiment.gpus, args.cores, work, limits, args.transit_profile, seconds, deadline,
+                       experiment)
+    limits = calibrated_limits(experiment, records, limits)
+    name = f"{experiment.name}-part{part}" if part else experiment.name
+    extra = {"command": shlex.join([sys.executable, *sys.argv]), "driver_commit": git_commit(),
+             "limits": dict(limits), "elapsed_s": round(time.time() - t0, 1),
+             "raw": f"{name}-raw.tar.gz (device output, not committed)"}
+    doc = summary_doc(experiment, records, [part] if part else [], n_parts, extra)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / f"{name}.json", doc)
+    with tarfile.open(args.out / f"{name}-raw.tar.gz", "w:gz") as tar:
+        tar.add(work, arcname=name)
+    print_summary(doc)
+    if limits and part and part < n_parts:
+        print("next part: --limit " + " --limit ".join(f"{k}={v}" for k, v in sorted(limits.items())))
+    return 0
+
+
+def merge(experiment: Experiment, files: list[Path], n_parts: int, out: Path | None) -> int:
+    docs = [json.loads(f.read_text()) for f in files]
+    for f, doc in zip(files, docs):
+        if doc.get("schema") != SUMMARY_SCHEMA or doc.get("experiment") != experiment.name:
+            raise SystemExit(f"--merge {f}: not a {SUMMARY_SCHEMA} part of {experiment.name}")
+    runs = [run for doc in docs for run in doc["runs"]]
+    parts = [k for doc in docs for k in doc["parts"]]
+    extra = {"merged_from": [f.name for f in files], "command": shlex.join([sys.executable, *sys.argv]),
+             "raw": [doc.get("raw") for doc in docs]}
+    doc = summary_doc(experiment, runs, parts, n_parts, extra)
+    if out is None:
+        raise SystemExit("--merge needs --out FILE")
+    write_json(out, doc)
+    print_summary(doc)
+    return 0
+
+
+def print_summary(doc: dict) -> None:
+    print(f"\n== {doc['experiment']} (parts {doc['parts'] or 'all'}, complete: {doc['complete']}, "
+          f"commits {doc['git_commits']}, hosts {doc['hostnames']})")
+    header = f"{'system':34s} {'GPUs':>4s} {'mb':>3s} {'ok':>5s} {'TFLOPS/GPU med [min-max]':>26s} " \
+             f"{'own peak GiB':>12s} {'NVML GiB':>9s} {'losses':>8s}"
+    print(header)
+    for row in doc["systems"]:
+        tf = row["tflops_per_gpu"]
+        spread = f"{tf['median']:.1f} [{tf['min']:.1f}-{tf['max']:.1f}]" if tf["median"] else "-"
+        own = f"{row['peak_own_bytes'] / GIB:.2f}" if row["peak_own_bytes"] else "-"
+        nvml = f"{row['peak_nvml_bytes'] / GIB:.2f}" if row["peak_nvml_bytes"] else "-"
+        losses = {True: "bitwise", False: "differ", None: "-"}[row["losses"]["all_bitwise_equal"]]
+        print(f"{row['name']:34s} {row['gpus']:>4d} {row['micro_batch']:>3d} "
+              f"{row['repeats_ok']:>2d}/{row['repeats_planned']:<2d} {spread:>26s} {own:>12s} {nvml:>9s} {losses:>8s}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

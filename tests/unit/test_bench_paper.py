@@ -1,0 +1,238 @@
+"""bench/paper.py without a GPU: the settle rule and the collection on recorded runs, the plan and
+its estimates, and the driver itself on the CPU with the tiny model.
+
+Recorded data: the step times of bench/results/policies-long-h200x2.summary.json and
+compare-gb64-27g-final.summary.json (pre-protocol summaries of the raw files of the same names at
+2bd697f, H200), and the three rounds of bench/fixtures/raw-2bd697f/overhead-rounds-h200x2--this*.json.gz
+(raw results captured on an nvidia-h200-x2 at 138109c: the same two configurations run three times)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import paper
+from common import SettleRule
+
+RESULTS = REPO / "bench/results"
+
+
+def recorded_steps(summary: str) -> dict[str, list[float]]:
+    doc = json.loads((RESULTS / summary).read_text())
+    return {run["system"]: run["step_times_s"] for run in doc["runs"] if run.get("step_times_s")}
+
+
+LONG = recorded_steps("policies-long-h200x2.summary.json")
+CAP27 = recorded_steps("compare-gb64-27g-final.summary.json")
+
+
+def test_a_flat_run_settles_at_its_first_eligible_step():
+    native = LONG["native"]  # 1.82 s from step 1 on
+    assert paper.FRAMEWORK_SETTLE.settled_at(native) == 1
+    assert paper.FRAMEWORK_SETTLE.timed_from(native) == (1, True)
+    assert paper.FRAMEWORK_SETTLE.timed_from(native[:8]) is None  # 7 of the 8 timed steps
+
+
+def test_a_window_counts_against_its_median():
+    # fsdp2 on 2 GPUs: 2.92 is 5.8 % over the first window's median (2.76), 2.89 is 4.7 % over the next's
+    steps = CAP27["fsdp2-2gpu"]
+    assert steps == pytest.approx([3.94, 2.92, 2.76, 2.74, 2.89, 2.79], abs=0.005)
+    assert paper.FRAMEWORK_SETTLE.settled_at(steps) == 2
+    assert paper.FRAMEWORK_SETTLE.timed_from(steps) is None  # 6 steps recorded: the run goes on
+
+
+def test_transit_is_not_settled_during_its_profile():
+    """advise at 138109c was still speeding up at its last step (6.67, 6.42, 5.91, 5.87 s): no window
+    from step 4 on is within 5 %, and its profile steps never count."""
+    advise = CAP27["transit-advise"]
+    assert paper.TRANSIT_SETTLE.settled_at(advise) is None
+    # steps 1 and 2 (35.55 and 36.47 s, profiling) are within 5 % of each other: only a window of 3 with
+    # step 3 (29.45 s) could start there, and TRANSIT's rule starts at step 4 anyway
+    assert SettleRule(first=1, window=2).settled_at(advise) == 1
+    assert paper.TRANSIT_SETTLE.first == 4 and paper.TRANSIT_SETTLE.window == 3
+
+
+def test_a_run_not_settled_by_the_rule_is_timed_from_its_last_start():
+    """prefetch's 24 steps (policies-long): slower again after its profile until step 10, settled
+    from step 13 (6.54, 6.25, 6.77 s); under TRANSIT_SETTLE (no start after 6) it is marked not
+    settled and timed from step 6, once it has 14 steps."""
+    prefetch = LONG["transit-prefetch"]
+    assert SettleRule(first=4, max_start=14).settled_at(prefetch) == 13
+    rule = paper.TRANSIT_SETTLE
+    assert rule.settled_at(prefetch) is None
+    assert rule.timed_from(prefetch[:13]) is None
+    assert rule.timed_from(prefetch[:14]) == (6, False)
+    assert rule.max_steps == 14
+
+
+def test_step_stats_time_the_rules_steps():
+    from common import step_stats
+
+    stats = step_stats(LONG["native"], warmup=3, settle=paper.FRAMEWORK_SETTLE)
+    assert stats["warmup_steps"] == 1 and stats["measured_steps"] == 8
+    assert stats["p50_s"] == statistics.median(LONG["native"][1:9])
+    assert stats["settle"]["settled"] is True and stats["settle"]["timed"] == 8
+
+
+def rounds() -> list[dict]:
+    return [json.loads(gzip.decompress((REPO / f"bench/fixtures/raw-2bd697f/overhead-rounds-h200x2--this{i}.json.gz")
+                                       .read_bytes()))["runs"] for i in (1, 2, 3)]
+
+
+def test_collection_of_three_recorded_repeats():
+    """Three real repeats of TRANSIT base and of base without its recorder (model small, global batch
+    8, one H200 each): per run the rule's timed steps, TFLOPS from their median; per system the
+    median, min and max over the repeats, and the losses checked against the reference's same repeat."""
+    ref = paper.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
+    base = paper.System("transit-base", "transit", 1, 8, 8, policy="base", reference="transit-base-norec",
+                        model="small")
+    records, expected = [], []
+    for repeat, runs in enumerate(rounds(), 1):
+        for system in (ref, base):
+            result = runs[system.name]["result"]
+            record = {"id": f"{system.name}.r{repeat}", "system": system.name, "repeat": repeat, "role": "timed",
+                      "status": "ok"} | paper.compact_result(result, system.settle)
+            records.append(record)
+            if system is base:
+                times = result["step_time"]["all_s"]
+                start, _ = system.settle.timed_from(times)
+                expected.append(result["flops_per_step"] / statistics.median(times[start:start + 8]) / 1e12)
+    # round 2's steps 5-7 (0.130, 0.123, 0.124 s) are just over 5 % apart: not settled, timed from step 6
+    assert [(r["timed_from"], r["settled"]) for r in records if r["system"] == "transit-base"] == [
+        (5, True), (6, False), (5, True)]
+    rows = {row["name"]: row for row in paper.summarize_systems((ref, base), records)}
+    row = rows["transit-base"]
+    assert row["tflops_per_gpu"] == {"median": statistics.median(expected), "min": min(expected),
+                                     "max": max(expected), "n": 3}
+    assert row["repeats_ok"] == 3 and row["settled"] == [True, False, True]
+    checks = row["losses"]["checks"]
+    assert [c["against"] for c in checks] == ["transit-base-norec.r1", "transit-base-norec.r2", "transit-base-norec.r3"]
+    # not deterministic: the same first loss, then apart (at most 0.036, 0.083 and 0.033 over the 60 steps)
+    assert row["losses"]["all_bitwise_equal"] is False and [c["steps"] for c in checks] == [60, 60, 60]
+    assert [round(c["max_abs_diff"], 3) for c in checks] == [0.036, 0.083, 0.033]
+    # without a reference, the repeats are checked against the first
+    assert rows["transit-base-norec"]["losses"]["reference"] == "transit-base-norec.r1 (repeatability)"
+
+
+def test_pcie_bytes_per_timed_step_from_the_cumulative_counters():
+    counters = {"rx_bytes": [100, 200, 400, 700, 1100], "tx_bytes": [0, 10, 20, 30, 40], "error": None}
+    assert paper.pcie_per_step(counters, first=1, n=3) == {"rx": (1100 - 200) / 3, "tx": (40 - 10) / 3}
+    assert paper.pcie_per_step(counters, first=2, n=3) == {"error": "not recorded"}  # past the last reading
+    assert paper.pcie_per_step({"error": "NVML return 3"}, 1, 3) == {"error": "NVML return 3"}
+    assert paper.pcie_per_step(None, 1, 3) is None
+
+
+def test_calibration_takes_the_overshoot_off_l():
+    system = paper.System("transit-advise-gb64", "transit", 1, 64, cap="27G", policy="advise")
+    experiment = paper.Experiment("x", "test", "nvidia-h200", (system,))
+    l0 = 27 * 2**30 - paper.NON_ALLOCATOR_MARGIN_BYTES
+    calibration = {"system": system.name, "role": "calibration", "status": "ok",
+                   "transit": {"overshoot_bytes": 195_695_624}}  # advise-final's bound peak over its L
+    limits = paper.calibrated_limits(experiment, [calibration], {})
+    assert limits == {system.name: (l0 - 195_695_624) // 2**20 * 2**20}
+    assert paper.calibrated_limits(experiment, [calibration], {system.name: 123}) == {system.name: 123}
+
+
+def test_plan_puts_calibrations_first_and_alternates():
+    experiment = paper.EXPERIMENTS["claim-c-gb8"]
+    runs = paper.plan(experiment)
+    assert runs[0].id == "transit-advise-1gpu-gb8.calibration"
+    names = [r.system.name for r in runs[1:]]
+    assert names == [s.name for s in experiment.systems] * 3
+    assert [r.repeat for r in runs[1:5]] == [1, 1, 1, 1]
+
+
+def test_schedule_runs_one_gpu_runs_side_by_side_after_their_calibration():
+    a = paper.System("a", "transit", 1, 8, cap="27G", policy="advise")
+    b = paper.System("b", "fsdp2", 1, 8)
+    both = paper.System("c", "fsdp2", 2, 8)
+    experiment = paper.Experiment("x", "test", "nvidia-h200-x2", (a, b, both), repeats=3)
+    times = {"a": 100.0, "b": 30.0, "c": 50.0}
+    placements = paper.schedule(paper.plan(experiment), 2, lambda run: 40.0 if run.repeat == 0 else times[run.system.name])
+    by_id = {p.run.id: p for p in placements}
+    assert by_id["a.calibration"].gpu_ids == [0] and by_id["a.calibration"].end == 40
+    # a's first repeat waits for its calibration; b's, after it in the plan, starts with it on the other GPU
+    assert by_id["a.r1"].start == by_id["b.r1"].start == 40
+    assert {by_id["a.r1"].gpu_ids[0], by_id["b.r1"].gpu_ids[0]} == {0, 1}
+    assert by_id["c.r1"].start == by_id["a.r1"].end == 140 and by_id["c.r1"].gpu_ids == [0, 1]
+    starts = [p.start for p in placements]
+    assert starts == sorted(starts)  # runs start in the plan's order
+
+
+def test_parts_fit_one_device_command():
+    experiment = paper.EXPERIMENTS["transit-1gpu"]
+    history = paper.recorded_runs()
+    seconds = lambda run: paper.estimate_run(run.system, history, run.repeat)[0]
+    parts = paper.split_parts(paper.plan(experiment), 2, seconds)
+    assert [run for part in parts for run in part] == paper.plan(experiment)
+    assert all(paper.makespan(part, 2, seconds) <= paper.COMMAND_LIMIT_S - paper.PART_MARGIN_S for part in parts)
+
+
+def test_estimates_name_the_recorded_run_they_scale():
+    history = paper.recorded_runs()
+    seconds, basis = paper.estimate_run(paper.System("fsdp2-2gpu-nvlink-gb64", "fsdp2", 2, 64, cap="27G"), history)
+    assert basis.startswith("compare-gb64-27g-final.summary.json fsdp2-2gpu (2 GPU(s), global batch 64")
+    # 18 s of start, and the rule stops at step 10 (settled at 2): the recorded 6 steps, 4 at their median
+    steps = CAP27["fsdp2-2gpu"]
+    assert seconds == pytest.approx(paper.RUN_OVERHEAD_S["fsdp2"] + sum(steps) + 4 * statistics.median(steps[1:]))
+    _, basis = paper.estimate_run(paper.System("z", "zenflow", 2, 64), history)
+    assert basis == f"no recorded run of this kind: {paper.RUN_LIMIT_MIN_S} s assumed"
+
+
+def test_dry_run_prints_every_experiments_plan_and_device_time(capsys):
+    for name in paper.EXPERIMENTS:
+        assert paper.main([name, "--dry-run", "--cores", "32"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"{name}: ") and "estimated device time: " in out
+        assert f"python3 bench/paper.py {name} --part 1/" in out
+
+
+def test_claim_b_takes_each_systems_best_micro_batch_from_the_search(tmp_path):
+    rows = [{"name": "zero-offload-2gpu-mb4", "micro_batch": 4, "tflops_per_gpu": {"median": 200.0}},
+            {"name": "zero-offload-2gpu-mb8", "micro_batch": 8, "tflops_per_gpu": {"median": 250.0}},
+            {"name": "zero-offload-2gpu-mb16", "micro_batch": 16, "tflops_per_gpu": {"median": None}},  # OOM
+            {"name": "transit-advise-2rank-mb2", "micro_batch": 2, "tflops_per_gpu": {"median": 210.0}},
+            {"name": "zero-infinity-2gpu-mb16", "micro_batch": 16, "tflops_per_gpu": {"median": 190.0}}]
+    search = tmp_path / "claim-b-search.json"
+    search.write_text(json.dumps({"experiment": "claim-b-search", "systems": rows}))
+    assert paper.best_micro_batches([search]) == {"zero-offload": 8, "transit-advise": 2, "zero-infinity": 16}
+    args = argparse.Namespace(experiment="claim-b-10cores", search_summary=[search], model=paper.MODEL)
+    experiment = paper.resolve(args)
+    assert [s.name for s in experiment.systems] == ["transit-advise-2rank-mb2-10cores", "zero-offload-2gpu-mb8-10cores",
+                                                    "zero-infinity-2gpu-mb16-10cores"]
+    args.experiment = "claim-b-more"
+    with pytest.raises(SystemExit, match="no completed search run of zenflow, fsdp2-cpu-offload"):
+        paper.resolve(args)
+
+
+def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
+    """The whole driver with the tiny model on the CPU (gloo): two systems alternating (two repeats
+    here, to keep the test short), their summary and the raw archive."""
+    pytest.importorskip("torch")
+    a = paper.System("tiny-a", "fsdp2", 1, 2, 1, model="tiny")
+    b = paper.System("tiny-b", "fsdp2", 1, 2, 2, model="tiny", reference="tiny-a")
+    experiment = paper.Experiment("cpu-smoke", "the driver on a CPU", "nvidia-h200", (a, b), repeats=2)
+    args = argparse.Namespace(work=tmp_path / "work", out=tmp_path / "out", cores=2, transit_profile=False)
+    assert paper.execute(experiment, paper.plan(experiment), 0, 0, args, {}, lambda run: 120.0) == 0
+    doc = json.loads((tmp_path / "out/cpu-smoke.json").read_text())
+    assert doc["schema"] == "transit.bench-summary/1" and doc["complete"] is True
+    assert [r["id"] for r in doc["runs"]] == ["tiny-a.r1", "tiny-b.r1", "tiny-a.r2", "tiny-b.r2"]
+    assert all(r["status"] == "ok" for r in doc["runs"]), [r.get("log_tail") for r in doc["runs"]]
+    starts = [r["start_unix"] for r in doc["runs"]]
+    assert starts == sorted(starts)
+    for run in doc["runs"]:
+        assert run["timed_steps"] == 8 and len(run["step_times_s"]) in range(9, 15)
+    row = {r["name"]: r for r in doc["systems"]}["tiny-b"]
+    assert row["repeats_ok"] == 2 and row["tflops_per_gpu"]["n"] == 2 and row["micro_batch"] == 2
+    # the same rows in the same order: micro-batch 2 against 1 x 2 accumulated
+    assert row["losses"]["checks"][0]["against"] == "tiny-a.r1" and row["losses"]["checks"][0]["steps"] >= 9
+    assert (tmp_path / "out/cpu-smoke-raw.tar.gz").stat().st_size > 1000
