@@ -599,8 +599,8 @@ def test_a_job_without_stats_says_how_it_ran_and_why(capsys: pytest.CaptureFixtu
     assert out["job"] == out["job"] | {"job_id": "4321", "user": "alice", "policy": "advise", "mode": "limit",
                                        "limit_bytes": 40 << 30, "policy_source": "step-files", "nodelist": "gpu[07-08]",
                                        "num_nodes": 2, "num_gpus": None, "source": "step-files"}
-    assert out["no_stats_reason"] == ("no rank wrote stats: TRANSIT ran the job's steps, but no task called CUDA "
-                                      "(libtransit stays inert in processes that never do)")
+    assert out["no_stats_reason"] == ("no task called CUDA, so no rank wrote stats (libtransit stays inert in "
+                                      "processes that never do)")
     (step,) = out["steps"]
     assert step | {"file": ""} == step | {
         "file": "", "job_id": "4321", "step_id": "0", "ntasks": 16, "options": {"transit": "advise",
@@ -608,7 +608,7 @@ def test_a_job_without_stats_says_how_it_ran_and_why(capsys: pytest.CaptureFixtu
     text = run_text(capsys, str(JOBS / "4321"), code=1)
     assert "policy          advise  (from the plugin's step files: no rank wrote stats)" in text
     assert "mode / limit    limit / 40.0 GiB" in text and "nodes           2  gpu[07-08]" in text
-    assert "No stats: no rank wrote stats" in text
+    assert "No stats: no task called CUDA, so no rank wrote stats" in text
 
 
 def test_steps_with_different_policies(capsys: pytest.CaptureFixture[str]) -> None:
@@ -714,7 +714,7 @@ def test_reasons_without_a_stats_directory(tmp_path: Path, facts: dict[str, str]
     [
         ("RUNNING", "the job is RUNNING: none of its ranks has written stats yet"),
         ("OUT_OF_MEMORY", "the job ended OUT_OF_MEMORY before any rank wrote stats: a rank writes them at exit"),
-        ("COMPLETED", "no rank wrote stats: TRANSIT ran the job's steps, but no task called CUDA"),
+        ("COMPLETED", "no task called CUDA, so no rank wrote stats"),
     ],
 )
 def test_reasons_with_a_stats_directory(state: str, reason: str) -> None:
@@ -738,7 +738,7 @@ def test_several_jobs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtur
     rows = [line for line in lines if line.startswith((str(healthy), str(JOBS)))]
     assert len(rows) == 3
     assert "advise limit 24G" in rows[0] and "8 ranks" in rows[0] and "try --transit=prefetch [small-migrations]" in rows[0]
-    assert "advise limit 40G" in rows[1] and "none" in rows[1] and "no rank wrote stats" in rows[1]
+    assert "advise limit 40G" in rows[1] and "none" in rows[1] and "no task called CUDA" in rows[1]
     assert "2 ranks, 2 partial" in rows[2]
     out = run_json(capsys, str(healthy), str(JOBS / "4321"))
     assert out["schema"] == "transit.report-list/1"

@@ -551,8 +551,7 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
     if state and not state.startswith("COMPLETED"):
         return (f"the job ended {state} before any rank wrote stats: a rank writes them at exit (also on SIGTERM "
                 "or SIGINT), so one killed outright (SIGKILL, out of memory, a node failure) writes none")
-    ran = "TRANSIT ran the job's steps" if steps else "TRANSIT may have been off"
-    return f"no rank wrote stats: {ran}, but no task called CUDA (libtransit stays inert in processes that never do)"
+    return "no task called CUDA, so no rank wrote stats (libtransit stays inert in processes that never do)"
 
 
 def _options(options: dict[str, str]) -> str:

@@ -77,6 +77,8 @@ class Grid:
             for i, (cell, _) in enumerate(row[0] if row else []):
                 widths[i] = max(widths[i], len(cell))
         pads = [str.ljust if name in self.left_aligned else str.rjust for name in self.columns]
+        if self.columns[-1] in self.left_aligned:  # no trailing spaces after the last column
+            pads[-1] = lambda text, _: text
         header = " ".join(pad(name, w) for pad, name, w in zip(pads, self.columns, widths))
         lines = [self.title, header, "─" * len(header)]
         spans = [Span(0, len(self.title) + 1 + len(header), "bold")]

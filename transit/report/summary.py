@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from transit.report.aggregate import Report
-from transit.report.notes import ADVICE, Note
+from transit.report.notes import ADVICE, WARNING, Note
 from transit.report.render import BAD, CAUTION, GOOD, MUTED, Grid, folded_warnings
 from transit.report.units import format_age, format_bytes_short, format_seconds
 
@@ -67,17 +67,21 @@ def _stats(entry: dict[str, Any]) -> str:
         return "none"
     partial = f", {entry['partial_ranks']} partial" if entry["partial_ranks"] else ""
     age = f" {format_age(entry['stats_age_s'])} old" if entry["stats_age_s"] is not None else ""
-    return f"{entry['ranks']} ranks{partial}{age}"
+    return f"{entry['ranks']} rank{'s' if entry['ranks'] > 1 else ''}{partial}{age}"
 
 
 def _advice(entry: dict[str, Any], notes: list[Note]) -> tuple[str, str]:
+    """The first advice; else the first warning, or that no rank used CUDA; else nothing to suggest."""
     if entry["no_stats_reason"]:
         return entry["no_stats_reason"], MUTED
     advice = [n for n in notes if n.level == ADVICE]
-    if not advice:
-        return "nothing to suggest", GOOD
-    more = f" (+{len(advice) - 1} more)" if len(advice) > 1 else ""
-    return f"try {advice[0].action} [{advice[0].code}]{more}", "cyan"
+    if advice:
+        more = f" (+{len(advice) - 1} more)" if len(advice) > 1 else ""
+        return f"try {advice[0].action} [{advice[0].code}]{more}", "cyan"
+    worth = [n for n in notes if n.level == WARNING or n.code == "no-cuda"]
+    if worth:
+        return f"[{worth[0].code}] {worth[0].message}", CAUTION if worth[0].level == WARNING else MUTED
+    return "nothing to suggest", GOOD
 
 
 def render_list(jobs: list[tuple[Report, list[Note], dict[str, Any]]], console: Console) -> None:
