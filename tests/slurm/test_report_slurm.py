@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,11 @@ def accounting(cluster: Cluster) -> bool:
     return cluster.run(["sacct", "-n", "-j", "1"]).returncode == 0
 
 
+def job_user(cluster: Cluster) -> str:
+    """The user the cluster's commands (and so the jobs) run as."""
+    return cluster.run(["id", "-un"]).stdout.strip()
+
+
 def test_report_dir_comes_from_plugstack(cluster: Cluster) -> None:
     slurm.plugstack_arguments.cache_clear()
     assert slurm.plugstack_arguments()["report_dir"] == str(cluster.report_dir)
@@ -62,7 +66,7 @@ def test_report_json_of_a_two_node_job(cluster: Cluster, advise_job: tuple[str, 
     # without accounting (sacct fails) the controller (squeue) still remembers the job
     assert job["source"] == ("sacct" if accounting(cluster) else "squeue")
     assert (job["job_id"], job["shown_id"], job["name"], job["state"]) == (job_id, job_id, name, "COMPLETED")
-    assert job["user"] == pwd.getpwuid(os.getuid()).pw_name
+    assert job["user"] == job_user(cluster)
     assert (job["num_nodes"], job["policy"], job["mode"], job["limit_bytes"], job["policy_source"]) == (
         2,
         "advise",
@@ -227,7 +231,7 @@ def test_several_jobs_and_a_users_jobs(cluster: Cluster, advise_job: tuple[str, 
     out = transit_report(cluster, job_id, f"{array_id}_2", "--json")
     assert out.returncode == 0, out.stderr
     assert [j["job_id"] for j in json.loads(out.stdout)["jobs"]] == [job_id, tasks[2]]
-    user = pwd.getpwuid(os.getuid()).pw_name
+    user = job_user(cluster)
     mine = transit_report(cluster, "-u", user, "-S", "now-1hour", "--json")
     assert mine.returncode == 0, mine.stderr
     listed = {j["job_id"]: j for j in json.loads(mine.stdout)["jobs"]}
