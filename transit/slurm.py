@@ -566,18 +566,20 @@ def task_order(facts: JobFacts) -> tuple[int, int, str]:
     return (array, int(task) if task.isdigit() else 1 << 62, task)
 
 
-def jobs_by_id(ids: Sequence[str]) -> dict[str, list[JobFacts]]:
+def jobs_by_id(ids: Sequence[str]) -> tuple[dict[str, list[JobFacts]], str | None]:
     """For each id (JOBID, an array's id for every task, or ARRAY_TASK), the jobs Slurm knows by it,
     from accounting (sacct) if it has them, else from the controller (squeue); [] when neither knows it.
-    An array's tasks come in task order."""
+    An array's tasks come in task order. Also which answered: "sacct", "squeue", or None (neither)."""
     text = _run(sacct_command(["--jobs=" + ",".join(ids)]), SACCT_ENV)
     accounted = parse_sacct(text) if text is not None else []
     found = {wanted: [job for job in accounted if job.matches(wanted)] for wanted in ids}
+    answered = "sacct" if text is not None else None
     if not all(found.values()):
-        remembered = _squeue_jobs() or []
+        remembered = _squeue_jobs()
+        answered = answered or ("squeue" if remembered is not None else None)
         for wanted, jobs in found.items():
-            jobs += [] if jobs else [job for job in remembered if job.matches(wanted)]
-    return {wanted: sorted(jobs, key=task_order) for wanted, jobs in found.items()}
+            jobs += [] if jobs else [job for job in remembered or [] if job.matches(wanted)]
+    return {wanted: sorted(jobs, key=task_order) for wanted, jobs in found.items()}, answered
 
 
 def jobs_of_user(user: str, start_unix: float, end_unix: float) -> tuple[list[JobFacts], str | None]:

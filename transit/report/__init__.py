@@ -57,8 +57,9 @@ def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None)
     facts = job.facts
     asked = job.facts is not None or bool(job.warnings)
     if facts is None and use_slurm and job_id is not None and not asked:
-        facts = next((f for f in SlurmJobs.by_id([job_id])[job_id] if f.job_id == job_id), None)
-        warnings += [] if facts else [SlurmJobs.unknown(job_id)]
+        known, answered = SlurmJobs.by_id([job_id])
+        facts = next((f for f in known[job_id] if f.job_id == job_id), None)
+        warnings += [] if facts else [SlurmJobs.unknown(job_id, answered)]
     default_policy = slurm.plugstack_arguments().get("policy") if use_slurm else None
     return build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
                         [*job.warnings, *warnings, *step_warnings], now_unix)

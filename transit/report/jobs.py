@@ -93,7 +93,7 @@ def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: boo
         if not JOB_ID.match(target):
             raise UsageError(f"{target[:80]!r} is neither a directory nor a job id: give {JOB_ID_FORMS}")
     report_dir = default_report_dir(report_dir_option, use_slurm) if ids else None
-    known = SlurmJobs.by_id(ids) if ids and use_slurm else {}
+    known, answered = SlurmJobs.by_id(ids) if ids and use_slurm else ({}, None)
     jobs = []
     for target in targets:
         if target not in ids:
@@ -106,7 +106,7 @@ def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: boo
         if report_dir is None:
             raise UsageError(NO_REPORT_DIR)
         if "_" not in target and (report_dir / target).is_dir():
-            unknown = [SlurmJobs.unknown(target)] if use_slurm else []
+            unknown = [SlurmJobs.unknown(target, answered)] if use_slurm else []
             jobs.append(Job(target, target, report_dir / target, warnings=unknown))
             continue
         raise UsageError(f"unknown job id {target}: no {report_dir / target} and Slurm does not know the job"

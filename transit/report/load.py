@@ -341,7 +341,7 @@ class SlurmJobs:
     call for."""
 
     @staticmethod
-    def by_id(ids: list[str]) -> dict[str, list[slurm.JobFacts]]:
+    def by_id(ids: list[str]) -> tuple[dict[str, list[slurm.JobFacts]], str | None]:
         return slurm.jobs_by_id(ids)
 
     @staticmethod
@@ -349,11 +349,13 @@ class SlurmJobs:
         return slurm.jobs_of_user(user, start_unix, end_unix)
 
     @staticmethod
-    def unknown(job_id: str) -> ReportWarning:
+    def unknown(job_id: str, answered: str | None) -> ReportWarning:
+        why = ("the controller has forgotten it (MinJobAge), and there is no accounting" if answered == "squeue"
+               else "accounting has no record of it" if answered == "sacct"
+               else "neither sacct nor squeue answered (no accounting, and no controller reachable)")
         return ReportWarning(
             NO_SLURM_FACTS,
-            f"Slurm has no record of job {job_id} (no accounting, and the controller has forgotten it "
-            "or is not running): the header comes from the step and stats files alone",
+            f"Slurm does not know job {job_id}: {why}; the header comes from the step and stats files alone",
         )
 
 
