@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "report.md"
 TICKS_DIR = FIXTURES / "report" / "ticks-h200"  # a real stats file and its TRANSIT_TICK_LOG CSV
 JOBS = FIXTURES / "report" / "jobs"  # hand-made step files and partial stats, from the contracts
+CAPTURED = FIXTURES / "report" / "captured"  # the plugin branch's step files and stats of dev-cluster jobs
+CPU_ONLY = CAPTURED / "1"  # srun -N2 -n2 --transit=advise --transit-mem-limit=40G, a CPU-only task
 
 _spec = importlib.util.spec_from_file_location("report_synthetic", FIXTURES / "report" / "synthetic.py")
 assert _spec is not None and _spec.loader is not None
@@ -95,13 +97,13 @@ def test_healthy_job_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(capsys, str(job(tmp_path, 2)))
-    listed = run_json(capsys, str(job(tmp_path, 2)), str(JOBS / "4321"))
+    listed = run_json(capsys, str(job(tmp_path, 2)), str(CPU_ONLY))
     documented = set(re.findall(r"`([a-z_0-9]+)`", DOCS.read_text()))
     keys = (
         set(out) | set(out["job"]) | set(out["ranks"][0]) | set(out["totals"]) | set(out["iterations"])
         | set(out["notes"][0])
         | set(run_json(capsys, str(TICKS_DIR))["ranks"][0]["tick_log"])
-        | set(run_json(capsys, str(JOBS / "4321"), code=1)["steps"][0])
+        | set(run_json(capsys, str(CPU_ONLY), code=1)["steps"][0])
         | set(listed) | set(listed["jobs"][0])
     )
     assert keys - documented == set()
@@ -593,22 +595,41 @@ def transit_main_raising(args: list[str]) -> None:
 
 
 def test_a_job_without_stats_says_how_it_ran_and_why(capsys: pytest.CaptureFixture[str]) -> None:
-    """Job 4321: past MinJobAge (no Slurm facts), CPU-only, step 0 run with --transit=advise
-    --transit-mem-limit=40G on gpu[07-08]: not `policy -`, not `nodes 0`, exit code 1 with the reason."""
-    out = run_json(capsys, str(JOBS / "4321"), code=1)
-    assert out["job"] == out["job"] | {"job_id": "4321", "user": "alice", "policy": "advise", "mode": "limit",
-                                       "limit_bytes": 40 << 30, "policy_source": "step-files", "nodelist": "gpu[07-08]",
+    """Job 1 (captured): `srun -N2 -n2 --transit=advise --transit-mem-limit=40G` of a CPU-only task, read
+    without Slurm as after MinJobAge: not `policy -`, not `nodes 0`, exit code 1 with the reason."""
+    out = run_json(capsys, str(CPU_ONLY), code=1)
+    assert out["job"] == out["job"] | {"job_id": "1", "user": "transit-test", "policy": "advise", "mode": "limit",
+                                       "limit_bytes": 40 << 30, "policy_source": "step-files", "nodelist": "node[1-2]",
                                        "num_nodes": 2, "num_gpus": None, "source": "step-files"}
     assert out["no_stats_reason"] == ("no task called CUDA, so no rank wrote stats (libtransit stays inert in "
                                       "processes that never do)")
     (step,) = out["steps"]
     assert step | {"file": ""} == step | {
-        "file": "", "job_id": "4321", "step_id": "0", "ntasks": 16, "options": {"transit": "advise",
-                                                                               "transit-mem-limit": "40G"}}
-    text = run_text(capsys, str(JOBS / "4321"), code=1)
+        "file": "", "job_id": "1", "step_id": "0", "ntasks": 2, "options": {"transit": "advise",
+                                                                           "transit-mem-limit": "40G"}}
+    text = run_text(capsys, str(CPU_ONLY), code=1)
     assert "policy          advise  (from the plugin's step files: no rank wrote stats)" in text
-    assert "mode / limit    limit / 40.0 GiB" in text and "nodes           2  gpu[07-08]" in text
+    assert "mode / limit    limit / 40.0 GiB" in text and "nodes           2  node[1-2]" in text
     assert "No stats: no task called CUDA, so no rank wrote stats" in text
+
+
+def test_captured_jobs_of_the_plugin(capsys: pytest.CaptureFixture[str]) -> None:
+    """Jobs 2-4 (captured): a bare --transit (the plugin's default policy, options.transit null), a batch
+    job of two steps, #SBATCH --transit=prefetch and an srun --transit=base --transit-mem-limit=1G, of
+    which only the second wrote stats, and an array task."""
+    bare = run_json(capsys, str(CAPTURED / "2"))
+    assert (bare["job"]["policy"], bare["job"]["policy_source"], bare["steps"][0]["options"]) == (
+        "base", "stats-files", {})
+    two = run_json(capsys, str(CAPTURED / "3"))
+    assert (two["job"]["policy"], two["job"]["mode"], two["job"]["policy_source"]) == (
+        "mixed", "mixed", "stats-files+step-files")
+    assert [(s["step_id"], s["policy"], s["mode"], s["limit_bytes"], s["nodes"]) for s in two["steps"]] == [
+        ("0", "prefetch", "physical", None, "node[1-2]"), ("1", "base", "limit", 1 << 30, "node1")]
+    assert [(r["step"], r["rank"], r["policy"]) for r in two["ranks"]] == [("1", 0, "base")]
+    text = run_text(capsys, str(CAPTURED / "3"))
+    assert "step 1          base limit 1.0 GiB on node1, 1 task" in text
+    task = run_json(capsys, str(CAPTURED / "4"))
+    assert (task["job"]["job_id"], task["job"]["policy"], len(task["ranks"])) == ("4", "advise", 1)
 
 
 def test_steps_with_different_policies(capsys: pytest.CaptureFixture[str]) -> None:
@@ -722,8 +743,8 @@ def test_reasons_with_a_stats_directory(state: str, reason: str) -> None:
     from transit.report.load import StepFiles
     from transit.slurm import JobFacts
 
-    steps, _ = StepFiles(JOBS / "4321").load()
-    report = build_report(JOBS / "4321", "4321", [], steps, JobFacts("4321", "sacct", state=state), [], [])
+    steps, _ = StepFiles(CPU_ONLY).load()
+    report = build_report(CPU_ONLY, "1", [], steps, JobFacts("1", "sacct", state=state), [], [])
     assert (report.no_stats_reason or "").startswith(reason)
 
 
@@ -732,23 +753,23 @@ def test_reasons_with_a_stats_directory(state: str, reason: str) -> None:
 
 def test_several_jobs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     healthy = job(tmp_path, 8)
-    text = run_text(capsys, str(healthy), str(JOBS / "4321"), str(JOBS / "4322"))
+    text = run_text(capsys, str(healthy), str(CPU_ONLY), str(JOBS / "4322"))
     lines = text.splitlines()
     assert lines[0] == "TRANSIT report: 3 jobs (one line each; give one job id for its full report)"
-    rows = [line for line in lines if line.startswith((str(healthy), str(JOBS)))]
+    rows = [line for line in lines if line.startswith((str(healthy), str(JOBS), str(CAPTURED)))]
     assert len(rows) == 3
     assert "advise limit 24G" in rows[0] and "8 ranks" in rows[0] and "try --transit=prefetch [small-migrations]" in rows[0]
     assert "advise limit 40G" in rows[1] and "none" in rows[1] and "no task called CUDA" in rows[1]
     assert "2 ranks, 2 partial" in rows[2]
-    out = run_json(capsys, str(healthy), str(JOBS / "4321"))
+    out = run_json(capsys, str(healthy), str(CPU_ONLY))
     assert out["schema"] == "transit.report-list/1"
     assert [(j["job_id"], j["ranks"], j["policy_source"]) for j in out["jobs"]] == [
-        ("1234", 8, "stats-files"), ("4321", 0, "step-files")]
+        ("1234", 8, "stats-files"), ("1", 0, "step-files")]
     assert out["jobs"][0]["advice"][0] == {"code": "small-migrations", "action": "--transit=prefetch"}
     assert out["jobs"][0]["peak_cap_share"] == 1.0
     # exit code 1 only when no job has usable stats
-    run_text(capsys, str(JOBS / "4321"), str(JOBS / "4323"), code=1)
-    assert transit_main(["report", str(healthy), str(JOBS / "4321"), "--no-slurm", "--plot", str(tmp_path)]) == 2
+    run_text(capsys, str(CPU_ONLY), str(JOBS / "4323"), code=1)
+    assert transit_main(["report", str(healthy), str(CPU_ONLY), "--no-slurm", "--plot", str(tmp_path)]) == 2
     assert "--plot draws one job, and these are 2" in capsys.readouterr().err
 
 
@@ -758,7 +779,7 @@ def test_jobs_of_a_user_from_the_step_files(tmp_path: Path, capsys: pytest.Captu
     me = pwd.getpwuid(os.getuid()).pw_name
     for job_id, user, start in (("11", me, 1764446400.0), ("12", me, 1764450000.0), ("13", "someone-else", 1764446500.0),
                                 ("14", me, 1700000000.0)):
-        step = json.loads((JOBS / "4321" / "step-0.json").read_text())
+        step = json.loads((CPU_ONLY / "step-0.json").read_text())
         step.update(job_id=job_id, user=user, start_unix=start)
         (tmp_path / job_id).mkdir()
         (tmp_path / job_id / "step-0.json").write_text(json.dumps(step))

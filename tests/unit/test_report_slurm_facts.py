@@ -20,6 +20,7 @@ from transit.slurm import (
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SLURM = FIXTURES / "slurm"
 SACCT = FIXTURES / "report" / "slurm" / "sacct-parsable-written.txt"
+SQUEUE_ARRAYS = FIXTURES / "report" / "slurm" / "squeue-22.05-arrays.json"
 HOSTLISTS = FIXTURES / "report" / "hostlists-scontrol-22.05.tsv"
 
 
@@ -111,20 +112,34 @@ def test_squeue_24_11_shape() -> None:
     assert (done.state, done.elapsed_s, done.num_gpus) == ("COMPLETED", 300, 4)
 
 
-def test_squeue_array_tasks() -> None:
-    """22.05's shape (array_job_id 0 for a plain job, array_task_id an integer, a pending remainder's
-    array_task_string) and 24.11's ({"set", "number"} numbers)."""
+def test_squeue_22_05_array_tasks() -> None:
+    """Captured: jobs 1-3, array 4 (tasks 0 and 1, as jobs 5 and 4: the array's own record becomes its
+    last task) and array 6 throttled to one task at a time (task 0 running as job 7, 1-3 pending)."""
+    jobs = parse_squeue(json.loads(SQUEUE_ARRAYS.read_text()))
+    assert [(j.shown_id, j.job_id, j.state, j.user) for j in jobs] == [
+        ("1", "1", "COMPLETED", "transit-test"), ("2", "2", "COMPLETED", "transit-test"),
+        ("3", "3", "COMPLETED", "transit-test"), ("4_0", "5", "COMPLETED", "transit-test"),
+        ("4_1", "4", "COMPLETED", "transit-test"), ("6_0", "7", "RUNNING", "transit-test"),
+        ("6_[1-3%1]", "6", "PENDING", "transit-test")]
+    assert [j.shown_id for j in jobs if j.matches("4")] == ["4_0", "4_1"]
+    assert [j.shown_id for j in jobs if j.matches("6")] == ["6_0", "6_[1-3%1]"]
+    assert [j.shown_id for j in jobs if j.matches("7")] == ["6_0"]
+    assert [j.shown_id for j in jobs if j.matches("4_1")] == ["4_1"]
+
+
+def test_squeue_24_11_array_tasks() -> None:
+    """24.11's shape, written: ids as {"set", "infinite", "number"} objects, unset ones "set": false."""
+    def n(value: int | None) -> dict[str, object]:
+        return {"set": value is not None, "infinite": False, "number": value or 0}
+
     doc = {"jobs": [
-        {"job_id": 5001, "array_job_id": 5000, "array_task_id": 0, "array_task_string": "", "job_state": "RUNNING"},
-        {"job_id": 5000, "array_job_id": 5000, "array_task_id": None, "array_task_string": "3-4",
-         "job_state": "PENDING"},
-        {"job_id": {"set": True, "infinite": False, "number": 7002},
-         "array_job_id": {"set": True, "infinite": False, "number": 7000},
-         "array_task_id": {"set": True, "infinite": False, "number": 2}, "job_state": ["COMPLETED"]},
-        {"job_id": 17, "array_job_id": 0, "array_task_id": None, "job_state": "COMPLETED"},
+        {"job_id": n(7002), "array_job_id": n(7000), "array_task_id": n(2), "job_state": ["COMPLETED"]},
+        {"job_id": n(7000), "array_job_id": n(7000), "array_task_id": n(None), "array_task_string": "3-4",
+         "job_state": ["PENDING"]},
+        {"job_id": n(17), "array_job_id": n(0), "array_task_id": n(None), "job_state": ["COMPLETED"]},
     ]}
-    assert [(j.shown_id, j.job_id) for j in parse_squeue(doc)] == [
-        ("5000_0", "5001"), ("5000_[3-4]", "5000"), ("7000_2", "7002"), ("17", "17")]
+    assert [(j.shown_id, j.job_id) for j in parse_squeue(doc)] == [("7000_2", "7002"), ("7000_[3-4]", "7000"),
+                                                                   ("17", "17")]
 
 
 @pytest.mark.parametrize(

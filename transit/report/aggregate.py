@@ -369,7 +369,7 @@ class JobHeader:
     policy: str | None
     mode: str | None
     limit_bytes: int | None
-    policy_source: str | None  # "stats-files", "step-files", "submit-line"; None: nothing says
+    policy_source: str | None  # "stats-files", "step-files", both joined by "+", "submit-line"; None: nothing says
     source: str  # where the job's facts came from: "sacct", "squeue", "step-files" or "stats-files"
 
 
@@ -399,15 +399,16 @@ def job_header(job_id: str | None, rows: list[RankRow], steps: list[StepFile], f
     ends = [row.last_written_unix for row in rows if row.last_written_unix]
     stats_nodes = {row.node for row in rows if row.node}
     step_nodes, step_node_count = _step_nodes(steps)
-    if rows:
-        how = _configuration([(row.policy, row.mode, row.limit_bytes) for row in rows]), "stats-files"
-    elif steps:
-        how = _configuration([(step.policy, step.mode, step.limit_bytes) for step in steps]), "step-files"
-    elif submitted:
-        how = _configuration([(run.policy, run.mode, run.limit_bytes) for run in submitted]), "submit-line"
-    else:
-        how = (None, None, None), None
-    (policy, mode, limit), policy_source = how
+    # each step as its ranks ran it, else as its step file says; the submit line only without either
+    with_stats = {row.step for row in rows}
+    unreported = [step for step in steps if step.step_id not in with_stats]
+    configs = [(row.policy, row.mode, row.limit_bytes) for row in rows]
+    configs += [(step.policy, step.mode, step.limit_bytes) for step in unreported]
+    sources = ["stats-files"] * bool(rows) + ["step-files"] * bool(unreported)
+    if not configs and submitted:
+        configs, sources = [(run.policy, run.mode, run.limit_bytes) for run in submitted], ["submit-line"]
+    policy, mode, limit = _configuration(configs)
+    policy_source = "+".join(sources) or None
     header = JobHeader(
         job_id=job_id,
         shown_id=job_id,

@@ -42,6 +42,7 @@ WARNING_EXAMPLES = 3
 POLICY_SOURCES = {
     "stats-files": "from the ranks' stats",
     "step-files": "from the plugin's step files: no rank wrote stats",
+    "stats-files+step-files": "from the ranks' stats, and the step files of steps without stats",
     "submit-line": "from the submit line (sacct): no rank wrote stats, no step file",
 }
 FACT_SOURCES = {
@@ -219,7 +220,7 @@ def _how_run(report: Report) -> list[tuple[str, str]]:
         for step in report.steps[:WARNING_EXAMPLES]:
             limit_text = f" {format_bytes(step.limit_bytes)}" if step.limit_bytes else ""
             tasks = step.ntasks if step.ntasks is not None else "?"
-            what = f"{step.policy} {step.mode}{limit_text} on {step.nodes or '?'}, {tasks} tasks"
+            what = f"{step.policy} {step.mode}{limit_text} on {step.nodes or '?'}, {tasks} task{'s' * (tasks != 1)}"
             lines.append((f"step {step.step_id}", what))
         if len(report.steps) > WARNING_EXAMPLES:
             lines.append(("", f"and {len(report.steps) - WARNING_EXAMPLES} more steps (--json lists them)"))
