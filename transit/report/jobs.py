@@ -134,7 +134,7 @@ def jobs_of_user(user: str, since: str, until: str, report_dir_option: str | Non
     if source != "sacct" and report_dir is not None:
         listed = {job.job_id for job in jobs}
         jobs += [job for job in _jobs_in_report_dir(report_dir, user, start, end) if job.job_id not in listed]
-    return sorted(jobs, key=lambda job: slurm.task_order(job.facts) if job.facts else (int(job.job_id or 0), 0, ""))
+    return sorted(jobs, key=lambda job: slurm.task_order(job.facts or slurm.JobFacts(job.job_id or "0", "")))
 
 
 def _jobs_in_report_dir(report_dir: Path, user: str, start: float, end: float) -> list[Job]:
