@@ -712,12 +712,15 @@ def test_partial_stats_against_slurms_state(capsys: pytest.CaptureFixture[str]) 
         ({"state": "PENDING"}, "", "the job has not started yet"),
         ({"state": "COMPLETED", "submit_line": "sbatch job.sh"}, "",
          "TRANSIT was not asked for: no --transit on the submit line (sbatch job.sh), and no stats directory"),
-        ({"state": "COMPLETED", "submit_line": "srun --transit=advise x"}, "--transit=advise",
+        ({"state": "COMPLETED", "submit_line": "salloc --transit=advise", "step_submit_lines": {"0": "srun x"}},
+         "--transit=advise",
          "yet the submit line asks for TRANSIT (--transit=advise): the plugin makes it for every step it runs"),
+        ({"state": "COMPLETED", "submit_line": "sbatch --transit=advise --wrap 'sleep 60'"}, "--transit=advise",
+         "TRANSIT was asked for (--transit=advise), but no job step ran: TRANSIT runs srun steps, never the batch"),
         ({"state": "COMPLETED"}, "", "TRANSIT was not asked for (no --transit), or the report directory is another"),
     ],
 )
-def test_reasons_without_a_stats_directory(tmp_path: Path, facts: dict[str, str], submitted: str,
+def test_reasons_without_a_stats_directory(tmp_path: Path, facts: dict[str, Any], submitted: str,
                                            reason: str) -> None:
     from transit.report.aggregate import build_report
     from transit.report.load import SubmitLines

@@ -12,14 +12,17 @@ from transit.report.load import SubmitLines
 from transit.slurm import (
     JobFacts,
     compress_hostlist,
+    gpus_in_tres,
     parse_sacct,
     parse_squeue,
     plugin_arguments_in_plugstack,
+    tres_from_string,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SLURM = FIXTURES / "slurm"
-SACCT = FIXTURES / "report" / "slurm" / "sacct-parsable-written.txt"
+SACCT = FIXTURES / "report" / "slurm" / "sacct-22.05-jobs.txt"  # captured: sacct_command(["--jobs=1,2,3,6,7"])
+SACCT_USER = FIXTURES / "report" / "slurm" / "sacct-22.05-user.txt"  # captured: --user=root, the last hour
 SQUEUE_ARRAYS = FIXTURES / "report" / "slurm" / "squeue-22.05-arrays.json"
 HOSTLISTS = FIXTURES / "report" / "hostlists-scontrol-22.05.tsv"
 
@@ -51,35 +54,59 @@ def test_hostlist_of_a_thousand_ranks_nodes() -> None:
 
 
 def test_sacct_jobs_with_steps_arrays_and_pending_tasks() -> None:
+    """Captured on the dev cluster with accounting: a batch job of two srun steps, an srun job, a
+    3-task array, a --wrap job whose SubmitLine holds "|" and a newline, and an array throttled to one
+    task at a time (task 0 cancelled, task 1 running, 2-3 pending)."""
     jobs = parse_sacct(SACCT.read_text())
     assert [(j.shown_id, j.job_id, j.state) for j in jobs] == [
-        ("4242", "4242", "TIMEOUT"),
-        ("5000_0", "5001", "COMPLETED"),
-        ("5000_1", "5002", "CANCELLED"),  # "CANCELLED by 1000"
-        ("5000_2", "5003", "RUNNING"),
-        ("5000_[3-4%2]", "5000", "PENDING"),
-        ("6001", "6001", "FAILED"),
+        ("1", "1", "COMPLETED"),
+        ("2", "2", "COMPLETED"),
+        ("3_0", "4", "COMPLETED"),
+        ("3_1", "5", "COMPLETED"),
+        ("3_2", "3", "COMPLETED"),  # the array's own record becomes its last task
+        ("6", "6", "FAILED"),
+        ("7_0", "8", "CANCELLED"),  # "CANCELLED by 0"
+        ("7_1", "9", "RUNNING"),
+        ("7_[2-3%1]", "7", "PENDING"),
     ]
     first = jobs[0]
     assert (first.name, first.user, first.nodelist, first.num_nodes, first.num_gpus) == (
-        "llama-8b", "alice", "gpu[07-08]", 2, 16)
-    assert (first.start_unix, first.end_unix, first.elapsed_s) == (1764446400, 1764450000, 3600)
-    assert first.submit_line == "sbatch -N2 --transit=advise --transit-mem-limit=40G train.sh"
-    assert first.step_submit_lines == {"0": "srun --transit=prefetch python train.py --steps 1000"}
-    assert jobs[1].num_gpus == 8  # only a typed GPU TRES
-    running, pending = jobs[3], jobs[4]
-    assert (running.end_unix, running.elapsed_s, running.unfinished) == (None, 120, True)
-    assert (pending.start_unix, pending.nodelist, pending.num_gpus) == (None, None, None)
-    # a SubmitLine with the delimiter's "|" and a newline in it stays whole
-    assert jobs[5].submit_line.endswith("| tee eval.log\necho done")
+        "llama-8b", "root", "node[1-2]", 2, None)  # the dev cluster has no GPU TRES
+    assert (first.start_unix, first.end_unix, first.elapsed_s) == (1796161194, 1796161195, 1)
+    assert first.submit_line == ("sbatch --wait -J llama-8b -N2 --transit=advise --transit-mem-limit=40G "
+                                 "-o /tmp/acw/j1.out job.sh")
+    assert list(first.step_submit_lines) == ["0", "1"]  # the batch and extern steps have no submit line
+    assert first.step_submit_lines["1"].startswith("srun --transit=prefetch ")
+    running, pending = jobs[7], jobs[8]
+    assert (running.end_unix, running.elapsed_s, running.unfinished) == (None, 15, True)
+    assert (pending.start_unix, pending.nodelist, pending.unfinished) == (None, None, True)
+    # a SubmitLine with "|" and a newline in it stays whole
+    assert jobs[5].submit_line.endswith("python3 /no/such/eval.py | tee eval.log\nexit 3")
+
+
+def test_sacct_jobs_of_a_user() -> None:
+    jobs = parse_sacct(SACCT_USER.read_text())
+    assert [j.shown_id for j in jobs] == ["1", "2", "3_0", "3_1", "3_2", "6", "7_0", "7_1"]
+    assert {j.user for j in jobs} == {"root"}
+
+
+def test_gpus_from_tres() -> None:
+    assert gpus_in_tres(tres_from_string("billing=64,cpu=64,gres/gpu=16,gres/gpu:h200=16,mem=1000G,node=2")) == 16
+    assert gpus_in_tres(tres_from_string("cpu=8,gres/gpu:h200=8,mem=200G,node=1")) == 8  # only a typed GPU TRES
+    assert gpus_in_tres(tres_from_string("billing=2,cpu=2,node=2")) is None
 
 
 def test_job_ids_name_jobs_as_sacct_reads_them() -> None:
-    jobs = {job.job_id: job for job in parse_sacct(SACCT.read_text())}
-    assert [j.shown_id for j in jobs.values() if j.matches("5000")] == ["5000_0", "5000_1", "5000_2", "5000_[3-4%2]"]
-    assert [j.shown_id for j in jobs.values() if j.matches("5000_1")] == ["5000_1"]
-    assert [j.shown_id for j in jobs.values() if j.matches("5002")] == ["5000_1"]  # a task's own id
-    assert not any(j.matches("4242_0") or j.matches("999") for j in jobs.values())
+    jobs = parse_sacct(SACCT.read_text())
+
+    def named(wanted: str) -> list[str]:
+        return [j.shown_id for j in jobs if j.matches(wanted)]
+
+    assert named("3") == ["3_0", "3_1", "3_2"]
+    assert named("3_1") == named("5") == ["3_1"]  # as the array shows it, and by the task's own id
+    assert named("7") == ["7_0", "7_1", "7_[2-3%1]"]
+    assert named("8") == ["7_0"]
+    assert named("1") == ["1"] and named("1_0") == [] and named("999") == []
 
 
 def test_sacct_output_that_is_not_ours_gives_no_jobs() -> None:
@@ -210,13 +237,14 @@ def test_how_a_submit_line_asked_transit_to_run() -> None:
 
 def test_each_step_runs_as_the_job_line_and_its_srun_line_say() -> None:
     jobs = {job.job_id: job for job in parse_sacct(SACCT.read_text())}
-    # sbatch's options reach the step; the step's own --transit=prefetch replaces --transit=advise
-    (step,) = SubmitLines.of_job(jobs["4242"], None)
-    assert (step.policy, step.mode, step.limit_bytes) == ("prefetch", "limit", 40 << 30)
-    # a step without --transit inherits sbatch's --transit (here without a policy: the plugin's default)
-    (inherited,) = SubmitLines.of_job(jobs["5001"], "advise")
-    assert inherited.policy == "advise"
-    # no step rows: the job's own line
-    (wrapped,) = SubmitLines.of_job(jobs["6001"], None)
-    assert (wrapped.policy, wrapped.mode, wrapped.limit_bytes) == ("advise", "limit", 8 << 30)
+
+    def runs(job_id: str) -> list[tuple[str | None, str, int | None]]:
+        return [(r.policy, r.mode, r.limit_bytes) for r in SubmitLines.of_job(jobs[job_id], "base")]
+
+    # sbatch's options reach each step; step 1's own --transit=prefetch replaces --transit=advise
+    assert runs("1") == [("advise", "limit", 40 << 30), ("prefetch", "limit", 40 << 30)]
+    assert runs("2") == [("advise", "physical", None)]  # srun alone: the job's line is the step's
+    assert runs("4") == [("base", "physical", None)]  # a bare --transit: the plugin's default policy=
+    assert runs("6") == [("advise", "limit", 8 << 30)]  # the wrapped srun's --transit-mem-limit 8G
+    assert runs("8") == [("advise", "physical", None)]  # no step ran: the job's own line
     assert SubmitLines.of_job(None, "advise") == []

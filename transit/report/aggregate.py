@@ -538,10 +538,12 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
         return "the job has not started yet"
     if directory is None or not directory.is_dir():
         where = f"no stats directory {directory}" if directory else "no report directory to look in"
+        if submitted and facts is not None and facts.source == "sacct" and not facts.step_submit_lines:
+            return (f"TRANSIT was asked for ({_options(submitted[0].options)}), but no job step ran: TRANSIT runs "
+                    "srun steps, never the batch script itself, and accounting lists no srun step")
         if submitted:
-            asked = submitted[0].options
-            return (f"{where}, yet the submit line asks for TRANSIT ({_options(asked)}): the plugin makes it for "
-                    "every step it runs; is the report directory right (--report-dir)?")
+            return (f"{where}, yet the submit line asks for TRANSIT ({_options(submitted[0].options)}): the plugin "
+                    "makes it for every step it runs; is the report directory right (--report-dir)?")
         if facts is not None and facts.submit_line:
             return (f"TRANSIT was not asked for: no --transit on the submit line ({facts.submit_line[:60]}), and "
                     f"{where} (the plugin makes one for every step it runs, also for #SBATCH --transit)")
