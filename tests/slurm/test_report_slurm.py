@@ -1,6 +1,8 @@
 """`transit report` on real jobs of the local cluster: a 2-node `srun --transit=advise` job whose tasks
 call the CUDA runtime (libtransit writes a stats file per rank, with or without a GPU), then the report
-as a user runs it, finding the report directory through the cluster's plugstack.conf."""
+as a user runs it, finding the report directory through the cluster's plugstack.conf; an array, several
+jobs, a user's jobs, a job without stats. Slurm's facts come from sacct where the cluster keeps
+accounting, else from squeue: the tests check the source they got."""
 
 from __future__ import annotations
 
@@ -40,8 +42,18 @@ def advise_job(cluster: Cluster) -> tuple[str, str, bool]:
     return results[0][1], name, any(int(r[2]) == 0 for r in results)
 
 
+def accounting(cluster: Cluster) -> bool:
+    return cluster.run(["sacct", "-n", "-j", "1"]).returncode == 0
+
+
+def job_user(cluster: Cluster) -> str:
+    """The user the cluster's commands (and so the jobs) run as."""
+    return cluster.run(["id", "-un"]).stdout.strip()
+
+
 def test_report_dir_comes_from_plugstack(cluster: Cluster) -> None:
-    assert slurm.plugstack_report_dir() == str(cluster.report_dir)
+    slurm.plugstack_arguments.cache_clear()
+    assert slurm.plugstack_arguments()["report_dir"] == str(cluster.report_dir)
 
 
 def test_report_json_of_a_two_node_job(cluster: Cluster, advise_job: tuple[str, str, bool]) -> None:
@@ -51,15 +63,16 @@ def test_report_json_of_a_two_node_job(cluster: Cluster, advise_job: tuple[str, 
     report: dict[str, Any] = json.loads(out.stdout)
     assert report["directory"] == str(cluster.report_dir / job_id)
     job = report["job"]
-    # the dev cluster has no accounting (sacct fails): the controller (squeue) still remembers the job
-    accounting = cluster.run(["sacct", "--json", "-j", job_id]).returncode == 0
-    assert job["source"] == ("sacct" if accounting else "squeue")
-    assert (job["job_id"], job["name"], job["state"]) == (job_id, name, "COMPLETED")
-    assert (job["num_nodes"], job["policy"], job["mode"], job["limit_bytes"]) == (
+    # without accounting (sacct fails) the controller (squeue) still remembers the job
+    assert job["source"] == ("sacct" if accounting(cluster) else "squeue")
+    assert (job["job_id"], job["shown_id"], job["name"], job["state"]) == (job_id, job_id, name, "COMPLETED")
+    assert job["user"] == job_user(cluster)
+    assert (job["num_nodes"], job["policy"], job["mode"], job["limit_bytes"], job["policy_source"]) == (
         2,
         "advise",
         "physical",
         None,
+        "stats-files",
     )
     assert job["elapsed_s"] is not None and job["elapsed_s"] >= 0
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
@@ -82,6 +95,7 @@ def test_table_of_a_two_node_job(cluster: Cluster, advise_job: tuple[str, str, b
     assert out.returncode == 0, out.stderr
     assert f"job {job_id} ({name})" in out.stdout
     assert "COMPLETED" in out.stdout and "\x1b[" not in out.stdout
+    assert "nodes           2  node[" in out.stdout
 
 
 def test_missing_rank_in_a_copy_of_a_real_job(
@@ -139,3 +153,88 @@ def test_report_of_a_job_still_running(cluster: Cluster, tmp_path: Path) -> None
         assert [w["code"] for w in parsed["warnings"]] == ["job-not-finished"]
     finally:
         cluster.run(["scancel", job_id])
+
+
+CPU_TASK = "import os; print('CPU|' + os.environ['SLURM_JOB_ID'])"
+
+
+def test_a_job_without_stats_says_how_it_ran_and_why(cluster: Cluster) -> None:
+    """A CPU-only step under --transit=prefetch: no rank writes stats, so exit code 1 with the reason,
+    and the policy from the plugin's step file, else from the submit line where accounting keeps it."""
+    python = os.path.realpath(sys.executable)
+    out = cluster.run(["srun", "-J", unique_job_name(), "-N1", "--transit=prefetch", python, "-c", CPU_TASK])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.split("CPU|")[1].split()[0]
+    report = transit_report(cluster, job_id, "--json")
+    assert report.returncode == 1, report.stderr
+    parsed = json.loads(report.stdout)
+    assert parsed["ranks"] == [] and parsed["job"]["state"] == "COMPLETED"
+    assert parsed["no_stats_reason"] == ("no task called CUDA, so no rank wrote stats (libtransit stays inert in "
+                                         "processes that never do)")
+    step_files = list((cluster.report_dir / job_id).glob("step-*.json"))
+    source = "step-files" if step_files else "submit-line" if accounting(cluster) else None
+    assert parsed["job"]["policy_source"] == source
+    assert parsed["job"]["policy"] == ("prefetch" if source else None)
+    text = transit_report(cluster, job_id, "--no-color")
+    assert text.returncode == 1 and "No stats: no task called CUDA" in text.stdout
+
+
+@pytest.fixture(scope="module")
+def array_job(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    """(array id, each task's own job id) of a finished 3-task array whose tasks run the CUDA task."""
+    tmp = tmp_path_factory.mktemp("array")
+    task = tmp / "task.py"
+    task.write_text(CUDA_TASK)
+    script = tmp / "array.sh"
+    script.write_text(f"#!/bin/bash\nsrun {os.path.realpath(sys.executable)} {task} {libcudart()}\n")
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-J", unique_job_name(), "--array=0-2", "-N1",
+                       "--transit=advise", "-o", str(tmp / "out-%A_%a"), str(script)])
+    assert out.returncode == 0, out.stderr
+    array_id = out.stdout.strip().split(";")[0]
+    tasks = []
+    for index in range(3):
+        log = (tmp / f"out-{array_id}_{index}").read_text()
+        tasks.append(log.split("CUDA|")[1].split("|")[0])
+    return array_id, tasks
+
+
+def test_an_arrays_id_lists_every_task(cluster: Cluster, array_job: tuple[str, list[str]]) -> None:
+    array_id, tasks = array_job
+    out = transit_report(cluster, array_id, "--json")
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert listed["schema"] == "transit.report-list/1"
+    assert [(j["shown_id"], j["job_id"], j["ranks"], j["policy"]) for j in listed["jobs"]] == [
+        (f"{array_id}_{i}", tasks[i], 1, "advise") for i in range(3)]
+    assert [j["directory"] for j in listed["jobs"]] == [str(cluster.report_dir / t) for t in tasks]
+    text = transit_report(cluster, array_id, "--no-color")
+    assert text.returncode == 0
+    assert [line.split()[0] for line in text.stdout.splitlines() if line.startswith(f"{array_id}_")] == [
+        f"{array_id}_{i}" for i in range(3)]
+
+
+def test_an_array_task_gets_the_full_report(cluster: Cluster, array_job: tuple[str, list[str]]) -> None:
+    array_id, tasks = array_job
+    for target in (f"{array_id}_1", tasks[1]):  # as the array shows it, and by the task's own id
+        out = transit_report(cluster, target, "--json")
+        assert out.returncode == 0, out.stderr
+        job = json.loads(out.stdout)["job"]
+        assert (job["shown_id"], job["job_id"], job["state"]) == (f"{array_id}_1", tasks[1], "COMPLETED")
+    text = transit_report(cluster, f"{array_id}_1", "--no-color")
+    assert f"job {array_id}_1 = job {tasks[1]}" in text.stdout
+
+
+def test_several_jobs_and_a_users_jobs(cluster: Cluster, advise_job: tuple[str, str, bool],
+                                       array_job: tuple[str, list[str]]) -> None:
+    job_id, _, _ = advise_job
+    array_id, tasks = array_job
+    out = transit_report(cluster, job_id, f"{array_id}_2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert [j["job_id"] for j in json.loads(out.stdout)["jobs"]] == [job_id, tasks[2]]
+    user = job_user(cluster)
+    mine = transit_report(cluster, "-u", user, "-S", "now-1hour", "--json")
+    assert mine.returncode == 0, mine.stderr
+    listed = {j["job_id"]: j for j in json.loads(mine.stdout)["jobs"]}
+    assert {job_id, *tasks} <= set(listed)
+    assert all(j["user"] == user for j in listed.values())
+    assert listed[tasks[0]]["shown_id"] == f"{array_id}_0"

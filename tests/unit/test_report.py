@@ -1,11 +1,18 @@
-"""`transit report` on synthetic job directories built from the stats schema example."""
+"""`transit report` on synthetic job directories built from the stats schema example, on real stats
+files (no GPU, H200 tick log) and on hand-made step and partial-stats files (tests/fixtures/report)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import io
 import json
+import os
+import pwd
 import re
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +23,19 @@ from transit.cli import main as transit_main
 from transit.errors import UsageError
 from transit.report import load_report
 from transit.report.as_json import report_json
+from transit.report.jobs import Job, default_report_dir, jobs_of_user, parse_time
 from transit.report.notes import notes
 from transit.report.plots import PLOTS, write_plots
-from transit.report.render import render
+from transit.report.render import View, render
 from transit.report.thresholds import SMALL_MIGRATION_SHARE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-README = Path(__file__).resolve().parents[2] / "transit" / "report" / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs" / "report.md"
 TICKS_DIR = FIXTURES / "report" / "ticks-h200"  # a real stats file and its TRANSIT_TICK_LOG CSV
+JOBS = FIXTURES / "report" / "jobs"  # hand-made step files and partial stats, from the contracts
+CAPTURED = FIXTURES / "report" / "captured"  # the plugin branch's step files and stats of dev-cluster jobs
+CPU_ONLY = CAPTURED / "1"  # srun -N2 -n2 --transit=advise --transit-mem-limit=40G, a CPU-only task
 
 _spec = importlib.util.spec_from_file_location("report_synthetic", FIXTURES / "report" / "synthetic.py")
 assert _spec is not None and _spec.loader is not None
@@ -31,17 +43,26 @@ synthetic = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(synthetic)
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    assert transit_main(["report", *args, "--json", "--no-slurm"]) == 0
+def run_json(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> dict[str, Any]:
+    assert transit_main(["report", *args, "--json", "--no-slurm"]) == code
     return json.loads(capsys.readouterr().out)
+
+
+def run_text(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> str:
+    assert transit_main(["report", *args, "--no-slurm", "--no-color"]) == code
+    return capsys.readouterr().out
 
 
 def codes(items: list[dict[str, Any]]) -> list[str]:
     return [item["code"] for item in items]
 
 
-def job(tmp_path: Path, ranks: int = 8, change: Any = None) -> Path:
-    return synthetic.write_job(tmp_path / "1234", ranks, ranks_per_node=4, change=change)
+def job(tmp_path: Path, ranks: int = 8, change: Any = None, ranks_per_node: int = 4) -> Path:
+    return synthetic.write_job(tmp_path / "1234", ranks, ranks_per_node=ranks_per_node, change=change)
+
+
+def report_of(directory: Path, now_unix: float | None = None) -> Any:
+    return load_report(Job(str(directory), None, directory), use_slurm=False, now_unix=now_unix)
 
 
 def test_healthy_job_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,44 +73,45 @@ def test_healthy_job_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert out["job"] == out["job"] | {
         "job_id": "1234",
         "num_nodes": 2,
+        "nodelist": "node[1-2]",
         "num_gpus": 8,
         "policy": "advise",
         "mode": "limit",
         "limit_bytes": 25769803776,
+        "policy_source": "stats-files",
         "source": "stats-files",
     }
+    assert (out["no_stats_reason"], out["partial"], out["steps"]) == (None, False, [])
     assert [n["name"] for n in out["nodes"]] == ["node1", "node2"]
     assert out["totals"]["htod_bytes"] == 8 * example["migrations"]["htod"]["bytes"]
     assert out["totals"]["htod_histogram"]["4K-64K"] == 8 * 1100000
     assert sum(n["thrashing"] for n in out["nodes"]) == out["totals"]["thrashing"] == 8 * 12
     assert out["iterations"]["methods"] == ["python-hook"]
-    assert out["iterations"]["slowest_rank"] == 6
+    assert (out["iterations"]["slowest_rank"], out["iterations"]["slowest"]) == (6, "rank 6")
     assert out["warnings"] == []
     # the example's HtoD migrations are 92% under 64 KiB and its policy is advise, not prefetch
-    assert "small-migrations" in codes(out["notes"])
+    (small,) = [n for n in out["notes"] if n["code"] == "small-migrations"]
+    assert small["action"] == "--transit=prefetch" and small["message"].startswith("try --transit=prefetch: 92% of")
     assert out["ranks"][0]["small_htod_share"] == pytest.approx(1100100 / 1200000)
 
 
 def test_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(capsys, str(job(tmp_path, 2)))
-    documented = set(re.findall(r"`([a-z_0-9]+)`", README.read_text()))
+    listed = run_json(capsys, str(job(tmp_path, 2)), str(CPU_ONLY))
+    documented = set(re.findall(r"`([a-z_0-9]+)`", DOCS.read_text()))
     keys = (
-        set(out)
-        | set(out["job"])
-        | set(out["ranks"][0])
-        | set(out["totals"])
-        | set(out["iterations"])
+        set(out) | set(out["job"]) | set(out["ranks"][0]) | set(out["totals"]) | set(out["iterations"])
         | set(out["notes"][0])
         | set(run_json(capsys, str(TICKS_DIR))["ranks"][0]["tick_log"])
+        | set(run_json(capsys, str(CPU_ONLY), code=1)["steps"][0])
+        | set(listed) | set(listed["jobs"][0])
     )
     assert keys - documented == set()
 
 
 def test_missing_rank_is_a_named_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = job(tmp_path)
-    for path in directory.glob("rank3.*"):
-        path.unlink()
-    for path in directory.glob("rank5.*"):
+    for path in [*directory.glob("rank3.*"), *directory.glob("rank5.*")]:
         path.unlink()
     out = run_json(capsys, str(directory))
     assert [r["rank"] for r in out["ranks"]] == [0, 1, 2, 4, 6, 7]
@@ -99,16 +121,23 @@ def test_missing_rank_is_a_named_warning(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize(
-    ("content", "code"),
+    ("content", "code", "says"),
     [
-        ("", "empty-file"),
-        ('{"schema": "transit.rank/1", "identity": {', "truncated-file"),
-        (json.dumps({"schema": "transit.rank/2"}), "unknown-schema"),
-        ("[1, 2]", "unknown-schema"),
+        ("", "empty-file", "rank2.node1.4002.json is empty; its rank is left out"),
+        ('{"schema": "transit.rank/1", "identity": {"node": "no', "truncated-file",
+         "is not complete JSON (Unterminated string at byte 50)"),
+        ('{"schema": "transit.rank/1", "identity": {', "truncated-file", "(Expecting property name enclosed in"),
+        (json.dumps({"schema": "transit.rank/2"}), "unknown-schema",
+         "has schema 'transit.rank/2', this report reads 'transit.rank/1' (a newer transit reads it)"),
+        (json.dumps({"schema": "other/1"}), "unknown-schema",
+         "has schema 'other/1', this report reads 'transit.rank/1'; its rank is left out"),
+        (json.dumps({"identity": {}}), "unknown-schema", 'has no "schema" field (transit.rank/1 expected)'),
+        ("null", "unknown-schema", "holds a JSON null, not a transit.rank/1 object"),
+        ("[1, 2]", "unknown-schema", "holds a JSON list, not a transit.rank/1 object"),
     ],
 )
 def test_bad_file_is_a_named_warning_and_the_rest_is_reported(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, code: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, code: str, says: str
 ) -> None:
     directory = job(tmp_path, 4)
     (bad,) = directory.glob("rank2.*")
@@ -117,6 +146,18 @@ def test_bad_file_is_a_named_warning_and_the_rest_is_reported(
     assert [r["rank"] for r in out["ranks"]] == [0, 1, 3]
     assert codes(out["warnings"]) == [code, "missing-rank"]
     assert out["warnings"][0]["path"] == str(bad)
+    assert says in out["warnings"][0]["message"]
+    assert " at at " not in out["warnings"][0]["message"] and "NoneType" not in out["warnings"][0]["message"]
+
+
+def test_every_file_rejected_is_no_usable_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = job(tmp_path, 3)
+    for i, path in enumerate(sorted(directory.glob("rank*.json"))):
+        path.write_text("" if i == 0 else '{"schema": "transit.rank/9"}')
+    out = run_json(capsys, str(directory), code=1)
+    assert out["ranks"] == []
+    assert out["no_stats_reason"] == "every stats file was rejected (2 unknown-schema, 1 empty-file): see the warnings"
+    assert "No stats: every stats file was rejected" in run_text(capsys, str(directory), code=1)
 
 
 def test_launcher_process_yields_to_the_cuda_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,16 +179,18 @@ def test_two_cuda_files_for_one_rank_warn(tmp_path: Path, capsys: pytest.Capture
     (directory / "rank1.node1.77.json").write_text(json.dumps(again))
     out = run_json(capsys, str(directory))
     assert codes(out["warnings"]) == ["duplicate-rank"]
-    assert out["ranks"][1]["file"].endswith("rank1.node1.77.json")  # the one that ended last
+    assert out["ranks"][1]["file"].endswith("rank1.node1.77.json")  # the one written last
 
 
-def test_rank_unknown_to_libtransit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def no_rank(rank: int, stats: dict[str, Any]) -> None:
-        stats["identity"].update(rank=-1, world_size=-1, local_rank=-1)
-
-    out = run_json(capsys, str(job(tmp_path, 1, no_rank)))
-    assert out["ranks"][0]["rank"] is None
-    assert out["warnings"] == []
+def test_a_run_outside_slurm_is_named_by_its_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200 fixture (`transit run`, no SLURM_JOB_ID, rank -1): no `job ?`, no `rank None`, no
+    "ranks without a number"."""
+    text = run_text(capsys, str(TICKS_DIR))
+    assert "TRANSIT report  a run outside Slurm (no job id): pid 1220 (vm)" in text
+    assert "job ?" not in text and "None" not in text and "without a number" not in text
+    assert "on pid 1220 (vm)" in text
+    out = run_json(capsys, str(TICKS_DIR))
+    assert (out["job"]["job_id"], out["ranks"][0]["rank"], out["iterations"]["slowest"]) == (None, None, "pid 1220 (vm)")
 
 
 def test_wrong_types_in_a_file_read_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,25 +199,42 @@ def test_wrong_types_in_a_file_read_as_missing(tmp_path: Path, capsys: pytest.Ca
             stats["migrations"]["htod"] = {"bytes": "lots", "count": None, "histogram": [1, 2]}
             stats["timeline"] = "none"
             stats["faults"] = 5
+            stats["partial"] = "yes"
 
     out = run_json(capsys, str(job(tmp_path, 2, garble)))
     first = out["ranks"][0]
-    assert (first["htod_bytes"], first["htod_count"], first["htod_histogram"], first["thrashing"]) == (
-        0,
-        0,
-        {},
-        0,
-    )
-    assert first["small_htod_share"] is None
+    assert (first["htod_bytes"], first["htod_count"], first["htod_histogram"], first["thrashing"]) == (0, 0, {}, 0)
+    assert (first["small_htod_share"], first["partial"]) == (None, False)
 
 
 def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert transit_main(["report", "98765", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0
-    assert "unknown job id 98765" in err
-    with pytest.raises(UsageError, match="neither a directory nor a job id"):
-        load_report(str(tmp_path / "no-such-dir"), use_slurm=False)
+    assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm does not know the job"
+    assert transit_main(["report", "98765_3", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
+    assert "unknown array task 98765_3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["12x"], "'12x' is neither a directory nor a job id: give a job id (1234), an array task (1234_7)"),
+        (["1234_"], "'1234_' is neither a directory nor a job id"),
+        ([], "nothing to report: give a job id (1234)"),
+        (["1", "-u", "root"], "give job ids and directories, or -u USER, not both"),
+        (["1", "-S", "today"], "-S and -E select the jobs of -u USER"),
+        (["-u", "no-such-user-here"], "unknown user 'no-such-user-here'"),
+        (["-u", "root", "-S", "yesterday"], "time 'yesterday' is not one of YYYY-MM-DD[THH:MM[:SS]]"),
+        (["-u", "root", "-S", "now", "-E", "now-2days"], "-S now is after -E now-2days"),
+        (["1", "--ranks", "0"], "--ranks '0': give 'all' or how many top ranks to show"),
+        (["1", "--sort", "speed"], "--sort 'speed': give one of peak, spill, htod"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str],
+                                           says: str) -> None:
+    assert transit_main(["report", *args, "--no-slurm", "--report-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
 
 
 def test_job_id_found_through_transit_report_dir(
@@ -188,8 +248,9 @@ def test_job_id_found_through_transit_report_dir(
 
 
 def _notes_for(tmp_path: Path, change: Any, ranks: int = 8) -> dict[str, dict[str, Any]]:
-    report = load_report(str(job(tmp_path, ranks, change)), use_slurm=False)
-    return {note.code: {"ranks": note.ranks, "message": note.message} for note in notes(report)}
+    report = report_of(job(tmp_path, ranks, change))
+    return {note.code: {"ranks": note.ranks, "message": note.message, "action": note.action}
+            for note in notes(report)}
 
 
 def test_notes_follow_thresholds(tmp_path: Path) -> None:
@@ -216,10 +277,32 @@ def test_notes_follow_thresholds(tmp_path: Path) -> None:
     assert found["dropped-records"]["ranks"] == [1]
     assert "17" in found["dropped-records"]["message"]
     assert found["refused-allocations"]["ranks"] == [2]
+    assert "raise --transit-mem-limit (now 24.0 GiB) or use more nodes" in found["refused-allocations"]["message"]
     assert found["stragglers"]["ranks"] == [3]
     assert found["ended-by-signal"]["ranks"] == [3]
+    assert "rank 3 wrote its stats on SIGTERM" in found["ended-by-signal"]["message"]
     assert found["cuda-error"]["ranks"] == [3]
     assert "fewer-nodes" not in found  # resident peak = the limit
+
+
+def test_advice_names_the_action_and_its_effect_in_the_jobs_figures(tmp_path: Path) -> None:
+    """Each rank of the synthetic job moves 20 GiB in each of two warm-up steps, then 256 MiB in every
+    one of the 18 steps after (tests/fixtures/report/synthetic.py)."""
+    def base(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"]["policy"] = "base"
+
+    found = _notes_for(tmp_path, base)
+    assert found["migrations-every-iteration"]["action"] == "--transit=advise"
+    assert found["migrations-every-iteration"]["message"] == (
+        "try --transit=advise: 256.0 MiB per step still migrates to the GPU after warm-up on ranks 0-7, and "
+        "256.0 MiB of it moved again in each of the 18 steps: what does not fit is evicted and fetched again each "
+        "time; advise leaves it in host memory for the GPU to read in place, so the steps no longer wait for those "
+        "migrations")
+    assert found["thrashing"]["message"].startswith(
+        "try --transit=advise: the driver moved the same pages back and forth between host and GPU 96 times")
+    assert found["small-migrations"]["message"].startswith(
+        "try --transit=prefetch: 92% of the 9,600,000 migrations to the GPU on ranks 0-7 were under 64.0 KiB")
+    assert "(2,800,000 faults)" in found["small-migrations"]["message"]
 
 
 def test_bound_over_limit_warns_when_the_measured_bound_passed_the_limit(tmp_path: Path) -> None:
@@ -231,7 +314,8 @@ def test_bound_over_limit_warns_when_the_measured_bound_passed_the_limit(tmp_pat
 
     found = _notes_for(tmp_path, measured)
     assert found["limit-bound-over"]["ranks"] == [5]
-    assert "4 sweeps" in found["limit-bound-over"]["message"]
+    assert "above the limit of 24.0 GiB" in found["limit-bound-over"]["message"]
+    assert "4 sweeps found chunks the estimate had lost" in found["limit-bound-over"]["message"]
     assert "limit-bound-over" not in _notes_for(tmp_path / "none", None)  # the fixture stays under L
 
 
@@ -248,13 +332,8 @@ def test_small_migrations_threshold_is_strict(tmp_path: Path) -> None:
     def at_threshold(rank: int, stats: dict[str, Any]) -> None:
         small = int(SMALL_MIGRATION_SHARE * 1000)
         stats["config"]["policy"] = "base"
-        stats["migrations"]["htod"]["histogram"] = {
-            "<4K": 0,
-            "4K-64K": small,
-            "64K-1M": 1000 - small,
-            "1M-2M": 0,
-            ">2M": 0,
-        }
+        stats["migrations"]["htod"]["histogram"] = {"<4K": 0, "4K-64K": small, "64K-1M": 1000 - small, "1M-2M": 0,
+                                                    ">2M": 0}
 
     assert "small-migrations" not in _notes_for(tmp_path, at_threshold)
 
@@ -264,7 +343,10 @@ def test_fewer_nodes_when_memory_far_under_the_cap(tmp_path: Path) -> None:
         stats["memory"]["resident_peak_bytes"] = stats["config"]["limit_bytes"] // 4
 
     found = _notes_for(tmp_path, small)
-    assert "25%" in found["fewer-nodes"]["message"]
+    assert found["fewer-nodes"]["message"].startswith(
+        "try 1 node instead of 2: peak device memory stayed at or under 25% of the cap on every rank, so the same "
+        "data on 1 would fill about 50% of each GPU")
+    assert found["fewer-nodes"]["action"] == "--nodes=1"
     # one node: no fewer nodes to go to
     assert "fewer-nodes" not in _notes_for(tmp_path / "one", small, ranks=4)
 
@@ -279,37 +361,92 @@ def test_no_cuda_and_no_iterations(tmp_path: Path) -> None:
     assert "no-iterations" not in found  # only ranks that used CUDA are judged
 
 
-def _render(tmp_path: Path, **console: Any) -> str:
-    report = load_report(str(job(tmp_path, 8)), use_slurm=False)
+def _render(directory: Path, view: View | None = None, **console: Any) -> str:
+    report = report_of(directory)
     buffer = io.StringIO()
-    render(report, notes(report), Console(file=buffer, width=120, **console))
+    render(report, notes(report), Console(file=buffer, width=132, **console), view)
     return buffer.getvalue()
 
 
 def test_table_rendering(tmp_path: Path) -> None:
-    text = _render(tmp_path / "plain", color_system=None)
+    text = _render(job(tmp_path / "plain"), color_system=None)
     assert "\x1b[" not in text
-    assert "job 1234" in text
-    assert "[small-migrations]" in text
+    assert "job 1234" in text and "nodes           2  node[1-2]" in text
+    assert "[small-migrations] try --transit=prefetch" in text
     assert re.search(r"^\s*7 node2 ", text, re.MULTILINE)
     assert re.search(r"^job\s+8\s+8 ", text, re.MULTILINE)
-    coloured = _render(tmp_path / "colour", force_terminal=True, color_system="standard")
+    assert "Colours:" not in text  # no colours, no colour legend
+    coloured = _render(job(tmp_path / "colour"), force_terminal=True, color_system="standard")
     assert "\x1b[" in coloured
+    for colour in ("red = ", "yellow = ", "cyan = ", "dim = "):  # every colour the tables use is explained
+        assert colour in coloured
 
 
 def test_no_color_flag_prints_plain_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert transit_main(["report", str(job(tmp_path, 2)), "--no-slurm", "--no-color"]) == 0
-    out = capsys.readouterr().out
+    out = run_text(capsys, str(job(tmp_path, 2)))
     assert "\x1b[" not in out and "Ranks" in out
 
 
+def test_a_thousand_ranks_fit_a_screen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default view of 1,000 ranks on 125 nodes: under 60 lines (the spread, the top ranks by a
+    metric, the outliers, the top nodes), with the node list as Slurm compresses it; --ranks all
+    shows every rank and node."""
+    def slow_and_duplicated(rank: int, stats: dict[str, Any]) -> None:
+        stats["identity"]["node"] = stats["identity"]["hostname"] = f"gpu{rank // 8 + 1:03d}"
+        if rank in (17, 503):
+            stats["iterations"]["step_time_mean_s"] = 3.0  # stragglers
+        if rank == 900:
+            stats["memory"]["overshoot_peak_bytes"] = 1 << 20
+
+    directory = job(tmp_path, 1000, slow_and_duplicated, ranks_per_node=8)
+    for rank in range(0, 1000, 2):  # a second, older file for every other rank
+        stats = synthetic.rank_stats(rank, 1000, 8)
+        stats["identity"]["pid"] = 90000 + rank
+        stats["time"]["end_unix"] -= 10
+        (directory / f"rank{rank}.old.{90000 + rank}.json").write_text(json.dumps(stats))
+    text = run_text(capsys, str(directory))
+    lines = text.splitlines()
+    assert len(lines) < 60, text
+    assert "nodes           125  gpu[001-125]" in text
+    assert "Ranks (1000 on 125 nodes): the spread, the 5 highest by Step s, 1 of 1 outliers" in text
+    assert re.search(r"^\s+17 gpu003 .* 3 cupti", text, re.MULTILINE) and re.search(r"^\s+900 gpu113 ", text, re.MULTILINE)
+    assert [line.split()[0] for line in lines if re.match(r"^\s*(min|median|max) ", line)] == ["min", "median", "max"]
+    (folded,) = [line for line in lines if "[duplicate-rank]" in line]
+    assert folded == "warning [duplicate-rank] 500 times; 3 of them (--json lists all):"
+    assert lines[lines.index(folded) + 1].startswith("    step 0 rank 0 has 2 stats files")
+    everything = run_text(capsys, str(directory), "--ranks", "all")
+    assert len(re.findall(r"^\s*\d+ gpu\d{3} ", everything, re.MULTILINE)) == 1000
+    assert len(re.findall(r"^gpu\d{3} ", everything, re.MULTILINE)) == 125
+    by_faults = run_text(capsys, str(directory), "--sort", "faults", "--ranks", "3")
+    assert "the 3 highest by Faults" in by_faults
+
+
 def test_plots(tmp_path: Path) -> None:
-    report = load_report(str(job(tmp_path, 8)), use_slurm=False)
-    written = write_plots(report, tmp_path / "plots")
-    assert [p.name for p in written] == list(PLOTS)
+    report = report_of(job(tmp_path, 8))
+    written, skipped = write_plots(report, tmp_path / "plots")
+    assert [p.name for p in written] == ["migration-sizes.png", "timeline.png", "ranks.png"]
+    assert skipped == [("control.png not written: no tick log with readings (limit mode with TRANSIT_TICK_LOG=1 "
+                       "writes one beside each stats file)")]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size > 10_000
+
+
+def test_no_png_without_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job whose ranks never used CUDA: every plot says why it is not there, none is written."""
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "ranks.png").write_bytes(b"an old plot of another job")
+    assert transit_main(["report", str(FIXTURES / "report" / "real-no-gpu"), "--no-slurm", "--plot",
+                         str(plots)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" not written: ")[0] for line in err] == list(PLOTS)
+    assert list(plots.iterdir()) == []
+
+
+def test_plots_of_a_thousand_ranks(tmp_path: Path) -> None:
+    written, _ = write_plots(report_of(job(tmp_path, 1000, ranks_per_node=8)), tmp_path / "plots")
+    assert {p.name for p in written} == {"migration-sizes.png", "timeline.png", "ranks.png"}
 
 
 def test_tick_log_beside_a_stats_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -323,10 +460,10 @@ def test_tick_log_beside_a_stats_file(capsys: pytest.CaptureFixture[str], tmp_pa
     assert rank["tick_log"]["bound_peak_bytes"] == rank["device_bound_peak_bytes"]
     assert out["warnings"] == []
     (bound_over,) = [n for n in out["notes"] if n["code"] == "limit-bound-over"]
-    assert "for up to 3.1 s by the tick log" in bound_over["message"]
-    report = load_report(str(TICKS_DIR), use_slurm=False)
-    (drawn,) = [p for p in write_plots(report, tmp_path) if p.name == "control.png"]
-    assert drawn.stat().st_size > 20_000
+    assert "for up to 3.1 s (by the tick log)" in bound_over["message"]
+    written, skipped = write_plots(report_of(TICKS_DIR), tmp_path)
+    assert [p.name for p in written] == list(PLOTS) and skipped == []
+    assert (tmp_path / "control.png").stat().st_size > 20_000
 
 
 def copy_ticks_dir(tmp_path: Path) -> Path:
@@ -357,8 +494,8 @@ def test_tick_logs_with_few_readings(capsys: pytest.CaptureFixture[str], tmp_pat
     assert out["ranks"][0]["tick_log"] == summary and out["warnings"] == []
     (bound_over,) = [n for n in out["notes"] if n["code"] == "limit-bound-over"]  # from the stats file
     assert ("by the tick log" in bound_over["message"]) == (summary["seconds_over_limit"] is not None)
-    written = write_plots(load_report(str(tmp_path), use_slurm=False), tmp_path / "plots")
-    assert (tmp_path / "plots" / "control.png") in written
+    written, _skipped = write_plots(report_of(tmp_path), tmp_path / "plots")
+    assert ((tmp_path / "plots" / "control.png") in written) == (summary["bound_peak_bytes"] is not None)
 
 
 @pytest.mark.parametrize("row", ["1.0,lots,,2.0", "2.0,5,,nan", "inf,5,,1.0"])
@@ -372,7 +509,7 @@ def test_unreadable_tick_log_is_a_named_warning(capsys: pytest.CaptureFixture[st
 
 
 def test_json_is_serialisable_without_slurm_facts(tmp_path: Path) -> None:
-    report = load_report(str(job(tmp_path, 2)), use_slurm=False)
+    report = report_of(job(tmp_path, 2))
     assert json.loads(json.dumps(report_json(report, notes(report))))["job"]["source"] == "stats-files"
 
 
@@ -381,12 +518,8 @@ def test_colours_mark_the_cells_over_thresholds(tmp_path: Path) -> None:
         stats["iterations"]["step_time_mean_s"] = 5.0 if rank == 2 else 1.5
         stats["faults"]["thrashing"] = 0 if rank == 2 else 3
 
-    report = load_report(str(job(tmp_path, 4, slow_rank_two)), use_slurm=False)
-    buffer = io.StringIO()
-    render(
-        report, notes(report), Console(file=buffer, width=140, force_terminal=True, color_system="standard")
-    )
-    lines = {line.split()[0]: line for line in buffer.getvalue().splitlines() if " node1 " in line}
+    text = _render(job(tmp_path, 4, slow_rank_two), force_terminal=True, color_system="standard")
+    lines = {line.split()[0]: line for line in text.splitlines() if " node1 " in line}
     red = "\x1b[31m"
     assert re.search(rf"{re.escape(red)}\s*5\x1b\[0m", lines["2"])  # the straggler's step time
     assert not re.search(rf"{re.escape(red)}\s*1.5\x1b\[0m", lines["1"])
@@ -398,10 +531,7 @@ def test_real_stats_files_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> N
     migration sections at all, a CUDA error, rank numbers from SLURM_PROCID."""
     out = run_json(capsys, str(FIXTURES / "report" / "real-no-gpu"))
     assert out["job"]["job_id"] == "90"  # from the files: the directory is not named by the job id
-    assert [(r["rank"], r["node"], r["device"]) for r in out["ranks"]] == [
-        (0, "node1", None),
-        (1, "node2", None),
-    ]
+    assert [(r["rank"], r["node"], r["device"]) for r in out["ranks"]] == [(0, "node1", None), (1, "node2", None)]
     assert {r["htod_bytes"] for r in out["ranks"]} == {0}
     assert out["warnings"] == []
     assert {"cuda-error", "no-cuda"} <= set(codes(out["notes"]))
@@ -416,13 +546,9 @@ def test_nodes_in_natural_order_and_steps_apart(tmp_path: Path, capsys: pytest.C
     synthetic.write_job(directory, 2, ranks_per_node=1, job_id="77", change=second_step)
     out = run_json(capsys, str(directory))
     assert [n["name"] for n in out["nodes"]] == [f"node{i}" for i in range(1, 13)]
-    assert [(r["step"], r["rank"]) for r in out["ranks"]] == [("0", r) for r in range(12)] + [
-        ("1", 0),
-        ("1", 1),
-    ]
+    assert [(r["step"], r["rank"]) for r in out["ranks"]] == [("0", r) for r in range(12)] + [("1", 0), ("1", 1)]
     assert out["warnings"] == []
-    assert transit_main(["report", str(directory), "--no-slurm", "--no-color"]) == 0
-    assert "Job step" in capsys.readouterr().out
+    assert "Job step" in run_text(capsys, str(directory), "--ranks", "all")
 
 
 def test_timeline_intervals_from_cumulative_samples() -> None:
@@ -431,10 +557,7 @@ def test_timeline_intervals_from_cumulative_samples() -> None:
 
     def intervals(timeline: list[dict[str, Any]]) -> list[tuple[float, float, int, int]]:
         stats = synthetic.example_stats() | {"timeline": timeline}
-        return [
-            (i.start_t, i.t, i.iteration, i.htod_bytes)
-            for i in rank_row(RankFile(Path("x"), stats)).intervals
-        ]
+        return [(i.start_t, i.t, i.iteration, i.htod_bytes) for i in rank_row(RankFile(Path("x"), stats)).intervals]
 
     def sample(t: float, iteration: int, htod: int) -> dict[str, Any]:
         return {"t": t, "iteration": iteration, "resident_bytes": 0, "htod_bytes": htod, "dtoh_bytes": 0}
@@ -446,16 +569,258 @@ def test_timeline_intervals_from_cumulative_samples() -> None:
 
 
 def test_report_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from transit.report import load
+    from transit.report import jobs
 
     option, env, dev = tmp_path / "option", tmp_path / "env", tmp_path / "dev"
     dev.mkdir()
-    monkeypatch.setattr(load, "DEV_CLUSTER_REPORT_DIR", dev)
+    monkeypatch.setattr(jobs, "DEV_CLUSTER_REPORT_DIR", dev)
     monkeypatch.setenv("TRANSIT_REPORT_DIR", str(env))
-    assert load.default_report_dir(str(option), use_slurm=False) == option
-    assert load.default_report_dir(None, use_slurm=False) == env
+    assert default_report_dir(str(option), use_slurm=False) == option
+    assert default_report_dir(None, use_slurm=False) == env
     monkeypatch.delenv("TRANSIT_REPORT_DIR")
-    assert load.default_report_dir(None, use_slurm=False) == dev
+    assert default_report_dir(None, use_slurm=False) == dev
     dev.rmdir()
+    assert default_report_dir(None, use_slurm=False) is None
     with pytest.raises(UsageError, match="no report directory"):
-        load.default_report_dir(None, use_slurm=False)
+        transit_main_raising(["12"])
+
+
+def transit_main_raising(args: list[str]) -> None:
+    from transit.report.jobs import jobs_named
+
+    jobs_named(args, None, use_slurm=False)
+
+
+# --- how a job ran, without stats (the plugin's step files; hand-made from the contract) ----------------
+
+
+def test_a_job_without_stats_says_how_it_ran_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    """Job 1 (captured): `srun -N2 -n2 --transit=advise --transit-mem-limit=40G` of a CPU-only task, read
+    without Slurm as after MinJobAge: not `policy -`, not `nodes 0`, exit code 1 with the reason."""
+    out = run_json(capsys, str(CPU_ONLY), code=1)
+    assert out["job"] == out["job"] | {"job_id": "1", "user": "transit-test", "policy": "advise", "mode": "limit",
+                                       "limit_bytes": 40 << 30, "policy_source": "step-files", "nodelist": "node[1-2]",
+                                       "num_nodes": 2, "num_gpus": None, "source": "step-files"}
+    assert out["no_stats_reason"] == ("no task called CUDA, so no rank wrote stats (libtransit stays inert in "
+                                      "processes that never do)")
+    (step,) = out["steps"]
+    assert step | {"file": ""} == step | {
+        "file": "", "job_id": "1", "step_id": "0", "ntasks": 2, "options": {"transit": "advise",
+                                                                           "transit-mem-limit": "40G"}}
+    text = run_text(capsys, str(CPU_ONLY), code=1)
+    assert "policy          advise  (from the plugin's step files: no rank wrote stats)" in text
+    assert "mode / limit    limit / 40.0 GiB" in text and "nodes           2  node[1-2]" in text
+    assert "No stats: no task called CUDA, so no rank wrote stats" in text
+
+
+def test_captured_jobs_of_the_plugin(capsys: pytest.CaptureFixture[str]) -> None:
+    """Jobs 2-4 (captured): a bare --transit (the plugin's default policy, options.transit null), a batch
+    job of two steps, #SBATCH --transit=prefetch and an srun --transit=base --transit-mem-limit=1G, of
+    which only the second wrote stats, and an array task."""
+    bare = run_json(capsys, str(CAPTURED / "2"))
+    assert (bare["job"]["policy"], bare["job"]["policy_source"], bare["steps"][0]["options"]) == (
+        "base", "stats-files", {})
+    two = run_json(capsys, str(CAPTURED / "3"))
+    assert (two["job"]["policy"], two["job"]["mode"], two["job"]["policy_source"]) == (
+        "mixed", "mixed", "stats-files+step-files")
+    assert [(s["step_id"], s["policy"], s["mode"], s["limit_bytes"], s["nodes"]) for s in two["steps"]] == [
+        ("0", "prefetch", "physical", None, "node[1-2]"), ("1", "base", "limit", 1 << 30, "node1")]
+    assert [(r["step"], r["rank"], r["policy"]) for r in two["ranks"]] == [("1", 0, "base")]
+    text = run_text(capsys, str(CAPTURED / "3"))
+    assert "step 1          base limit 1.0 GiB on node1, 1 task" in text
+    task = run_json(capsys, str(CAPTURED / "4"))
+    assert (task["job"]["job_id"], task["job"]["policy"], len(task["ranks"])) == ("4", "advise", 1)
+
+
+def test_steps_with_different_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    """Any policy name the files give is taken (here `hybrid`, which the lead adds later)."""
+    out = run_json(capsys, str(JOBS / "4323"), code=1)
+    assert (out["job"]["policy"], out["job"]["mode"], out["job"]["nodelist"], out["job"]["num_nodes"]) == (
+        "mixed", "mixed", "node[1-3]", 3)
+    assert [(s["step_id"], s["policy"]) for s in out["steps"]] == [("0", "advise"), ("1", "hybrid")]
+    text = run_text(capsys, str(JOBS / "4323"), code=1)
+    assert "step 1          hybrid limit 1.0 GiB on node[2-3], 2 tasks" in text
+
+
+def test_a_step_file_that_is_not_one_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = job(tmp_path, 2)
+    (directory / "step-0.json").write_text('{"schema": "transit.step/1", "job_id": 1234, "step_id": 0, "ntasks": "2"}')
+    (directory / "step-1.json").write_text('{"schema": "transit.step/7"}')
+    out = run_json(capsys, str(directory))
+    assert [(s["job_id"], s["step_id"], s["ntasks"]) for s in out["steps"]] == [("1234", "0", None)]
+    (warning,) = out["warnings"]
+    assert warning["code"] == "unknown-schema" and "this step's record is left out" in warning["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory another user cannot read: needs root")
+def test_a_job_directory_the_user_cannot_read() -> None:
+    """The plugin makes each job's directory readable by the job's user only: another user is told so."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # pytest's tmp_path is root's alone
+        Path(shared).chmod(0o755)
+        directory = job(Path(shared), 2)
+        directory.chmod(0o700)
+        result = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-m", "transit", "report",
+                                 str(directory), "--no-slurm", "--json"], capture_output=True, text=True, cwd=REPO,
+                                check=False, timeout=60)
+    assert result.returncode == 1, result.stderr
+    out = json.loads(result.stdout)
+    assert out["no_stats_reason"] == (f"cannot read {directory}: Permission denied (a job's directory is readable "
+                                      "by the job's user only)")
+
+
+# --- running jobs: partial stats (hand-made from the stats-file contract) ----------------------------
+
+
+def test_partial_stats_of_a_running_job_are_marked_with_their_age(capsys: pytest.CaptureFixture[str]) -> None:
+    """Job 4322: two ranks' periodic refreshes, written at 1764446701 and 1764446721."""
+    now = 1764446721.0 + 45
+    report = report_of(JOBS / "4322", now_unix=now)
+    assert [(row.rank, row.partial, row.end_unix) for row in report.ranks] == [(0, True, None), (1, True, None)]
+    doc = report_json(report, notes(report))
+    assert doc["partial"] is True and doc["ranks"][0]["written_unix"] == 1764446701.0
+    assert doc["job"]["elapsed_s"] == 1764446721.0 - 1764446401.0  # start to the latest refresh
+    (warning,) = doc["warnings"]
+    assert warning == {"code": "partial-stats", "path": None, "message": (
+        "the stats of ranks 0-1 are partial, written 45 s to 65 s ago: the rank was still running then, or was "
+        "killed before its final write")}
+    buffer = io.StringIO()
+    render(report, notes(report), Console(file=buffer, width=132, color_system=None))
+    assert f"stats           2 ranks in {JOBS / '4322'} (2 partial, latest written 45 s ago)" in buffer.getvalue()
+
+
+def test_partial_stats_against_slurms_state(capsys: pytest.CaptureFixture[str]) -> None:
+    from transit.report.aggregate import build_report
+    from transit.report.load import StatsFiles
+    from transit.slurm import JobFacts
+
+    files, _ = StatsFiles(JOBS / "4322").load()
+    running = JobFacts("4322", "squeue", state="RUNNING", start_unix=1764446400)
+    report = build_report(JOBS / "4322", "4322", files, [], running, [], [], now_unix=1764446721.0 + 5)
+    assert [(w.code, w.message) for w in report.warnings] == [("job-not-finished", (
+        "job 4322 is RUNNING: the stats of ranks 0-1 are partial (the latest refresh, written 5 s to 25 s ago; "
+        "ranks refresh every TRANSIT_STATS_INTERVAL seconds, 60 by default)"))]
+    ended = JobFacts("4322", "sacct", state="NODE_FAIL", end_unix=1764446800)
+    report = build_report(JOBS / "4322", "4322", files, [], ended, [], [], now_unix=1764446900.0)
+    assert [(w.code, w.message) for w in report.warnings] == [("partial-stats", (
+        "ranks 0-1 never wrote final stats, the last 79 s before the job ended: the rank was killed outright "
+        "(SIGKILL, out of memory, a node failure), so its figures stop at its last refresh"))]
+
+
+@pytest.mark.parametrize(
+    ("facts", "submitted", "reason"),
+    [
+        ({"state": "PENDING"}, "", "the job has not started yet"),
+        ({"state": "COMPLETED", "submit_line": "sbatch job.sh"}, "",
+         "TRANSIT was not asked for: no --transit on the submit line (sbatch job.sh), and no stats directory"),
+        ({"state": "COMPLETED", "submit_line": "salloc --transit=advise", "step_submit_lines": {"0": "srun x"}},
+         "--transit=advise",
+         "yet the submit line asks for TRANSIT (--transit=advise): the plugin makes it for every step it runs"),
+        ({"state": "COMPLETED", "submit_line": "sbatch --transit=advise --wrap 'sleep 60'"}, "--transit=advise",
+         "TRANSIT was asked for (--transit=advise), but no job step ran: TRANSIT runs srun steps, never the batch"),
+        ({"state": "COMPLETED"}, "", "TRANSIT was not asked for (no --transit), or the report directory is another"),
+    ],
+)
+def test_reasons_without_a_stats_directory(tmp_path: Path, facts: dict[str, Any], submitted: str,
+                                           reason: str) -> None:
+    from transit.report.aggregate import build_report
+    from transit.report.load import SubmitLines
+    from transit.slurm import JobFacts
+
+    job_facts = JobFacts("55", "sacct", **facts)
+    runs = SubmitLines.of_job(job_facts, None)
+    assert bool(runs) == bool(submitted)
+    report = build_report(tmp_path / "55", "55", [], [], job_facts, runs, [])
+    assert reason in (report.no_stats_reason or "")
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("RUNNING", "the job is RUNNING: none of its ranks has written stats yet"),
+        ("OUT_OF_MEMORY", "the job ended OUT_OF_MEMORY before any rank wrote stats: a rank writes them at exit"),
+        ("COMPLETED", "no task called CUDA, so no rank wrote stats"),
+    ],
+)
+def test_reasons_with_a_stats_directory(state: str, reason: str) -> None:
+    from transit.report.aggregate import build_report
+    from transit.report.load import StepFiles
+    from transit.slurm import JobFacts
+
+    steps, _ = StepFiles(CPU_ONLY).load()
+    report = build_report(CPU_ONLY, "1", [], steps, JobFacts("1", "sacct", state=state), [], [])
+    assert (report.no_stats_reason or "").startswith(reason)
+
+
+# --- several jobs: one line each ----------------------------------------------------------------------
+
+
+def test_several_jobs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    healthy = job(tmp_path, 8)
+    text = run_text(capsys, str(healthy), str(CPU_ONLY), str(JOBS / "4322"))
+    lines = text.splitlines()
+    assert lines[0] == "TRANSIT report: 3 jobs (one line each; give one job id for its full report)"
+    rows = [line for line in lines if line.startswith((str(healthy), str(JOBS), str(CAPTURED)))]
+    assert len(rows) == 3
+    assert "advise limit 24G" in rows[0] and "8 ranks" in rows[0] and "try --transit=prefetch [small-migrations]" in rows[0]
+    assert "advise limit 40G" in rows[1] and "none" in rows[1] and "no task called CUDA" in rows[1]
+    assert "2 ranks, 2 partial" in rows[2]
+    out = run_json(capsys, str(healthy), str(CPU_ONLY))
+    assert out["schema"] == "transit.report-list/1"
+    assert [(j["job_id"], j["ranks"], j["policy_source"]) for j in out["jobs"]] == [
+        ("1234", 8, "stats-files"), ("1", 0, "step-files")]
+    assert out["jobs"][0]["advice"][0] == {"code": "small-migrations", "action": "--transit=prefetch"}
+    assert out["jobs"][0]["peak_cap_share"] == 1.0
+    # exit code 1 only when no job has usable stats
+    run_text(capsys, str(CPU_ONLY), str(JOBS / "4323"), code=1)
+    assert transit_main(["report", str(healthy), str(CPU_ONLY), "--no-slurm", "--plot", str(tmp_path)]) == 2
+    assert "--plot draws one job, and these are 2" in capsys.readouterr().err
+
+
+def test_jobs_of_a_user_from_the_step_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without Slurm (past MinJobAge, no accounting), -u finds the user's jobs by their step files'
+    user and start time; another user's jobs are left out."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    for job_id, user, start in (("11", me, 1764446400.0), ("12", me, 1764450000.0), ("13", "someone-else", 1764446500.0),
+                                ("14", me, 1700000000.0)):
+        step = json.loads((CPU_ONLY / "step-0.json").read_text())
+        step.update(job_id=job_id, user=user, start_unix=start)
+        (tmp_path / job_id).mkdir()
+        (tmp_path / job_id / "step-0.json").write_text(json.dumps(step))
+    shutil_copy_ranks(JOBS / "4322", tmp_path / "12")
+    found = jobs_of_user(me, "2025-11-29T00:00:00", "2025-12-31", str(tmp_path), use_slurm=False)
+    assert [j.job_id for j in found] == ["11", "12"]
+    out = run_json(capsys, "-u", me, "-S", "2025-11-29", "-E", "2025-12-31", "--report-dir", str(tmp_path))
+    assert [(j["job_id"], j["ranks"]) for j in out["jobs"]] == [("11", 0), ("12", 2)]
+    text = run_text(capsys, "-u", me, "-S", "2020-01-01", "-E", "2020-01-02", "--report-dir", str(tmp_path), code=1)
+    assert text == ""
+    assert transit_main(["report", "-u", me, "-S", "2020-01-01", "-E", "2020-01-02", "--report-dir", str(tmp_path),
+                         "--no-slurm"]) == 1
+    assert "no jobs of" in capsys.readouterr().err
+
+
+def shutil_copy_ranks(source: Path, target: Path) -> None:
+    for path in source.glob("rank*.json"):
+        (target / path.name).write_bytes(path.read_bytes())
+
+
+def test_times_as_sacct_reads_them() -> None:
+    now = 1764446400.0  # 2025-11-29T20:00:00 UTC
+    assert parse_time("now", now) == now
+    assert parse_time("now-3days", now) == now - 3 * 86400
+    assert parse_time("now-1hour", now) == now - 3600
+    assert parse_time("now-90minutes", now) == now - 5400
+    assert parse_time("2025-11-29T20:00:00", now) == parse_time("2025-11-29T20:00", now)
+    assert parse_time("today", now) <= now < parse_time("today", now) + 86400
+    with pytest.raises(UsageError, match=r"time 'now\+1day' is not one of"):
+        parse_time("now+1day", now)
+
+
+def test_stats_files_of_both_versions_of_the_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A final write under the refresh contract ("partial": false, written_unix) reads as before."""
+    def final(rank: int, stats: dict[str, Any]) -> None:
+        stats["partial"] = False
+        stats["time"] = copy.deepcopy(stats["time"]) | {"written_unix": stats["time"]["end_unix"]}
+
+    out = run_json(capsys, str(job(tmp_path, 2, final)))
+    assert out["partial"] is False and out["warnings"] == []
+    assert [r["written_unix"] for r in out["ranks"]] == [r["end_unix"] for r in out["ranks"]]

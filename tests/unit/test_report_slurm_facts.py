@@ -1,4 +1,5 @@
-"""transit.slurm job facts, parsed from captured 22.05 and documented 24.11 JSON (tests/fixtures/slurm)."""
+"""transit.slurm's job facts and hostlists, on captured and written Slurm outputs (tests/fixtures/slurm,
+tests/fixtures/report/slurm, tests/fixtures/report/hostlists-scontrol-22.05.tsv)."""
 
 from __future__ import annotations
 
@@ -7,115 +8,243 @@ from pathlib import Path
 
 import pytest
 
-from transit.slurm import parse_sacct_json, parse_squeue_json, report_dir_in_plugstack
+from transit.report.load import SubmitLines
+from transit.slurm import (
+    JobFacts,
+    compress_hostlist,
+    gpus_in_tres,
+    parse_sacct,
+    parse_squeue,
+    plugin_arguments_in_plugstack,
+    tres_from_string,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SLURM = FIXTURES / "slurm"
+SACCT = FIXTURES / "report" / "slurm" / "sacct-22.05-jobs.txt"  # captured: sacct_command(["--jobs=1,2,3,6,7"])
+SACCT_USER = FIXTURES / "report" / "slurm" / "sacct-22.05-user.txt"  # captured: --user=root, the last hour
+SQUEUE_ARRAYS = FIXTURES / "report" / "slurm" / "squeue-22.05-arrays.json"
+HOSTLISTS = FIXTURES / "report" / "hostlists-scontrol-22.05.tsv"
 
 
 def load(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
+    return json.loads((SLURM / name).read_text())
+
+
+def squeue_job(document: dict, job_id: str, now_unix: float | None = None) -> JobFacts:
+    (job,) = [job for job in parse_squeue(document, now_unix) if job.job_id == job_id]
+    return job
+
+
+def scontrol_cases() -> list[tuple[str, str]]:
+    lines = [line.split("\t") for line in HOSTLISTS.read_text().splitlines() if not line.startswith("#")]
+    return [(hosts, expected) for hosts, expected in lines]
+
+
+@pytest.mark.parametrize(("hosts", "expected"), scontrol_cases())
+def test_hostlists_compress_as_scontrol_does(hosts: str, expected: str) -> None:
+    """Every case as Slurm 22.05's `scontrol show hostlistsorted` wrote it: zero padding kept, several
+    ranges and prefixes, hosts without a number, widths that only combine one way."""
+    assert compress_hostlist(hosts.split(",")) == expected
+
+
+def test_hostlist_of_a_thousand_ranks_nodes() -> None:
+    assert compress_hostlist(f"gpu{n:03d}" for n in [*range(1, 126), 1, 2]) == "gpu[001-125]"
+    assert compress_hostlist([]) == ""
+
+
+def test_sacct_jobs_with_steps_arrays_and_pending_tasks() -> None:
+    """Captured on the dev cluster with accounting: a batch job of two srun steps, an srun job, a
+    3-task array, a --wrap job whose SubmitLine holds "|" and a newline, and an array throttled to one
+    task at a time (task 0 cancelled, task 1 running, 2-3 pending)."""
+    jobs = parse_sacct(SACCT.read_text())
+    assert [(j.shown_id, j.job_id, j.state) for j in jobs] == [
+        ("1", "1", "COMPLETED"),
+        ("2", "2", "COMPLETED"),
+        ("3_0", "4", "COMPLETED"),
+        ("3_1", "5", "COMPLETED"),
+        ("3_2", "3", "COMPLETED"),  # the array's own record becomes its last task
+        ("6", "6", "FAILED"),
+        ("7_0", "8", "CANCELLED"),  # "CANCELLED by 0"
+        ("7_1", "9", "RUNNING"),
+        ("7_[2-3%1]", "7", "PENDING"),
+    ]
+    first = jobs[0]
+    assert (first.name, first.user, first.nodelist, first.num_nodes, first.num_gpus) == (
+        "llama-8b", "root", "node[1-2]", 2, None)  # the dev cluster has no GPU TRES
+    assert (first.start_unix, first.end_unix, first.elapsed_s) == (1796161194, 1796161195, 1)
+    assert first.submit_line == ("sbatch --wait -J llama-8b -N2 --transit=advise --transit-mem-limit=40G "
+                                 "-o /tmp/acw/j1.out job.sh")
+    assert list(first.step_submit_lines) == ["0", "1"]  # the batch and extern steps have no submit line
+    assert first.step_submit_lines["1"].startswith("srun --transit=prefetch ")
+    running, pending = jobs[7], jobs[8]
+    assert (running.end_unix, running.elapsed_s, running.unfinished) == (None, 15, True)
+    assert (pending.start_unix, pending.nodelist, pending.unfinished) == (None, None, True)
+    # a SubmitLine with "|" and a newline in it stays whole
+    assert jobs[5].submit_line.endswith("python3 /no/such/eval.py | tee eval.log\nexit 3")
+
+
+def test_sacct_jobs_of_a_user() -> None:
+    jobs = parse_sacct(SACCT_USER.read_text())
+    assert [j.shown_id for j in jobs] == ["1", "2", "3_0", "3_1", "3_2", "6", "7_0", "7_1"]
+    assert {j.user for j in jobs} == {"root"}
+
+
+def test_gpus_from_tres() -> None:
+    assert gpus_in_tres(tres_from_string("billing=64,cpu=64,gres/gpu=16,gres/gpu:h200=16,mem=1000G,node=2")) == 16
+    assert gpus_in_tres(tres_from_string("cpu=8,gres/gpu:h200=8,mem=200G,node=1")) == 8  # only a typed GPU TRES
+    assert gpus_in_tres(tres_from_string("billing=2,cpu=2,node=2")) is None
+
+
+def test_job_ids_name_jobs_as_sacct_reads_them() -> None:
+    jobs = parse_sacct(SACCT.read_text())
+
+    def named(wanted: str) -> list[str]:
+        return [j.shown_id for j in jobs if j.matches(wanted)]
+
+    assert named("3") == ["3_0", "3_1", "3_2"]
+    assert named("3_1") == named("5") == ["3_1"]  # as the array shows it, and by the task's own id
+    assert named("7") == ["7_0", "7_1", "7_[2-3%1]"]
+    assert named("8") == ["7_0"]
+    assert named("1") == ["1"] and named("1_0") == [] and named("999") == []
+
+
+def test_sacct_output_that_is_not_ours_gives_no_jobs() -> None:
+    assert parse_sacct("") == []
+    assert parse_sacct("JobID|JobName|State\n4242|x|COMPLETED\n") == []
 
 
 def test_squeue_22_05_running_job_among_others() -> None:
     doc = load("squeue-22.05-running.json")
-    assert len(doc["jobs"]) > 1  # 22.05 ignores -j with --json: the parser must pick the job
-    facts = parse_squeue_json(doc, "17", now_unix=1795982775 + 4)
-    assert facts is not None
-    assert (facts.source, facts.name, facts.state) == ("squeue", "report-capture", "RUNNING")
+    assert len(doc["jobs"]) > 1  # 22.05 ignores -j with --json: the caller picks the job
+    facts = squeue_job(doc, "17", now_unix=1795982775 + 4)
+    assert (facts.source, facts.name, facts.state, facts.user) == ("squeue", "report-capture", "RUNNING", "root")
     assert (facts.nodelist, facts.num_nodes, facts.num_gpus) == ("node[1-2]", 2, None)
-    assert facts.start_unix == 1795982775
+    assert (facts.start_unix, facts.array_job_id, facts.shown_id) == (1795982775, None, "17")
     assert facts.elapsed_s == 4  # running: now - start, not the expected end time squeue prints
 
 
 def test_squeue_22_05_completed_job() -> None:
-    facts = parse_squeue_json(load("squeue-22.05-completed.json"), "17")
-    assert facts is not None
-    assert facts.state == "COMPLETED"
+    facts = squeue_job(load("squeue-22.05-completed.json"), "17")
+    assert (facts.state, facts.unfinished) == ("COMPLETED", False)
     assert facts.elapsed_s == 1795982783 - 1795982775
-
-
-def test_squeue_22_05_unknown_job_is_none() -> None:
-    assert parse_squeue_json(load("squeue-22.05-completed.json"), "99999") is None
-
-
-def test_sacct_22_05_shape() -> None:
-    facts = parse_sacct_json(load("sacct-22.05-shape.json"), "4242")
-    assert facts is not None
-    assert (facts.source, facts.state, facts.elapsed_s) == ("sacct", "TIMEOUT", 3600)
-    assert (facts.num_nodes, facts.num_gpus, facts.nodelist) == (2, 16, "gpu[07-08]")
-    assert (facts.start_unix, facts.end_unix) == (1764446400, 1764450000)
-
-
-def test_sacct_24_11_shape() -> None:
-    doc = load("sacct-24.11.json")
-    facts = parse_sacct_json(doc, "4242")
-    assert facts is not None
-    assert (facts.name, facts.state, facts.elapsed_s) == ("llama-8b-fsdp", "COMPLETED", 1834)
-    # "gres/gpu" is counted once, not again as its typed twin "gres/gpu:h200"
-    assert (facts.num_nodes, facts.num_gpus) == (2, 16)
-    sibling = parse_sacct_json(doc, "4243")
-    assert sibling is not None
-    assert sibling.state == "CANCELLED+REQUEUED"
-    assert sibling.num_gpus == 8  # only a typed GPU TRES
 
 
 def test_squeue_24_11_shape() -> None:
     doc = load("squeue-24.11.json")
-    facts = parse_squeue_json(doc, "4242", now_unix=1764446400 + 600)
-    assert facts is not None
-    assert (facts.state, facts.num_nodes, facts.num_gpus) == ("RUNNING", 2, 16)
+    facts = squeue_job(doc, "4242", now_unix=1764446400 + 600)
+    assert (facts.state, facts.num_nodes, facts.num_gpus, facts.user) == ("RUNNING", 2, 16, "alice")
     assert facts.elapsed_s == 600
-    done = parse_squeue_json(doc, "4244")
-    assert done is not None
+    done = squeue_job(doc, "4244")
     assert (done.state, done.elapsed_s, done.num_gpus) == ("COMPLETED", 300, 4)
+
+
+def test_squeue_22_05_array_tasks() -> None:
+    """Captured: jobs 1-3, array 4 (tasks 0 and 1, as jobs 5 and 4: the array's own record becomes its
+    last task) and array 6 throttled to one task at a time (task 0 running as job 7, 1-3 pending)."""
+    jobs = parse_squeue(json.loads(SQUEUE_ARRAYS.read_text()))
+    assert [(j.shown_id, j.job_id, j.state, j.user) for j in jobs] == [
+        ("1", "1", "COMPLETED", "transit-test"), ("2", "2", "COMPLETED", "transit-test"),
+        ("3", "3", "COMPLETED", "transit-test"), ("4_0", "5", "COMPLETED", "transit-test"),
+        ("4_1", "4", "COMPLETED", "transit-test"), ("6_0", "7", "RUNNING", "transit-test"),
+        ("6_[1-3%1]", "6", "PENDING", "transit-test")]
+    assert [j.shown_id for j in jobs if j.matches("4")] == ["4_0", "4_1"]
+    assert [j.shown_id for j in jobs if j.matches("6")] == ["6_0", "6_[1-3%1]"]
+    assert [j.shown_id for j in jobs if j.matches("7")] == ["6_0"]
+    assert [j.shown_id for j in jobs if j.matches("4_1")] == ["4_1"]
+
+
+def test_squeue_24_11_array_tasks() -> None:
+    """24.11's shape, written: ids as {"set", "infinite", "number"} objects, unset ones "set": false."""
+    def n(value: int | None) -> dict[str, object]:
+        return {"set": value is not None, "infinite": False, "number": value or 0}
+
+    doc = {"jobs": [
+        {"job_id": n(7002), "array_job_id": n(7000), "array_task_id": n(2), "job_state": ["COMPLETED"]},
+        {"job_id": n(7000), "array_job_id": n(7000), "array_task_id": n(None), "array_task_string": "3-4",
+         "job_state": ["PENDING"]},
+        {"job_id": n(17), "array_job_id": n(0), "array_task_id": n(None), "job_state": ["COMPLETED"]},
+    ]}
+    assert [(j.shown_id, j.job_id) for j in parse_squeue(doc)] == [("7000_2", "7002"), ("7000_[3-4]", "7000"),
+                                                                   ("17", "17")]
 
 
 @pytest.mark.parametrize(
     "document",
-    [
-        None,
-        {},
-        [],
-        {"jobs": "nope"},
-        {"jobs": [None, 3]},
-        {"jobs": [{"job_id": {"set": False, "number": 0}}]},
-    ],
+    [None, {}, [], {"jobs": "nope"}, {"jobs": [None, 3]}, {"jobs": [{"job_id": {"set": False, "number": 0}}]}],
 )
-def test_malformed_documents_give_no_facts(document: object) -> None:
-    assert parse_sacct_json(document, "0") is None
-    assert parse_squeue_json(document, "0") is None
+def test_malformed_squeue_documents_give_no_jobs(document: object) -> None:
+    assert parse_squeue(document) == []
 
 
 def test_wrong_types_inside_a_job_read_as_unknown() -> None:
-    doc = {
-        "jobs": [
-            {
-                "job_id": 5,
-                "name": 7,
-                "state": {"current": 3},
-                "time": "soon",
-                "tres": {"allocated": "x"},
-                "allocation_nodes": {"set": True, "infinite": True, "number": 0},
-            }
-        ]
-    }
-    facts = parse_sacct_json(doc, "5")
-    assert facts is not None
+    doc = {"jobs": [{"job_id": 5, "name": 7, "job_state": {"current": 3}, "start_time": "soon",
+                     "tres_alloc_str": 4, "node_count": {"set": True, "infinite": True, "number": 0}}]}
+    (facts,) = parse_squeue(doc)
     assert (facts.name, facts.state, facts.elapsed_s, facts.num_nodes, facts.num_gpus) == (None,) * 5
 
 
-def test_report_dir_in_plugstack_follows_includes(tmp_path: Path) -> None:
+def test_plugin_arguments_in_plugstack_follow_includes(tmp_path: Path) -> None:
     included = tmp_path / "plugstack.conf.d"
     included.mkdir()
     (included / "10-other.conf").write_text("optional /usr/lib/slurm/other.so report_dir=/not/ours\n")
     (included / "20-transit.conf").write_text(
         "# required /old/spank_transit.so report_dir=/commented/out\n"
         "required /opt/transit/lib/spank_transit.so lib=/opt/transit/lib/libtransit.so "
-        "report_dir=/shared/transit  # site default\n"
+        "report_dir=/shared/transit policy=advise  # site default\n"
     )
     plugstack = tmp_path / "plugstack.conf"
     plugstack.write_text(f"include {included}/*.conf\n")
-    assert report_dir_in_plugstack(str(plugstack)) == "/shared/transit"
-    plugstack.write_text("required /opt/transit/lib/spank_transit.so lib=/opt/transit/lib/libtransit.so\n")
-    assert report_dir_in_plugstack(str(plugstack)) is None
-    assert report_dir_in_plugstack(str(tmp_path / "missing.conf")) is None
+    assert plugin_arguments_in_plugstack(str(plugstack)) == {
+        "lib": "/opt/transit/lib/libtransit.so", "report_dir": "/shared/transit", "policy": "advise"}
+    plugstack.write_text("required /opt/transit/lib/spank_transit.so\n")
+    assert plugin_arguments_in_plugstack(str(plugstack)) == {}
+    assert plugin_arguments_in_plugstack(str(tmp_path / "missing.conf")) == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "options"),
+    [
+        ("srun -N2 --transit=advise python train.py", {"transit": "advise"}),
+        ("srun --transit python x.py", {"transit": ""}),  # the plugin's default policy
+        ("sbatch --transit=prefetch --transit-mem-limit 40G job.sh", {"transit": "prefetch", "transit-mem-limit": "40G"}),
+        ("salloc --transit-mem-limit=1.5T --transit-report-dir=/scratch/r", {"transit-mem-limit": "1.5T",
+                                                                               "transit-report-dir": "/scratch/r"}),
+        ("srun --transit=off python x.py", {"transit": "off"}),
+        ("srun --transitx=1 -N2 python --transit-foo x.py", {}),
+        # sacct keeps a --wrap's words unquoted; with quotes kept, the wrapped line is read as well
+        ("sbatch --wrap=srun --transit=advise python eval.py | tee log", {"transit": "advise"}),
+        ("sbatch --wrap='srun --transit=hybrid python eval.py'", {"transit": "hybrid"}),
+        ("sbatch --wrap 'srun --transit=base x' --transit-mem-limit=2G", {"transit-mem-limit": "2G", "transit": "base"}),
+        ("srun 'unbalanced --transit=advise", {"transit": "advise"}),
+    ],
+)
+def test_transit_options_on_a_submit_line(line: str, options: dict[str, str]) -> None:
+    assert SubmitLines.options(line) == options
+
+
+def test_how_a_submit_line_asked_transit_to_run() -> None:
+    def how(line: str | None, default: str | None) -> tuple[str | None, str, int | None] | None:
+        run = SubmitLines.how_run(SubmitLines.options(line or ""), default)
+        return None if run is None else (run.policy, run.mode, run.limit_bytes)
+
+    assert how("sbatch --transit=advise --transit-mem-limit=40G x.sh", None) == ("advise", "limit", 40 << 30)
+    assert how("srun --transit python x.py", "prefetch") == ("prefetch", "physical", None)
+    assert how("srun --transit=off x", "advise") is None
+    assert how("srun python x.py", "advise") is None
+    assert how(None, "advise") is None
+
+
+def test_each_step_runs_as_the_job_line_and_its_srun_line_say() -> None:
+    jobs = {job.job_id: job for job in parse_sacct(SACCT.read_text())}
+
+    def runs(job_id: str) -> list[tuple[str | None, str, int | None]]:
+        return [(r.policy, r.mode, r.limit_bytes) for r in SubmitLines.of_job(jobs[job_id], "base")]
+
+    # sbatch's options reach each step; step 1's own --transit=prefetch replaces --transit=advise
+    assert runs("1") == [("advise", "limit", 40 << 30), ("prefetch", "limit", 40 << 30)]
+    assert runs("2") == [("advise", "physical", None)]  # srun alone: the job's line is the step's
+    assert runs("4") == [("base", "physical", None)]  # a bare --transit: the plugin's default policy=
+    assert runs("6") == [("advise", "limit", 8 << 30)]  # the wrapped srun's --transit-mem-limit 8G
+    assert runs("8") == [("advise", "physical", None)]  # no step ran: the job's own line
+    assert SubmitLines.of_job(None, "advise") == []

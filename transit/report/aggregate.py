@@ -6,15 +6,32 @@ import functools
 import itertools
 import re
 import statistics
-from collections import defaultdict
-from collections.abc import Callable
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from transit.report.load import DUPLICATE_RANK, MISSING_RANK, RankFile, ReportWarning, TickLog
+from transit import slurm
+from transit.report.load import (
+    DUPLICATE_RANK,
+    JOB_NOT_FINISHED,
+    MISSING_RANK,
+    PARTIAL_STATS,
+    REJECTED_FILE_CODES,
+    UNREADABLE_DIRECTORY,
+    HowRun,
+    RankFile,
+    ReportWarning,
+    StepFile,
+    TickLog,
+    as_float,
+    as_int,
+    as_text,
+)
 from transit.report.thresholds import SMALL_MIGRATION_BYTES
-from transit.report.units import compact_ranges
+from transit.report.units import compact_ranges, format_age, rank_list
 from transit.slurm import JobFacts
 
 # Migration size buckets of the stats schema, with the size each one stays under.
@@ -48,9 +65,12 @@ class RankRow:
     policy: str | None = _from("config.policy")
     mode: str | None = _from("config.mode")
     limit_bytes: int | None = _from("config.limit_bytes")
+    pid: int | None = _from("identity.pid")
     cuda_active: bool = _from("cuda_active", False)
     cuda_error: str | None = _from("cuda_error")
+    partial: bool = _from("partial", False)  # a running rank's periodic refresh (TRANSIT_STATS_INTERVAL)
     start_unix: float | None = _from("time.start_unix")
+    written_unix: float | None = _from("time.written_unix")
     end_unix: float | None = _from("time.end_unix")
     exit_reason: str | None = _from("time.exit_reason")
     allocations: int = _from("allocations.count", 0)
@@ -103,6 +123,16 @@ class RankRow:
         return "?" if self.rank is None else str(self.rank)
 
     @property
+    def who(self) -> str:
+        """The rank in a sentence: "rank 3", or the process when it has no rank (`transit run`)."""
+        return rank_list([self.rank]) if self.rank is not None else f"pid {self.pid or '?'} ({self.node or '?'})"
+
+    @property
+    def last_written_unix(self) -> float:
+        """When the file was last written: at exit, or a running rank's latest refresh."""
+        return self.end_unix or self.written_unix or 0.0
+
+    @property
     def cap_bytes(self) -> int | None:
         """The device capacity this rank ran against: the limit, else the whole GPU."""
         return self.limit_bytes if self.mode == "limit" and self.limit_bytes else self.device_total_bytes
@@ -141,18 +171,18 @@ class RankRow:
         samples = [s for s in self.timeline if isinstance(s, dict)]
         if (
             samples
-            and (_int(samples[0].get("iteration")) or 0) == 1
-            and (_float(samples[0].get("t")) or 0) > 0
+            and (as_int(samples[0].get("iteration")) or 0) == 1
+            and (as_float(samples[0].get("t")) or 0) > 0
         ):
             samples.insert(0, TIMELINE_ORIGIN)
         return [
             Interval(
-                start_t=_float(before.get("t")) or 0.0,
-                t=_float(after.get("t")) or 0.0,
-                iteration=_int(after.get("iteration")) or 0,
-                htod_bytes=(_int(after.get("htod_bytes")) or 0) - (_int(before.get("htod_bytes")) or 0),
-                dtoh_bytes=(_int(after.get("dtoh_bytes")) or 0) - (_int(before.get("dtoh_bytes")) or 0),
-                resident_bytes=_int(after.get("resident_bytes")) or 0,
+                start_t=as_float(before.get("t")) or 0.0,
+                t=as_float(after.get("t")) or 0.0,
+                iteration=as_int(after.get("iteration")) or 0,
+                htod_bytes=(as_int(after.get("htod_bytes")) or 0) - (as_int(before.get("htod_bytes")) or 0),
+                dtoh_bytes=(as_int(after.get("dtoh_bytes")) or 0) - (as_int(before.get("dtoh_bytes")) or 0),
+                resident_bytes=as_int(after.get("resident_bytes")) or 0,
             )
             for before, after in itertools.pairwise(samples)
         ]
@@ -171,16 +201,8 @@ class Interval:
     resident_bytes: int
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _as_count(value: Any) -> int:
-    number = _int(value)
+    number = as_int(value)
     return 0 if number is None else number
 
 
@@ -188,12 +210,8 @@ def _as_bool(value: Any) -> bool:
     return value if isinstance(value, bool) else False
 
 
-def _as_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else (str(value) if _int(value) is not None else None)
-
-
 def _as_histogram(value: Any) -> dict[str, int]:
-    return {k: v for k, v in value.items() if _int(v) is not None} if isinstance(value, dict) else {}
+    return {k: v for k, v in value.items() if as_int(v) is not None} if isinstance(value, dict) else {}
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -203,8 +221,8 @@ def _as_list(value: Any) -> list[Any]:
 def _reader(annotation: str, default: Any) -> Callable[[Any], Any]:
     """How a field keeps a value only if it has the field's type; a wrong type reads as missing."""
     if annotation.startswith("int"):
-        return _as_count if default == 0 else _int
-    kinds = {"float": _float, "bool": _as_bool, "str": _as_str, "dict": _as_histogram, "list": _as_list}
+        return _as_count if default == 0 else as_int
+    kinds = {"float": as_float, "bool": _as_bool, "str": as_text, "dict": _as_histogram, "list": _as_list}
     return kinds[annotation.split(" ")[0].split("[")[0]]
 
 
@@ -310,6 +328,8 @@ class IterationStats:
     step_time_min_s: float | None  # fastest rank's mean step time
     step_time_max_s: float | None  # slowest rank's mean step time
     slowest_rank: int | None
+    slowest: str | None  # the slowest rank in a sentence (also a process without a rank)
+    timed_ranks: int
 
 
 def iteration_stats(rows: list[RankRow]) -> IterationStats:
@@ -327,55 +347,89 @@ def iteration_stats(rows: list[RankRow]) -> IterationStats:
         step_time_min_s=min(means) if means else None,
         step_time_max_s=max(means) if means else None,
         slowest_rank=slowest.rank if slowest else None,
+        slowest=slowest.who if slowest else None,
+        timed_ranks=len(timed),
     )
 
 
 @dataclass
 class JobHeader:
-    """The job as a whole: Slurm's facts where it has them, the stats files' otherwise."""
+    """The job as a whole: Slurm's facts where it has them, else the step files', else the stats files'.
+    How TRANSIT ran (policy, mode, limit) comes from the stats, else the step files, else the submit line."""
 
-    job_id: str | None
+    job_id: str | None  # SLURM_JOB_ID (an array task's own id); None for a run outside Slurm
+    shown_id: str | None  # as Slurm shows it: 1234_7 for an array task
     name: str | None
+    user: str | None
     state: str | None
     elapsed_s: float | None
     nodelist: str | None
-    num_nodes: int
-    num_gpus: int
+    num_nodes: int | None
+    num_gpus: int | None
     policy: str | None
     mode: str | None
     limit_bytes: int | None
-    source: str  # "sacct", "squeue" or "stats-files"
+    policy_source: str | None  # "stats-files", "step-files", both joined by "+", "submit-line"; None: nothing says
+    source: str  # where the job's facts came from: "sacct", "squeue", "step-files" or "stats-files"
 
 
-def _one_or_mixed(values: set[Any]) -> Any:
-    """The value all ranks share; "mixed" when they disagree (a job should never do that)."""
-    values.discard(None)
-    if len(values) > 1:
+def _one_or_mixed(values: Iterable[Any]) -> Any:
+    """The value all share; "mixed" when they disagree (steps run with different policies)."""
+    distinct = set(values) - {None}
+    if len(distinct) > 1:
         return "mixed"
-    return next(iter(values), None)
+    return next(iter(distinct), None)
 
 
-def job_header(job_id: str | None, rows: list[RankRow], facts: JobFacts | None) -> JobHeader:
+def _configuration(configs: list[tuple[str | None, str | None, int | None]]) -> tuple[Any, Any, int | None]:
+    limit = _one_or_mixed(c[2] for c in configs)
+    return (_one_or_mixed(c[0] for c in configs), _one_or_mixed(c[1] for c in configs),
+            limit if isinstance(limit, int) else None)
+
+
+def _step_nodes(steps: list[StepFile]) -> tuple[str | None, int | None]:
+    """The steps' nodes as one hostlist, and how many."""
+    hosts = {host for step in steps if step.nodes for host in slurm.parse_hostlist(step.nodes)}
+    return (slurm.compress_hostlist(hosts), len(hosts)) if hosts else (None, None)
+
+
+def job_header(job_id: str | None, rows: list[RankRow], steps: list[StepFile], facts: JobFacts | None,
+               submitted: list[HowRun]) -> JobHeader:
     starts = [row.start_unix for row in rows if row.start_unix]
-    ends = [row.end_unix for row in rows if row.end_unix]
-    stats_nodes = sorted({row.node for row in rows if row.node})
-    stats_gpus = len({(row.node, row.device) for row in rows if row.cuda_active and row.device is not None})
-    limit = _one_or_mixed({row.limit_bytes for row in rows})
+    ends = [row.last_written_unix for row in rows if row.last_written_unix]
+    stats_nodes = {row.node for row in rows if row.node}
+    step_nodes, step_node_count = _step_nodes(steps)
+    # each step as its ranks ran it, else as its step file says; the submit line only without either
+    with_stats = {row.step for row in rows}
+    unreported = [step for step in steps if step.step_id not in with_stats]
+    configs = [(row.policy, row.mode, row.limit_bytes) for row in rows]
+    configs += [(step.policy, step.mode, step.limit_bytes) for step in unreported]
+    sources = ["stats-files"] * bool(rows) + ["step-files"] * bool(unreported)
+    if not configs and submitted:
+        configs, sources = [(run.policy, run.mode, run.limit_bytes) for run in submitted], ["submit-line"]
+    policy, mode, limit = _configuration(configs)
+    policy_source = "+".join(sources) or None
     header = JobHeader(
-        job_id=job_id or _one_or_mixed({row.job_id for row in rows}),
+        job_id=job_id,
+        shown_id=job_id,
         name=None,
+        user=_one_or_mixed(step.user for step in steps),
         state=None,
         elapsed_s=max(ends) - min(starts) if starts and ends else None,
-        nodelist=",".join(stats_nodes) or None,
-        num_nodes=len(stats_nodes),
-        num_gpus=stats_gpus,
-        policy=_one_or_mixed({row.policy for row in rows}),
-        mode=_one_or_mixed({row.mode for row in rows}),
-        limit_bytes=limit if isinstance(limit, int) else None,
-        source="stats-files",
+        nodelist=step_nodes or (slurm.compress_hostlist(stats_nodes) if stats_nodes else None),
+        num_nodes=step_node_count if step_nodes else (len(stats_nodes) if stats_nodes else None),
+        num_gpus=len({(row.node, row.device) for row in rows if row.cuda_active and row.device is not None})
+        if rows else None,
+        policy=policy,
+        mode=mode,
+        limit_bytes=limit,
+        policy_source=policy_source,
+        source="step-files" if steps else "stats-files",
     )
     if facts is not None:
+        header.shown_id = facts.shown_id
         header.name = facts.name
+        header.user = facts.user or header.user
         header.state = facts.state
         header.source = facts.source
         header.elapsed_s = facts.elapsed_s if facts.elapsed_s is not None else header.elapsed_s
@@ -402,10 +456,10 @@ def _choose_per_rank(rows: list[RankRow]) -> tuple[list[RankRow], list[ReportWar
                 ReportWarning(
                     DUPLICATE_RANK,
                     f"step {step} rank {rank} has {len(pool)} stats files "
-                    f"({', '.join(Path(r.file).name for r in pool)}); the one that ended last is reported",
+                    f"({', '.join(Path(r.file).name for r in pool)}); the one written last is reported",
                 )
             )
-        kept.append(max(pool, key=lambda row: row.end_unix or 0.0))
+        kept.append(max(pool, key=lambda row: row.last_written_unix))
     return kept, warnings
 
 
@@ -432,15 +486,97 @@ def _missing_ranks(rows: list[RankRow]) -> list[ReportWarning]:
     return warnings
 
 
+def who(rows: list[RankRow]) -> str:
+    """The ranks in a sentence ("ranks 0-7"), or the processes that have no rank."""
+    numbered = [row.rank for row in rows if row.rank is not None]
+    unnumbered = [row.who for row in rows if row.rank is None]
+    parts = ([rank_list(numbered)] if numbered else []) + unnumbered[:3]
+    more = len(unnumbered) - 3
+    return ", ".join(parts) + (f" and {more} more processes without a rank" if more > 0 else "")
+
+
+def _partial_warnings(rows: list[RankRow], facts: JobFacts | None, now_unix: float) -> list[ReportWarning]:
+    """What a job's partial stats mean: it runs, or its ranks died before their final write."""
+    partial = [row for row in rows if row.partial]
+    ages = sorted({format_age(now_unix - row.written_unix): now_unix - row.written_unix
+                   for row in partial if row.written_unix}.items(), key=lambda item: item[1])
+    written = (f"written {ages[0][0]} to {ages[-1][0]} ago" if len(ages) > 1
+               else f"written {ages[0][0]} ago" if ages else "with no time written")
+    if facts is not None and facts.unfinished:
+        ranks = (f"the stats of {who(partial)} are partial (the latest refresh, {written}; ranks refresh every "
+                 "TRANSIT_STATS_INTERVAL seconds, 60 by default)" if partial else
+                 "ranks write their stats at exit and every TRANSIT_STATS_INTERVAL seconds while they run: "
+                 "this report covers those written so far")
+        return [ReportWarning(JOB_NOT_FINISHED, f"job {facts.shown_id} is {facts.state}: {ranks}")]
+    if not partial:
+        return []
+    if facts is not None and facts.end_unix:
+        before = [facts.end_unix - row.written_unix for row in partial if row.written_unix]
+        when = f", the last {format_age(max(0.0, min(before)))} before the job ended" if before else ""
+        return [ReportWarning(PARTIAL_STATS, f"{who(partial)} never wrote final stats{when}: the rank was killed "
+                              "outright (SIGKILL, out of memory, a node failure), so its figures stop at its last "
+                              "refresh")]
+    return [ReportWarning(PARTIAL_STATS, f"the stats of {who(partial)} are partial, {written}: the rank was "
+                          "still running then, or was killed before its final write")]
+
+
+def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[ReportWarning],
+                    steps: list[StepFile], facts: JobFacts | None, submitted: list[HowRun]) -> str | None:
+    """Why a job has no usable stats, in the user's terms; None when it has some."""
+    if rows:
+        return None
+    rejected = Counter(w.code for w in warnings if w.code in REJECTED_FILE_CODES and w.path
+                       and Path(w.path).name.startswith("rank"))
+    if rejected:
+        counts = ", ".join(f"{n} {code}" for code, n in rejected.most_common())
+        return f"every stats file was rejected ({counts}): see the warnings"
+    unreadable = [w.message for w in warnings if w.code == UNREADABLE_DIRECTORY]
+    if unreadable:
+        return unreadable[0]
+    state = facts.state if facts else None
+    if state and "PENDING" in state:
+        return "the job has not started yet"
+    if directory is None or not directory.is_dir():
+        where = f"no stats directory {directory}" if directory else "no report directory to look in"
+        if submitted and facts is not None and facts.source == "sacct" and not facts.step_submit_lines:
+            return (f"TRANSIT was asked for ({_options(submitted[0].options)}), but no job step ran: TRANSIT runs "
+                    "srun steps, never the batch script itself, and accounting lists no srun step")
+        if submitted:
+            return (f"{where}, yet the submit line asks for TRANSIT ({_options(submitted[0].options)}): the plugin "
+                    "makes it for every step it runs; is the report directory right (--report-dir)?")
+        if facts is not None and facts.submit_line:
+            return (f"TRANSIT was not asked for: no --transit on the submit line ({facts.submit_line[:60]}), and "
+                    f"{where} (the plugin makes one for every step it runs, also for #SBATCH --transit)")
+        return f"{where}: TRANSIT was not asked for (no --transit), or the report directory is another one"
+    if facts is not None and facts.unfinished:
+        return (f"the job is {state}: none of its ranks has written stats yet (they write them at exit, and "
+                "every TRANSIT_STATS_INTERVAL seconds once they use CUDA)")
+    if state and not state.startswith("COMPLETED"):
+        return (f"the job ended {state} before any rank wrote stats: a rank writes them at exit (also on SIGTERM "
+                "or SIGINT), so one killed outright (SIGKILL, out of memory, a node failure) writes none")
+    return "no task called CUDA, so no rank wrote stats (libtransit stays inert in processes that never do)"
+
+
+def _options(options: dict[str, str]) -> str:
+    return " ".join(f"--{name}={value}" if value else f"--{name}" for name, value in options.items())
+
+
 @dataclass
 class Report:
-    directory: str
+    directory: str | None
     header: JobHeader
     ranks: list[RankRow]
     nodes: list[Totals]
     job: Totals
     iterations: IterationStats
     warnings: list[ReportWarning]
+    steps: list[StepFile] = field(default_factory=list)
+    no_stats_reason: str | None = None
+    now_unix: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return any(row.partial for row in self.ranks)
 
 
 def natural_key(text: str | None) -> list[Any]:
@@ -453,23 +589,30 @@ def _sort_key(row: RankRow) -> tuple[list[Any], int, int]:
 
 
 def build_report(
-    directory: Path,
+    directory: Path | None,
     job_id: str | None,
     rank_files: list[RankFile],
+    steps: list[StepFile],
     facts: JobFacts | None,
+    submitted: list[HowRun],
     warnings: list[ReportWarning],
+    now_unix: float | None = None,
 ) -> Report:
+    now = time.time() if now_unix is None else now_unix
     rows, duplicate_warnings = _choose_per_rank([rank_row(f) for f in rank_files])
     rows.sort(key=_sort_key)
     by_node: dict[str, list[RankRow]] = defaultdict(list)
     for row in rows:
         by_node[row.node or "?"].append(row)
     return Report(
-        directory=str(directory),
-        header=job_header(job_id, rows, facts),
+        directory=str(directory) if directory else None,
+        header=job_header(job_id, rows, steps, facts, submitted),
         ranks=rows,
         nodes=[totals(node, by_node[node]) for node in sorted(by_node, key=natural_key)],
         job=totals("job", rows),
         iterations=iteration_stats(rows),
-        warnings=[*warnings, *duplicate_warnings, *_missing_ranks(rows)],
+        warnings=[*warnings, *_partial_warnings(rows, facts, now), *duplicate_warnings, *_missing_ranks(rows)],
+        steps=sorted(steps, key=lambda step: natural_key(step.step_id)),
+        no_stats_reason=no_stats_reason(directory, rows, warnings, steps, facts, submitted),
+        now_unix=now,
     )

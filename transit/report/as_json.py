@@ -1,4 +1,4 @@
-"""The report as one JSON document (schema "transit.report/1"; keys documented in README.md)."""
+"""The report as one JSON document (schema "transit.report/1"; keys documented in docs/report.md)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from transit.report.aggregate import RankRow, Report, Totals
+from transit.report.load import StepFile
 from transit.report.notes import Note, migrating_interval_share
 
 REPORT_SCHEMA = "transit.report/1"
@@ -34,11 +35,20 @@ def _totals(totals: Totals) -> dict[str, Any]:
     }
 
 
+def _step(step: StepFile) -> dict[str, Any]:
+    out = asdict(step)
+    out["file"] = str(out.pop("path"))
+    return out
+
+
 def report_json(report: Report, notes: list[Note]) -> dict[str, Any]:
     return {
         "schema": REPORT_SCHEMA,
         "directory": report.directory,
         "job": asdict(report.header),
+        "steps": [_step(step) for step in report.steps],
+        "no_stats_reason": report.no_stats_reason,
+        "partial": report.partial,
         "ranks": [_rank(row) for row in report.ranks],
         "nodes": [_totals(node) for node in report.nodes],
         "totals": _totals(report.job),

@@ -1,27 +1,24 @@
-"""Where the report's data comes from: the per-rank stats files, and Slurm's facts about the job."""
+"""Where the report's data comes from, one class per source: the per-rank stats files and their tick
+logs (libtransit), the step files (the SPANK plugin), the submit lines and Slurm's facts (sacct, squeue)."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import os
 import re
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from transit import slurm
-from transit.cluster import source_checkout
-from transit.errors import UsageError
 
 RANK_SCHEMA = "transit.rank/1"
 RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
 TICK_LOG_SUFFIX = ".ticks.csv"  # TRANSIT_TICK_LOG=1: rank<R>.<host>.<pid>.ticks.csv beside the stats file
-JOB_ID_PATTERN = re.compile(r"^\d+$")  # SLURM_JOB_ID, which names the plugin's <report dir>/<jobid>/
-
-# The development cluster's report directory, under its checkout (scripts/dev-cluster writes report_dir= there).
-DEV_CLUSTER_REPORT_DIR = Path(".dev-cluster") / "reports"
+STEP_SCHEMA = "transit.step/1"
+STEP_FILE_PATTERN = "step-*.json"  # step-<step id>.json, written by the plugin when a step starts
 
 # Named warnings: each problem with the inputs has a code a script can match on.
 EMPTY_FILE = "empty-file"
@@ -31,12 +28,12 @@ UNKNOWN_SCHEMA = "unknown-schema"
 MISSING_RANK = "missing-rank"
 DUPLICATE_RANK = "duplicate-rank"
 NO_SLURM_FACTS = "no-slurm-facts"
-NO_STATS_FILES = "no-stats-files"
 JOB_NOT_FINISHED = "job-not-finished"
+PARTIAL_STATS = "partial-stats"
 UNREADABLE_TICK_LOG = "unreadable-tick-log"
-
-# Slurm states in which tasks may still be running, so stats files may still be missing
-UNFINISHED_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+UNREADABLE_DIRECTORY = "unreadable-directory"
+# the codes of warnings that reject a file: when every file got one, the job has no usable stats
+REJECTED_FILE_CODES = (EMPTY_FILE, TRUNCATED_FILE, UNREADABLE_FILE, UNKNOWN_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,60 @@ class ReportWarning:
     code: str
     message: str
     path: str | None = None
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def as_text(value: Any) -> str | None:
+    """A string, or a number written as one (job and step ids); anything else reads as missing."""
+    return value if isinstance(value, str) else (str(value) if as_int(value) is not None else None)
+
+
+def read_document(path: Path, schema: str, what: str) -> tuple[dict[str, Any] | None, ReportWarning | None]:
+    """A JSON object with the given schema, or the warning that says why the file is not one.
+    `what` is what the report leaves out without it ("its rank", "this step's record")."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, ReportWarning(UNREADABLE_FILE, f"cannot read {path.name}: {exc}", str(path))
+    if not text.strip():
+        # libtransit and the plugin write through temp + rename, so an empty file means something odd
+        return None, ReportWarning(EMPTY_FILE, f"{path.name} is empty; {what} is left out", str(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # json's messages end in "starting at" for strings and objects left open
+        return None, ReportWarning(
+            TRUNCATED_FILE,
+            f"{path.name} is not complete JSON ({exc.msg.removesuffix(' starting at')} at byte {exc.pos}); "
+            f"{what} is left out",
+            str(path),
+        )
+    found = document.get("schema") if isinstance(document, dict) else None
+    if found == schema:
+        return document, None
+    if not isinstance(document, dict):
+        problem = f"holds a JSON {type(document).__name__.replace('NoneType', 'null')}, not a {schema} object"
+    elif found is None:
+        problem = f"has no \"schema\" field ({schema} expected)"
+    else:
+        newer = _schema_version(found, schema)
+        problem = f"has schema {found!r}, this report reads {schema!r}" + (
+            " (a newer transit reads it)" if newer else "")
+    return None, ReportWarning(UNKNOWN_SCHEMA, f"{path.name} {problem}; {what} is left out", str(path))
+
+
+def _schema_version(found: Any, schema: str) -> bool:
+    """Whether `found` is a later version of `schema` (transit.rank/2 against transit.rank/1)."""
+    name, _, version = schema.rpartition("/")
+    match = re.fullmatch(re.escape(name) + r"/(\d+)", found) if isinstance(found, str) else None
+    return bool(match) and int(match.group(1)) > int(version)
 
 
 @dataclass(frozen=True)
@@ -119,6 +170,21 @@ class TickLogs:
         return log, None
 
 
+def _listing(directory: Path, pattern: str) -> tuple[list[Path], ReportWarning | None]:
+    """The files matching `pattern` in `directory`, sorted, or why the directory cannot be listed
+    (the plugin makes each job's directory readable by the job's user only)."""
+    try:
+        return sorted(p for p in directory.iterdir() if p.match(pattern)), None
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], ReportWarning(
+            UNREADABLE_DIRECTORY,
+            f"cannot read {directory}: {exc.strerror} (a job's directory is readable by the job's user only)",
+            str(directory),
+        )
+
+
 class StatsFiles:
     """The per-rank stats files (schema transit.rank/1) of one job directory."""
 
@@ -128,123 +194,176 @@ class StatsFiles:
     def load(self) -> tuple[list[RankFile], list[ReportWarning]]:
         """Every readable file with the known schema, and one warning per file that is not."""
         files: list[RankFile] = []
-        warnings: list[ReportWarning] = []
-        paths = sorted(self.directory.glob(RANK_FILE_PATTERN))
+        paths, unreadable = _listing(self.directory, RANK_FILE_PATTERN)
+        warnings = [unreadable] if unreadable else []
         for path in paths:
-            stats, warning = self._read(path)
+            stats, warning = read_document(path, RANK_SCHEMA, "its rank")
             if warning is not None:
                 warnings.append(warning)
             if stats is not None:
                 ticks, tick_warning = TickLogs.read(path)
                 warnings += [tick_warning] if tick_warning else []
                 files.append(RankFile(path=path, stats=stats, ticks=ticks))
-        if not paths:
-            warnings.append(
-                ReportWarning(NO_STATS_FILES, f"no {RANK_FILE_PATTERN} files in {self.directory}: no task called "
-                              "CUDA (libtransit stays inert in CPU-only processes) or TRANSIT was off")
-            )
         return files, warnings
 
+
+@dataclass(frozen=True)
+class StepFile:
+    """The plugin's record of one step it started under TRANSIT (schema transit.step/1): how the
+    step was run, whatever its ranks wrote afterwards."""
+
+    path: Path
+    job_id: str | None
+    step_id: str | None
+    user: str | None
+    policy: str | None
+    mode: str | None
+    limit_bytes: int | None
+    options: dict[str, str]
+    nodes: str | None  # a Slurm hostlist
+    ntasks: int | None
+    start_unix: float | None
+
+
+class StepFiles:
+    """The step files (<report dir>/<job>/step-<step>.json) of one job directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def load(self) -> tuple[list[StepFile], list[ReportWarning]]:
+        steps, warnings = [], []
+        for path in _listing(self.directory, STEP_FILE_PATTERN)[0]:
+            document, warning = read_document(path, STEP_SCHEMA, "this step's record")
+            if warning is not None:
+                warnings.append(warning)
+            if document is not None:
+                steps.append(self.step(path, document))
+        return steps, warnings
+
     @staticmethod
-    def _read(path: Path) -> tuple[dict[str, Any] | None, ReportWarning | None]:
+    def step(path: Path, document: dict[str, Any]) -> StepFile:
+        options = document.get("options")
+        return StepFile(
+            path=path,
+            job_id=as_text(document.get("job_id")),
+            step_id=as_text(document.get("step_id")),
+            user=as_text(document.get("user")),
+            policy=as_text(document.get("policy")),
+            mode=as_text(document.get("mode")),
+            limit_bytes=as_int(document.get("limit_bytes")),
+            options={k: v for k, v in options.items() if isinstance(v, str)} if isinstance(options, dict) else {},
+            nodes=as_text(document.get("nodes")),
+            ntasks=as_int(document.get("ntasks")),
+            start_unix=as_float(document.get("start_unix")),
+        )
+
+
+@dataclass(frozen=True)
+class HowRun:
+    """A step's TRANSIT configuration as the submit line asked for it."""
+
+    policy: str | None  # None: --transit without a policy, and the plugin's default policy= unknown
+    mode: str
+    limit_bytes: int | None
+    report_dir: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class SubmitLines:
+    """TRANSIT's options on the command lines Slurm's accounting keeps (sacct SubmitLine: the job's
+    sbatch/srun/salloc, and each step's srun). They show what was typed, not #SBATCH lines in a
+    script nor the site's defaults, so the step files come first."""
+
+    OPTIONS = ("transit", "transit-mem-limit", "transit-report-dir")
+
+    @classmethod
+    def options(cls, line: str) -> dict[str, str]:
+        """The TRANSIT options on a command line, the first of each ({} when none). --transit takes
+        its policy only as --transit=POLICY (an optional argument); a wrapped command
+        (sbatch --wrap="srun --transit=advise ...") is read too."""
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            return None, ReportWarning(UNREADABLE_FILE, f"cannot read {path.name}: {exc}", str(path))
-        if not text.strip():
-            # libtransit writes through temp + rename, so an empty file means the task died oddly
-            return None, ReportWarning(EMPTY_FILE, f"{path.name} is empty; its rank is left out", str(path))
-        try:
-            stats = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return None, ReportWarning(
-                TRUNCATED_FILE,
-                f"{path.name} is not complete JSON ({exc.msg} at byte {exc.pos}); its rank is left out",
-                str(path),
-            )
-        if not isinstance(stats, dict) or stats.get("schema") != RANK_SCHEMA:
-            schema = stats.get("schema") if isinstance(stats, dict) else type(stats).__name__
-            return None, ReportWarning(
-                UNKNOWN_SCHEMA,
-                f"{path.name} has schema {schema!r}, this report reads {RANK_SCHEMA!r}; "
-                "its rank is left out (a newer transit may read it)",
-                str(path),
-            )
-        return stats, None
+            words = shlex.split(line)
+        except ValueError:  # unbalanced quotes: read what splits on spaces
+            words = line.split()
+        found: dict[str, str] = {}
+        for i, word in enumerate(words):
+            name, equals, value = word.removeprefix("--").partition("=")
+            if not word.startswith("--") or name not in cls.OPTIONS and name != "wrap":
+                continue
+            if name == "wrap":
+                found = cls.options(value if equals else " ".join(words[i + 1:i + 2])) | found
+            elif name == "transit" or equals:
+                found.setdefault(name, value)
+            else:
+                found.setdefault(name, words[i + 1] if i + 1 < len(words) else "")
+        return found
+
+    @staticmethod
+    def how_run(options: dict[str, str], default_policy: str | None) -> HowRun | None:
+        """How these options asked TRANSIT to run; None without --transit, or with --transit=off."""
+        policy = options.get("transit")
+        if policy is None or policy == "off":
+            return None
+        limit = options.get("transit-mem-limit")
+        return HowRun(
+            policy=policy or default_policy,
+            mode="limit" if limit else "physical",
+            limit_bytes=_size(limit) if limit else None,
+            report_dir=options.get("transit-report-dir"),
+            options=options,
+        )
+
+    @classmethod
+    def of_job(cls, facts: slurm.JobFacts | None, default_policy: str | None) -> list[HowRun]:
+        """How each step was asked to run: the job's options (a step inherits sbatch's) with its own
+        srun line's on top; the job's alone when sacct listed no step."""
+        if facts is None:
+            return []
+        job = cls.options(facts.submit_line or "")
+        steps = [job | cls.options(line) for line in facts.step_submit_lines.values()] or [job]
+        return [run for options in steps if (run := cls.how_run(options, default_policy)) is not None]
 
 
-class SlurmJob:
-    """Slurm's facts about one job (sacct, else squeue), through transit.slurm."""
+def _size(text: str) -> int | None:
+    """A --transit-mem-limit value in bytes, by libtransit's own parser; None if it reads none."""
+    from transit import _native
+    from transit.errors import UsageError
 
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-
-    def facts(self) -> tuple[slurm.JobFacts | None, list[ReportWarning]]:
-        facts = slurm.job_facts(self.job_id)
-        if facts is not None:
-            if facts.state and any(state in facts.state for state in UNFINISHED_STATES):
-                return facts, [
-                    ReportWarning(
-                        JOB_NOT_FINISHED,
-                        f"job {self.job_id} is {facts.state}: ranks write their stats when they exit, "
-                        "so this report covers only the tasks that have ended",
-                    )
-                ]
-            return facts, []
-        return None, [
-            ReportWarning(
-                NO_SLURM_FACTS,
-                f"Slurm has no record of job {self.job_id} (no accounting, and the controller "
-                "has forgotten it or is not running): the header comes from the stats files alone",
-            )
-        ]
+    try:
+        return _native.parse_size(text)
+    except UsageError:
+        return None
 
 
-def job_id_of(rank_files: list[RankFile]) -> str | None:
-    """The job id every file names, or None when they name none or several."""
-    ids = set()
+class SlurmJobs:
+    """Slurm's facts about jobs (sacct, else squeue), through transit.slurm, with the warnings they
+    call for."""
+
+    @staticmethod
+    def by_id(ids: list[str]) -> tuple[dict[str, list[slurm.JobFacts]], str | None]:
+        return slurm.jobs_by_id(ids)
+
+    @staticmethod
+    def of_user(user: str, start_unix: float, end_unix: float) -> tuple[list[slurm.JobFacts], str | None]:
+        return slurm.jobs_of_user(user, start_unix, end_unix)
+
+    @staticmethod
+    def unknown(job_id: str, answered: str | None) -> ReportWarning:
+        why = ("the controller has forgotten it (MinJobAge), and there is no accounting" if answered == "squeue"
+               else "accounting has no record of it" if answered == "sacct"
+               else "neither sacct nor squeue answered (no accounting, and no controller reachable)")
+        return ReportWarning(
+            NO_SLURM_FACTS,
+            f"Slurm does not know job {job_id}: {why}; the header comes from the step and stats files alone",
+        )
+
+
+def job_id_of(rank_files: list[RankFile], steps: list[StepFile]) -> str | None:
+    """The job id every stats and step file names, or None when they name none or several."""
+    ids = {step.job_id for step in steps if step.job_id}
     for rank_file in rank_files:
         identity = rank_file.stats.get("identity")
-        if isinstance(identity, dict) and identity.get("job_id") is not None:
+        if isinstance(identity, dict) and as_text(identity.get("job_id")):
             ids.add(str(identity["job_id"]))
     return ids.pop() if len(ids) == 1 else None
-
-
-def default_report_dir(option: str | None, use_slurm: bool) -> Path:
-    """The directory holding one sub-directory per job, first found of:
-    --report-dir, $TRANSIT_REPORT_DIR, report_dir= of spank_transit.so in the running cluster's
-    plugstack.conf (unless use_slurm is off), the dev cluster's <repo>/.dev-cluster/reports."""
-    if option:
-        return Path(option)
-    if os.environ.get("TRANSIT_REPORT_DIR"):
-        return Path(os.environ["TRANSIT_REPORT_DIR"])
-    from_plugstack = slurm.plugstack_report_dir() if use_slurm else None
-    if from_plugstack:
-        return Path(from_plugstack)
-    checkout = source_checkout()
-    if checkout is not None and (checkout / DEV_CLUSTER_REPORT_DIR).is_dir():
-        return checkout / DEV_CLUSTER_REPORT_DIR
-    raise UsageError(
-        "no report directory: pass --report-dir DIR or set TRANSIT_REPORT_DIR "
-        "(or give the job's directory instead of its id)"
-    )
-
-
-def resolve_target(target: str, report_dir_option: str | None, use_slurm: bool) -> tuple[Path, str | None]:
-    """The job directory and job id (None if unknown) named by TARGET: a directory, or a job id
-    looked up in the report directory."""
-    as_path = Path(target)
-    if as_path.is_dir():
-        return as_path, as_path.name if JOB_ID_PATTERN.match(as_path.name) else None
-    if not JOB_ID_PATTERN.match(target):
-        raise UsageError(f"{target!r} is neither a directory nor a job id (the numeric SLURM_JOB_ID)")
-    report_dir = default_report_dir(report_dir_option, use_slurm)
-    job_dir = report_dir / target
-    if job_dir.is_dir():
-        return job_dir, target
-    if use_slurm and slurm.job_facts(target) is not None:
-        raise UsageError(
-            f"job {target} has no TRANSIT stats in {report_dir}: was it run with --transit, "
-            "and is the report directory right (--report-dir)?"
-        )
-    raise UsageError(f"unknown job id {target}: no {job_dir} and Slurm does not know the job")

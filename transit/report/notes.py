@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from transit.report.aggregate import RankRow, Report, small_share
+from transit.report.aggregate import RankRow, Report, small_share, who
 from transit.report.thresholds import (
+    FEWER_NODES_TARGET_SHARE,
     MIGRATING_INTERVAL_SHARE,
     MIN_INTERVALS_FOR_PATTERN,
     SMALL_MIGRATION_BYTES,
@@ -18,7 +20,7 @@ from transit.report.thresholds import (
     UNDERUSED_CAP_SHARE,
     UNREQUESTED_MIGRATION_SHARE,
 )
-from transit.report.units import format_bytes, rank_list
+from transit.report.units import format_bytes, format_count
 
 ADVICE = "advice"  # a change that should make the job faster or cheaper
 WARNING = "warning"  # figures are incomplete or something went wrong
@@ -31,6 +33,7 @@ class Note:
     level: str
     message: str
     ranks: list[int] = field(default_factory=list)
+    action: str | None = None  # advice: what to change, as the user types it ("--transit=advise")
 
 
 def _ranks(rows: list[RankRow], predicate: Callable[[RankRow], bool]) -> list[RankRow]:
@@ -41,20 +44,29 @@ def _numbers(rows: list[RankRow]) -> list[int]:
     return [row.rank for row in rows if row.rank is not None]
 
 
+def _advice(code: str, action: str, message: str, hit: list[RankRow]) -> Note:
+    """An advice note that opens with the action: "try ACTION: why, and what it should change"."""
+    return Note(code, ADVICE, f"try {action}: {message}", _numbers(hit), action)
+
+
 def _small_migrations(report: Report) -> Note | None:
     hit = _ranks(
         report.ranks, lambda r: r.policy != "prefetch" and (r.small_htod_share or 0.0) > SMALL_MIGRATION_SHARE
     )
     if not hit:
         return None
-    share = small_share(report.job.htod_histogram) or 0.0
-    return Note(
+    histogram: Counter[str] = Counter()
+    for row in hit:
+        histogram.update(row.htod_histogram)
+    return _advice(
         "small-migrations",
-        ADVICE,
-        f"most HtoD migrations are under {format_bytes(SMALL_MIGRATION_BYTES)} on "
-        f"{rank_list(_numbers(hit))} ({share:.0%} job-wide): page faults are pulling data in small "
-        "pieces; try --transit=prefetch",
-        _numbers(hit),
+        "--transit=prefetch",
+        f"{small_share(dict(histogram)) or 0.0:.0%} of the {format_count(sum(histogram.values()))} migrations "
+        f"to the GPU on {who(hit)} were under {format_bytes(SMALL_MIGRATION_BYTES)}: the driver pulled the data in "
+        f"on GPU page faults, a small piece at a time, while the kernels waited "
+        f"({format_count(sum(r.gpu_page_faults for r in hit))} faults); prefetch moves what the next kernels read "
+        "ahead of them in large pieces, so most of these faults and waits should go",
+        hit,
     )
 
 
@@ -62,19 +74,24 @@ def _thrashing(report: Report) -> Note | None:
     hit = _ranks(report.ranks, lambda r: r.policy != "advise" and r.thrashing >= THRASHING_EVENTS)
     if not hit:
         return None
-    events = sum(r.thrashing for r in hit)
-    return Note(
+    return _advice(
         "thrashing",
-        ADVICE,
-        f"{events} thrashing events on {rank_list(_numbers(hit))}: pages moved back and forth "
-        "between host and GPU; try --transit=advise (the GPU reads host data in place)",
-        _numbers(hit),
+        "--transit=advise",
+        f"the driver moved the same pages back and forth between host and GPU "
+        f"{format_count(sum(r.thrashing for r in hit))} times on {who(hit)}; advise maps what does not fit so "
+        "the GPU reads it in host memory in place, which ends these round trips",
+        hit,
     )
+
+
+def _after_warmup(row: RankRow) -> list[int]:
+    """Bytes moved to the GPU in each post-warm-up timeline interval (one interval per iteration)."""
+    return [i.htod_bytes for i in row.intervals if i.iteration > row.warmup_iterations]
 
 
 def migrating_interval_share(row: RankRow) -> float | None:
     """Share of post-warm-up timeline intervals with HtoD migrations; None if too few to judge."""
-    after_warmup = [i.htod_bytes for i in row.intervals if i.iteration > row.warmup_iterations]
+    after_warmup = _after_warmup(row)
     if len(after_warmup) < MIN_INTERVALS_FOR_PATTERN:
         return None
     return sum(1 for moved in after_warmup if moved > 0) / len(after_warmup)
@@ -87,28 +104,40 @@ def _migrations_every_iteration(report: Report) -> Note | None:
     )
     if not hit:
         return None
-    return Note(
+    # the median rank's figures: what moves in a typical step, and what moved again in every step
+    typical = statistics.median(statistics.median(_after_warmup(r)) for r in hit)
+    every = statistics.median(min(_after_warmup(r)) for r in hit)
+    steps = statistics.median(len(_after_warmup(r)) for r in hit)
+    again = (f"{format_bytes(every)} of it moved again in each of the {steps:.0f} steps" if every
+             else f"data moved in {max(migrating_interval_share(r) or 0.0 for r in hit):.0%} of the "
+                  f"{steps:.0f} steps")
+    return _advice(
         "migrations-every-iteration",
-        ADVICE,
-        f"data still migrates to the GPU in (nearly) every iteration after warm-up on "
-        f"{rank_list(_numbers(hit))}: the working set does not fit and is moved again each time; "
-        "try --transit=advise",
-        _numbers(hit),
+        "--transit=advise",
+        f"{format_bytes(typical)} per step still migrates to the GPU after warm-up on {who(hit)}, and "
+        f"{again}: what does not fit is evicted and fetched again each time; advise leaves it in host memory "
+        "for the GPU to read in place, so the steps no longer wait for those migrations",
+        hit,
     )
 
 
 def _fewer_nodes(report: Report) -> Note | None:
     active = [r for r in report.ranks if r.cuda_active and r.cap_bytes]
-    if report.header.num_nodes < 2 or not active:
+    nodes = report.header.num_nodes or 0
+    if nodes < 2 or not active:
         return None
     peak_share = max(r.resident_peak_bytes / r.cap_bytes for r in active if r.cap_bytes)
-    if peak_share >= UNDERUSED_CAP_SHARE:
+    fewer = math.ceil(nodes * peak_share / FEWER_NODES_TARGET_SHARE)
+    if peak_share >= UNDERUSED_CAP_SHARE or fewer >= nodes:
         return None
     return Note(
         "fewer-nodes",
         ADVICE,
-        f"peak device memory stayed at or under {peak_share:.0%} of the cap on every rank: the job "
-        f"would likely fit on fewer than {report.header.num_nodes} nodes; see `transit plan`",
+        f"try {max(1, fewer)} node{'s' if fewer > 1 else ''} instead of {nodes}: peak device memory stayed at or under {peak_share:.0%} of "
+        f"the cap on every rank, so the same data on {max(1, fewer)} would fill about "
+        f"{peak_share * nodes / max(1, fewer):.0%} of each GPU (if it divides evenly); `transit plan` works out "
+        "the batch and gradient accumulation for it",
+        action=f"--nodes={max(1, fewer)}",
     )
 
 
@@ -120,7 +149,7 @@ def _dropped_records(report: Report) -> Note | None:
         "dropped-records",
         WARNING,
         f"the recorder dropped {sum(r.dropped_records for r in hit)} CUPTI records on "
-        f"{rank_list(_numbers(hit))}: migration and fault figures there are lower bounds",
+        f"{who(hit)}: migration and fault figures there are lower bounds",
         _numbers(hit),
     )
 
@@ -134,11 +163,11 @@ def _recorder_degraded(report: Report) -> Note | None:
     return Note(
         "recorder-degraded",
         WARNING,
-        f"the recorder was degraded on {rank_list(_numbers(hit))}"
+        f"the recorder was degraded on {who(hit)}"
         + (f" ({'; '.join(reasons)})" if reasons else "")
         + ": another CUPTI subscriber (torch.profiler?) held it, so there are no migration records, "
         "prefetch cannot profile, and iterations come from the API or the Python hook only"
-        + (f"; in limit mode ({rank_list(_numbers(limited))}) the measured bound alone kept L, evicting "
+        + (f"; in limit mode ({who(limited)}) the measured bound alone kept L, evicting "
            "round the managed memory rather than by recency, so expect more migrations and a looser hold"
            if limited else ""),
         _numbers(hit),
@@ -158,7 +187,7 @@ def _policy_errors(report: Report) -> Note | None:
     return Note(
         "policy-errors",
         WARNING,
-        f"CUDA refused TRANSIT's own calls on {rank_list(_numbers(hit))} ({counts}): the policy did "
+        f"CUDA refused TRANSIT's own calls on {who(hit)} ({counts}): the policy did "
         "less than it should; the rank's log has the CUDA errors",
         _numbers(hit),
     )
@@ -168,14 +197,16 @@ def _refused_allocations(report: Report) -> Note | None:
     hit = _ranks(report.ranks, lambda r: r.refused > 0)
     if not hit:
         return None
+    limits = sorted({r.limit_bytes for r in hit if r.limit_bytes})
+    now = f" (now {', '.join(format_bytes(limit) for limit in limits)})" if limits else ""
     return Note(
         "refused-allocations",
         WARNING,
-        f"{sum(r.refused for r in hit)} allocations "
-        f"({format_bytes(sum(r.refused_bytes for r in hit))}) were refused on {rank_list(_numbers(hit))} "
-        "because they would oversubscribe the GPU's physical memory: raise the limit "
-        "(--transit-mem-limit) or use more nodes",
+        f"{sum(r.refused for r in hit)} allocations ({format_bytes(sum(r.refused_bytes for r in hit))}) were "
+        f"refused on {who(hit)} because they would oversubscribe the GPU's physical memory: raise "
+        f"--transit-mem-limit{now} or use more nodes, so that they fit",
         _numbers(hit),
+        "--transit-mem-limit",
     )
 
 
@@ -188,7 +219,7 @@ def _overshoot(report: Report) -> Note | None:
         "limit-overshoot",
         INFO,
         f"resident memory went above the limit by up to {format_bytes(worst)} on "
-        f"{rank_list(_numbers(hit))} before TRANSIT evicted",
+        f"{who(hit)} before TRANSIT evicted",
         _numbers(hit),
     )
 
@@ -202,14 +233,14 @@ def _bound_over_limit(report: Report) -> Note | None:
     worst = max(r.device_bound_peak_bytes or 0 for r in hit)
     logged = [r.tick_summary["seconds_over_limit"] for r in hit
               if r.tick_summary and r.tick_summary["seconds_over_limit"] is not None]
-    how_long = f" for up to {max(logged):.1f} s by the tick log" if logged else ""
+    how_long = f" for up to {max(logged):.1f} s (by the tick log)" if logged else " for a while"
+    limits = ", ".join(format_bytes(limit) for limit in sorted({r.limit_bytes for r in hit if r.limit_bytes}))
     return Note(
         "limit-bound-over",
         WARNING,
-        f"managed memory not on the host reached {format_bytes(worst)} on {rank_list(_numbers(hit))}, above "
-        "the limit: data reached the GPU faster than TRANSIT evicted it, so for a while"
-        f"{how_long} the device held more than the limit ({sum(r.sweeps for r in hit)} sweeps for chunks "
-        "the estimate had lost)",
+        f"managed memory not on the host reached {format_bytes(worst)} on {who(hit)}, above the limit of "
+        f"{limits}: data reached the GPU faster than TRANSIT evicted it, so the device held more than the "
+        f"limit{how_long}; {sum(r.sweeps for r in hit)} sweeps found chunks the estimate had lost",
         _numbers(hit),
     )
 
@@ -225,7 +256,7 @@ def _unrequested(report: Report) -> Note | None:
     return Note(
         "unrequested-migrations",
         INFO,
-        f"over {UNREQUESTED_MIGRATION_SHARE:.0%} of migrated bytes on {rank_list(_numbers(hit))} were "
+        f"over {UNREQUESTED_MIGRATION_SHARE:.0%} of migrated bytes on {who(hit)} were "
         "moved by the driver, not by TRANSIT (the driver evicted on its own)",
         _numbers(hit),
     )
@@ -242,7 +273,7 @@ def _stragglers(report: Report) -> Note | None:
     return Note(
         "stragglers",
         INFO,
-        f"{rank_list(_numbers(hit))} took over {STRAGGLER_RATIO:g}x the median step time "
+        f"{who(hit)} took over {STRAGGLER_RATIO:g}x the median step time "
         f"({median:.3g} s): the others wait for them at every collective",
         _numbers(hit),
     )
@@ -255,7 +286,7 @@ def _no_iterations(report: Report) -> Note | None:
     return Note(
         "no-iterations",
         INFO,
-        f"no iteration boundaries were found on {rank_list(_numbers(hit))}: per-iteration figures "
+        f"no iteration boundaries were found on {who(hit)}: per-iteration figures "
         "are missing and prefetch/advise never leave warm-up; call transit_mark_iteration() or "
         "use a torch.optim optimizer",
         _numbers(hit),
@@ -270,7 +301,7 @@ def _cuda_errors(report: Report) -> Note | None:
     return Note(
         "cuda-error",
         WARNING,
-        f"CUDA errors on {rank_list(_numbers(hit))}: "
+        f"CUDA errors on {who(hit)}: "
         + "; ".join(f"{error} (x{n})" for error, n in errors.most_common()),
         _numbers(hit),
     )
@@ -290,7 +321,7 @@ def _signalled(report: Report) -> Note | None:
     return Note(
         "ended-by-signal",
         INFO,
-        f"{rank_list(_numbers(hit))} wrote their stats on {reasons} (time limit, scancel or "
+        f"{who(hit)} wrote {'their' if len(hit) > 1 else 'its'} stats on {reasons} (time limit, scancel or "
         "Ctrl-C): the figures cover the run until then",
         _numbers(hit),
     )
@@ -303,7 +334,7 @@ def _library_warnings(report: Report) -> list[Note]:
             if isinstance(text, str):
                 by_text.setdefault(text, []).append(row)
     return [
-        Note("library-warning", INFO, f"{rank_list(_numbers(rows))}: {text}", _numbers(rows))
+        Note("library-warning", INFO, f"{who(rows)}: {text}", _numbers(rows))
         for text, rows in by_text.items()
     ]
 

@@ -16,6 +16,9 @@ MIN_INTERVALS_FOR_PATTERN = 3
 # Peak resident device memory under this share of the cap (the limit, else the GPU) on every rank of
 # a multi-node job: the job would likely fit on fewer nodes.
 UNDERUSED_CAP_SHARE = 0.5
+# ...and the fewer nodes it suggests are those on which the same data would fill at most this share of
+# each GPU's cap (the peak scaled by the node count, as if the data divided evenly).
+FEWER_NODES_TARGET_SHARE = 0.8
 
 # A rank whose mean step time exceeds the median rank's by this factor is a straggler.
 STRAGGLER_RATIO = 1.25

@@ -40,6 +40,17 @@ def format_seconds(s: float | None) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}"
 
 
+def format_age(s: float) -> str:
+    """How long ago, to the precision that matters: "45 s", "12 min", "3.5 h", "2.0 days"."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
 def format_count(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -67,6 +78,5 @@ def compact_ranges(numbers: list[int]) -> str:
 
 
 def rank_list(numbers: list[int]) -> str:
-    if not numbers:
-        return "ranks without a number"
-    return f"rank{'s' if len(numbers) > 1 else ''} {compact_ranges(numbers)}"
+    """[0, 1, 2, 5] -> "ranks 0-2, 5"; [3] -> "rank 3"."""
+    return f"rank{'s' if len(set(numbers)) > 1 else ''} {compact_ranges(numbers)}"
