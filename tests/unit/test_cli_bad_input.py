@@ -35,7 +35,7 @@ def test_submit_to_min_global_batch_fits_requested_and_chosen_counts(clean_env) 
       "x.py"], "--tp must be at least 1, got 0"),
     (["plan", "--model", "llama3-8b", "--nodes", "2", "--global-batch", "0"], "--global-batch must be at least 1, got 0"),
     (["plan", "--nodes", "1", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "4", "--ffn", "128", "--vocab", "100",
-      "--head-dim", "-5"], "head_dim must be 0 or more, got -5"),
+      "--head-dim", "-5"], "--head-dim must be at least 0, got -5"),
 ])
 def test_bad_values_are_named(clean_env, args: list[str], needle: str) -> None:
     r = run(*args, env=clean_env)
