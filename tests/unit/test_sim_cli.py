@@ -47,7 +47,7 @@ def test_table_output_validates_before_any_transit_figure(capsys):
     assert "2 bad rows not replayed" in out and "1 job not finished (PENDING): lines 7" in out
     assert "job step row" in out
     assert out.index("validation, before any TRANSIT figure") < out.index("cross-rack traffic")
-    assert "per-GPU efficiency under reduction: 0.898 (measured: bench/results/compare-gb64-27g-final.json" in out
+    assert "per-GPU efficiency under reduction: 0.898 (measured: bench/results/compare-gb64-27g-final.summary.json" in out
 
 
 def test_synthetic_default_with_plot_and_saved_trace(capsys, tmp_path):

@@ -84,5 +84,5 @@ def test_non_blocking_uplinks_never_contend():
 
 
 def test_default_efficiency_is_the_measured_figure():
-    summary = json.loads((ROOT / MEASURED_EFFICIENCY_FILE).read_text())["summary"]
+    summary = json.loads((ROOT / MEASURED_EFFICIENCY_FILE).read_text())["collect_summary"]
     assert round(summary["advise_vs_no_offload"]["value"], 3) == MEASURED_EFFICIENCY

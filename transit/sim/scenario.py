@@ -46,10 +46,10 @@ FACTORS_SCHEMAS = ("transit.factors/1", "transit.factors/2")
 SLOWDOWN_READINGS = ("throughput", "runtime")
 
 # Per-GPU efficiency of a scaled-in job: TRANSIT advise on 1 H200 kept 89.8 % of the per-GPU
-# TFLOPS of FSDP2 on 2 without offload (summary.advise_vs_no_offload in the file below; README,
+# TFLOPS of FSDP2 on 2 without offload (collect_summary.advise_vs_no_offload in the file below; README,
 # "Scale-in against framework offloading"). A unit test keeps this figure equal to the file's.
 MEASURED_EFFICIENCY = 0.898
-MEASURED_EFFICIENCY_FILE = "bench/results/compare-gb64-27g-final.json"
+MEASURED_EFFICIENCY_FILE = "bench/results/compare-gb64-27g-final.summary.json"
 MEASURED_EFFICIENCY_SOURCE = (f"measured: {MEASURED_EFFICIENCY_FILE} (TRANSIT advise on 1 H200 against FSDP2 "
                               "on 2, 131,072 tokens per step, footprint 1.36x the device limit)")
 # The paper's per-GPU TFLOPS of TRANSIT-Advise against no offload by the share of GPUs removed
