@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "report": "transit.report",
     "simulate": "transit.sim",
     "cluster": "transit.cluster",  # wraps scripts/dev-cluster
+    "doctor": "transit.doctor",
 }
 
 

@@ -1,0 +1,92 @@
+"""`transit doctor` on the dev cluster's node: the Slurm checks pass against the real daemons and plugin,
+and fail as they should when plugstack.conf lacks the plugin or names one built for another Slurm release
+(srun itself then refuses to load it)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.conftest import REPO, Cluster
+from transit.doctor import FAIL, OK, PRIVILEGED_HOOKS, Elf, slurm_version_text
+
+pytestmark = pytest.mark.slurm
+OTHER_RELEASE = (21 << 16) | (8 << 8) | 6  # 21.08.6
+
+
+def doctor(cluster: Cluster, slurm_conf: Path | None = None) -> tuple[int, dict[str, dict[str, Any]]]:
+    env = cluster.env(SLURM_CONF=str(slurm_conf or cluster.slurm_conf))
+    out = subprocess.run([sys.executable, "-m", "transit", "doctor", "--json"], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=120, check=False)
+    assert out.stderr == ""
+    return out.returncode, {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+
+
+def slurmd_version() -> str:
+    return subprocess.run(["slurmd", "-V"], capture_output=True, text=True, check=True).stdout.split()[-1]
+
+
+def test_slurm_checks_pass_on_the_dev_cluster(cluster: Cluster) -> None:
+    _, checks = doctor(cluster)
+    version = slurmd_version()
+    for name in ("slurm", "plugin_registered", "plugin_version", "libtransit", "munge", "slurmd"):
+        assert checks[name]["status"] == OK, checks[name]
+    assert checks["plugin_version"]["details"]["built_for"] == version
+    assert checks["plugin_version"]["details"]["running"] == {"slurmd": version, "srun": version}
+    assert checks["plugin_registered"]["details"]["plugin"] == str(cluster.plugin)
+    assert checks["libtransit"]["details"]["path"] == cluster.lib
+    assert checks["libtransit"]["details"]["source"] == "plugstack.conf lib="
+    assert set(checks["slurmd"]["details"]["nodes"]) == {"node1", "node2", "node3", "node4"}
+    # The dev cluster's report dir is root-owned 0755: right where the plugin creates each job's
+    # directory as root and gives it to the user, a failure where the user must create it.
+    as_root = any(hook in Elf(cluster.plugin).symbols for hook in PRIVILEGED_HOOKS)
+    report = checks["report_dir"]
+    assert report["details"]["path"] == str(cluster.report_dir)
+    assert report["details"]["plugin_creates_as_root"] is as_root
+    assert report["status"] == (OK if as_root else FAIL), report
+
+
+def site_copy(cluster: Cluster, tmp_path: Path, plugstack_text: str) -> Path:
+    """A copy of the cluster's slurm.conf whose PlugStackConfig holds `plugstack_text`."""
+    plugstack = tmp_path / "plugstack.conf"
+    plugstack.write_text(plugstack_text)
+    lines = [f"PlugStackConfig={plugstack}" if line.startswith("PlugStackConfig=") else line
+             for line in cluster.slurm_conf.read_text().splitlines()]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+def test_plugstack_without_the_plugin_fails(cluster: Cluster, tmp_path: Path) -> None:
+    rc, checks = doctor(cluster, site_copy(cluster, tmp_path, "# no plugins\n"))
+    assert rc == 1
+    for name in ("plugin_registered", "plugin_version"):
+        assert checks[name]["status"] == FAIL
+        assert checks[name]["summary"] == f"no spank_transit.so line in {tmp_path / 'plugstack.conf'} (or a file it includes)"
+    assert checks["munge"]["status"] == OK  # the rest of the site still answers
+
+
+def test_plugin_built_for_another_release_fails_as_srun_does(cluster: Cluster, tmp_path: Path) -> None:
+    """The plugin's plugin_version patched to 21.08.6: Slurm's loader refuses it, and the doctor says why."""
+    elf = Elf(cluster.plugin)
+    section, value, _ = elf.symbols["plugin_version"]
+    _, addr, offset, _, _ = elf.sections[section]
+    data = bytearray(cluster.plugin.read_bytes())
+    struct.pack_into("<I", data, offset + value - addr, OTHER_RELEASE)
+    plugin = tmp_path / "spank_transit.so"
+    plugin.write_bytes(bytes(data))
+    line = (cluster.slurm_conf.parent / "plugstack.conf").read_text().replace(str(cluster.plugin), str(plugin))
+    rc, checks = doctor(cluster, site_copy(cluster, tmp_path, line))
+    assert rc == 1
+    version = checks["plugin_version"]
+    assert (version["status"], version["details"]["built_for"]) == (FAIL, slurm_version_text(OTHER_RELEASE))
+    assert f"was built for Slurm 21.08.6, this node runs slurmd {slurmd_version()}" in version["summary"]
+    registered = checks["plugin_registered"]
+    assert registered["status"] == FAIL
+    assert f"Incompatible Slurm plugin {plugin} version (21.08.6)" in registered["summary"]  # srun's words
