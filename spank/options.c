@@ -6,12 +6,13 @@
  * In srun/sbatch/salloc a value is stored only after it passed the checks, so a rejected
  * option changes nothing.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "spank_transit.h"
-#include "transit.h"
 
 struct transit_opts transit_opts;
 
@@ -20,32 +21,52 @@ struct transit_opts transit_opts;
  * string to our callback, and forwards it to slurmstepd. */
 #define TRANSIT_ALLOC_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_transit_transit"
 #define SLURM_NULL_VALUE "(null)"
+/* What srun, sbatch and salloc exit with after a refused option (Slurm's error_exit). */
+#define SLURM_EXIT_ERROR_ENV "SLURM_EXIT_ERROR"
+#define SLURM_DEFAULT_EXIT_ERROR 1
 
 enum { OPT_POLICY = 1, OPT_MEM_LIMIT, OPT_REPORT_DIR };
 
+/* "base|prefetch|advise|off", from libtransit's list of policies */
+static char policy_arginfo[TRANSIT_WORD_MAX * 4];
+
 struct spank_option transit_option_table[] = {
-    {"transit", "base|prefetch|advise|off",
-     "Run the tasks under TRANSIT: host memory extends GPU memory, with this policy "
-     "(no value: the site default; off: no TRANSIT).",
+    {"transit", policy_arginfo,
+     "[transit] Run the tasks under TRANSIT: host memory extends GPU memory, with this policy "
+     "(no value: $TRANSIT_POLICY or the site default; off: no TRANSIT).",
      2, OPT_POLICY, transit_opt_policy},
     {"transit-mem-limit", "SIZE",
-     "With --transit: emulate a GPU of SIZE (e.g. 40G) and keep device use at or below it.",
+     "[transit] With --transit: emulate a GPU of SIZE (e.g. 40G, from 256M to 16T) and keep device use "
+     "at or below it.",
      1, OPT_MEM_LIMIT, transit_opt_mem_limit},
     {"transit-report-dir", "DIR",
-     "With --transit: write per-rank statistics under DIR/<jobid>/ (absolute path).",
+     "[transit] With --transit: write per-rank statistics under DIR/<jobid>/ (an absolute path whose "
+     "parent exists).",
      1, OPT_REPORT_DIR, transit_opt_report_dir},
     SPANK_OPTIONS_TABLE_END,
 };
+
+void transit_options_init(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < transit_policy_count(); i++)
+        n += (size_t)snprintf(policy_arginfo + n, sizeof(policy_arginfo) - n, "%s|",
+                              transit_policy_name((transit_policy)i));
+    snprintf(policy_arginfo + n, sizeof(policy_arginfo) - n, "%s", TRANSIT_OFF);
+}
 
 void transit_opts_reset(struct transit_opts *opts)
 {
     memset(opts, 0, sizeof(*opts));
 }
 
-const char *transit_effective_policy(const struct transit_opts *opts, const struct transit_conf *conf)
+const char *transit_effective_policy(const struct transit_opts *opts, const char *env_policy,
+                                     const struct transit_conf *conf)
 {
     if (opts->policy[0])
         return opts->policy;
+    if (env_policy)
+        return env_policy;
     return conf->policy[0] ? conf->policy : NULL;
 }
 
@@ -56,55 +77,43 @@ const char *transit_effective_report_dir(const struct transit_opts *opts, const 
     return conf->report_dir[0] ? conf->report_dir : NULL;
 }
 
-int transit_opts_check(const struct transit_opts *opts, const struct transit_conf *conf, char *err,
-                       size_t errlen)
+/* Slurm answers a refused option with a second line that repeats the whole value ("Invalid
+ * --transit argument: ...", 5,000 characters for a long one), and then exits. Exiting here, as
+ * Slurm would a moment later and with its exit code, leaves TRANSIT's line alone. Nothing exists
+ * yet to clean up: options are parsed before any allocation or step is requested. */
+int transit_refuse(const char *fmt, ...)
 {
-    if (!conf->lib[0]) {
-        snprintf(err, errlen, "plugstack.conf gives no lib= for spank_transit.so; ask the administrator");
-        return -1;
+    char line[TRANSIT_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    slurm_error("transit: %s", line);
+    spank_context_t ctx = spank_context();
+    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) {
+        const char *code = getenv(SLURM_EXIT_ERROR_ENV);
+        exit(code && atoi(code) > 0 ? atoi(code) : SLURM_DEFAULT_EXIT_ERROR);
     }
-    transit_task_request req = {
-        .policy = transit_effective_policy(opts, conf),
-        .mem_limit = opts->mem_limit[0] ? opts->mem_limit : NULL,
-        .lib_path = conf->lib,
-        .hook_dir = conf->hook_dir[0] ? conf->hook_dir : NULL,
-    };
-    transit_env_var vars[TRANSIT_TASK_ENV_MAX];
-    int n = transit_task_env(&req, vars, err, errlen);
-    if (n < 0)
-        return -1;
-    transit_task_env_free(vars, n);
-    return 0;
+    return -1;
 }
 
-/* Copies a user value into dst; -1 (and one error line) when empty or too long. */
-static int store(char *dst, size_t dstlen, const char *opt, const char *value)
+/* Copies a user value into dst after `var`'s rules accepted it; -1 (and one line, ending with
+ * `also`: what the option allows beyond the variable) otherwise. In slurmstepd (remote) the value
+ * is recorded as it is: a refusal there would silently run the job without TRANSIT, while the
+ * task's own checks fail the task with the same message. */
+static int store(char *dst, size_t dstlen, const char *opt, const char *var, const char *also,
+                 const char *value, int remote)
 {
+    char err[TRANSIT_ERR_MAX], shown[TRANSIT_SHOW_MAX], name[TRANSIT_WORD_MAX];
     size_t len = strlen(value);
-    if (len == 0) {
-        slurm_error("transit: --%s= needs a value", opt);
-        return -1;
-    }
+    snprintf(name, sizeof(name), "--%s", opt);
+    if (!remote && var && transit_check_value(var, name, value, err, sizeof(err)) < 0)
+        return transit_refuse("%s%s", err, also);
     if (len >= dstlen) {
-        slurm_error("transit: --%s: value longer than %zu characters", opt, dstlen - 1);
-        return -1;
+        transit_show(value, shown, sizeof(shown));
+        return transit_refuse("%s='%s' is longer than %zu characters", name, shown, dstlen - 1);
     }
     memcpy(dst, value, len + 1);
-    return 0;
-}
-
-/* Accepts `next` as the new option state if libtransit's rules accept it; `also` completes
- * libtransit's list of allowed values with what only the option allows. In slurmstepd the
- * request is recorded as it is: a refusal there would silently run the job without TRANSIT,
- * while the task's own transit_task_env() call fails the task with the same message. */
-static int commit(const struct transit_opts *next, int remote, const char *opt, const char *also)
-{
-    char err[TRANSIT_ERR_MAX];
-    if (!remote && transit_opts_check(next, &transit_conf, err, sizeof(err)) < 0) {
-        slurm_error("transit: --%s: %s%s", opt, err, also);
-        return -1;
-    }
-    transit_opts = *next;
     return 0;
 }
 
@@ -127,44 +136,44 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     next.requested = true;
     next.off = false;
     next.policy[0] = '\0';
-    if (is_bare(optarg, remote))
-        return commit(&next, remote, "transit", "");
-    if (optarg[0] == '\0') {
-        slurm_error("transit: --transit= needs a value: base, prefetch, advise or off "
-                    "(or plain --transit for the site default)");
-        return -1;
+    if (is_bare(optarg, remote)) {
+        transit_opts = next;
+        return 0;
     }
     if (!strcmp(optarg, TRANSIT_OFF)) {
         next.off = true; /* nothing to check: the tasks are left alone */
         transit_opts = next;
         return 0;
     }
-    if (store(next.policy, sizeof(next.policy), "transit", optarg) < 0)
+    if (store(next.policy, sizeof(next.policy), "transit", "TRANSIT_POLICY",
+              ", or off (plain --transit: the site default)", optarg, remote) < 0)
         return -1;
-    return commit(&next, remote, "transit", " (or off)");
+    transit_opts = next;
+    return 0;
 }
 
 int transit_opt_mem_limit(int val, const char *optarg, int remote)
 {
     (void)val;
     struct transit_opts next = transit_opts;
-    if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", optarg ? optarg : "") < 0)
+    if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", "TRANSIT_MEM_LIMIT", "",
+              optarg ? optarg : "", remote) < 0)
         return -1;
-    return commit(&next, remote, "transit-mem-limit", "");
+    transit_opts = next;
+    return 0;
 }
 
 int transit_opt_report_dir(int val, const char *optarg, int remote)
 {
     (void)val;
-    (void)remote;
+    char err[TRANSIT_ERR_MAX];
     struct transit_opts next = transit_opts;
-    if (store(next.report_dir, sizeof(next.report_dir) - TRANSIT_JOBID_SUFFIX_MAX, "transit-report-dir",
-              optarg ? optarg : "") < 0)
+    if (!remote &&
+        transit_check_dir("--transit-report-dir", optarg ? optarg : "", true, err, sizeof(err)) < 0)
+        return transit_refuse("%s", err);
+    if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, "", optarg ? optarg : "",
+              remote) < 0)
         return -1;
-    if (next.report_dir[0] != '/') {
-        slurm_error("transit: --transit-report-dir=%.100s: must be an absolute path", optarg);
-        return -1;
-    }
     transit_opts = next;
     return 0;
 }

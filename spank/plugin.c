@@ -2,8 +2,10 @@
  * plugin.c - the SPANK entry points: a thin dispatcher to one file per context.
  *
  *   slurm_spank_init           every context: plugstack.conf arguments, option registration (init.c)
- *   slurm_spank_init_post_opt  local/allocator: validate before the job exists (local.c)
- *   slurm_spank_task_init      remote: the task's environment (task.c)
+ *   slurm_spank_init_post_opt  srun/sbatch/salloc: validate before the job exists (local.c);
+ *                              slurmstepd, as root: what the step gets, the job's directory (step.c)
+ *   slurm_spank_user_init      slurmstepd, as the user: the user's job directory, the step file (step.c)
+ *   slurm_spank_task_init      slurmstepd, in each task: the task's environment (task.c)
  */
 #include "spank_transit.h"
 
@@ -18,10 +20,22 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
-    spank_context_t ctx = spank_context();
-    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR)
+    switch (spank_context()) {
+    case S_CTX_LOCAL:
+    case S_CTX_ALLOCATOR:
         return transit_local_post_opt(sp);
-    return 0;
+    case S_CTX_REMOTE:
+        return transit_step_post_opt(sp);
+    default:
+        return 0;
+    }
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return spank_context() == S_CTX_REMOTE ? transit_step_user_init(sp) : 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

@@ -29,8 +29,16 @@ typedef struct transit_env_var { const char *name; char *value; } transit_env_va
 int transit_task_env(const transit_task_request *req, transit_env_var *vars, char *err, size_t errlen);
 void transit_task_env_free(transit_env_var *vars, int n);
 
-/* internal, for tests */
+/* config.c: the rules for every TRANSIT_* value, shared with the Slurm plugin */
 int transit_parse_size(const char *var, const char *text, uint64_t *out, char *err, size_t errlen);
+int transit_check_value(const char *var, const char *shown, const char *text, char *err, size_t errlen);
+int transit_check_dir(const char *shown, const char *path, bool parent_must_exist, char *err, size_t errlen);
+int transit_env_check(char *const envp[], char *err, size_t errlen);
+int transit_policy_count(void);
+const char *transit_policy_name(int p);
+void transit_show(const char *text, char *out, size_t outlen);
+
+/* internal, for tests */
 typedef struct transit_alloc { uint64_t key; uint64_t size; int device; int kind; } transit_alloc;
 int transit_alloc_insert(const transit_alloc *a);
 int transit_alloc_remove(uint64_t key, transit_alloc *out);
@@ -100,9 +108,56 @@ def task_env(
         lib().transit_task_env_free(vars_, n)
 
 
-def parse_size(text: str) -> int:
-    out = ffi.new("uint64_t *")
-    err = ffi.new("char[]", 512)
-    if lib().transit_parse_size(b"size", text.encode(), out, err, 512):
+ERR_MAX = 1024  # one message line from config.c
+
+
+def _b(text: str) -> bytes:
+    """Text as the C side gets it: the bytes it came from (os.environ and argv keep undecodable
+    bytes as surrogates)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _checked(call, *args) -> None:
+    """Calls a config.c check that takes (..., err, errlen); its message becomes a UsageError."""
+    err = ffi.new("char[]", ERR_MAX)
+    if call(*args, err, ERR_MAX):
         raise UsageError(ffi.string(err).decode())
+
+
+def parse_size(text: str, var: str = "size") -> int:
+    """Bytes of a size such as 40G, by TRANSIT's one size grammar; `var` (a TRANSIT_* size
+    variable) picks its bounds and names it in the message, any other name gets 1 byte to 1024T."""
+    out = ffi.new("uint64_t *")
+    _checked(lib().transit_parse_size, _b(var), _b(text), out)
     return int(out[0])
+
+
+def check_value(var: str, shown: str, text: str) -> None:
+    """`text` by the rules of TRANSIT_* variable `var`, named `shown` (e.g. an option) in the message."""
+    _checked(lib().transit_check_value, _b(var), _b(shown), _b(text))
+
+
+def check_dir(shown: str, path: str, parent_must_exist: bool = False) -> None:
+    """A directory for TRANSIT's output: absolute, no control characters, not under /proc, /sys, /dev."""
+    _checked(lib().transit_check_dir, _b(shown), _b(path), parent_must_exist)
+
+
+def env_check(env: dict[str, str]) -> None:
+    """The environment a task gets, as libtransit will read it: every TRANSIT_* name known, every
+    value (and their combination) accepted."""
+    entries = [ffi.new("char[]", _b(f"{k}={v}")) for k, v in env.items()]
+    envp = ffi.new("char *[]", [*entries, ffi.NULL])
+    _checked(lib().transit_env_check, envp)
+
+
+def show(text: str) -> str:
+    """`text` as messages show a value: its first 80 characters, control and non-ASCII bytes escaped."""
+    out = ffi.new("char[]", ERR_MAX)
+    lib().transit_show(_b(text), out, ERR_MAX)
+    return ffi.string(out).decode()
+
+
+def policies() -> tuple[str, ...]:
+    """libtransit's policies, in its order (config.c holds the one list)."""
+    count = lib().transit_policy_count()
+    return tuple(ffi.string(lib().transit_policy_name(i)).decode() for i in range(count))

@@ -8,10 +8,9 @@ import os
 import shutil
 import sys
 
-from transit import _native
+from transit import _native, envcheck
 from transit.errors import UsageError
 
-POLICIES = ("base", "prefetch", "advise")
 DEFAULT_OUT = "transit-out"
 
 
@@ -20,12 +19,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run a command with TRANSIT preloaded",
         description="Run CMD with libtransit preloaded and the same TRANSIT_* environment the Slurm "
-        "plugin sets (srun --transit=...).",
+        "plugin sets (srun --transit=...). An option wins over the TRANSIT_* variable it sets; "
+        "every TRANSIT_* variable is checked before CMD starts.",
     )
-    run.add_argument("--policy", default="base", help="base | prefetch | advise (default: base)")
-    run.add_argument("--mem-limit", metavar="SIZE", help="emulated device capacity, e.g. 40G (limit mode)")
-    run.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
-                     help=f"directory for the per-process stats files (default: ./{DEFAULT_OUT})")
+    run.add_argument("--policy", help="TRANSIT policy (default: $TRANSIT_POLICY, else base)")
+    run.add_argument("--mem-limit", metavar="SIZE",
+                     help="emulated device capacity from 256M to 16T, e.g. 40G (limit mode; default: "
+                     "$TRANSIT_MEM_LIMIT, else physical mode)")
+    run.add_argument("--out", metavar="DIR",
+                     help="directory for the per-process stats files (default: $TRANSIT_OUT, else "
+                     f"./{DEFAULT_OUT})")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     run.set_defaults(func=main_run)
 
@@ -34,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lib_path.set_defaults(func=main_lib_path)
 
 
-def build_env(policy: str, mem_limit: str | None, out: str, base: dict[str, str]) -> dict[str, str]:
+def build_env(policy: str | None, mem_limit: str | None, out: str, base: dict[str, str]) -> dict[str, str]:
     """The full environment for CMD: `base` plus what transit_task_env() returns."""
     env = dict(base)
     env.update(_native.task_env(policy, mem_limit, os.path.abspath(out),
@@ -46,9 +49,28 @@ def main_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("no command given; use: transit run [options] -- CMD ARGS...")
-    env = build_env(args.policy, args.mem_limit, args.out, dict(os.environ))
+    base = dict(os.environ)
+    policy, policy_note = envcheck.pick(args.policy, "--policy", base, "TRANSIT_POLICY")
+    mem_limit, limit_note = envcheck.pick(args.mem_limit, "--mem-limit", base, "TRANSIT_MEM_LIMIT")
+    out, out_note = envcheck.pick(args.out, "--out", base, "TRANSIT_OUT")
+    if args.policy is not None:
+        _native.check_value("TRANSIT_POLICY", "--policy", args.policy)
+    if args.mem_limit is not None:
+        _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
+    elif mem_limit is not None:
+        limit_note = (f"note: TRANSIT_MEM_LIMIT='{_native.show(mem_limit)}' from the environment turns "
+                      "limit mode on, as --mem-limit would")
+    out = DEFAULT_OUT if out is None else out
+    # as typed, only made absolute: the message shows what the user gave
+    _native.check_dir("--out" if args.out is not None else "TRANSIT_OUT",
+                      os.path.join(os.getcwd(), out) if out else out)
+    env = build_env(policy, mem_limit, out, base)
+    envcheck.check(env)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:
-        raise UsageError(f"command '{cmd[0]}' not found")
+        raise UsageError(f"command '{_native.show(cmd[0])}' not found")
+    for note in (policy_note, limit_note, out_note):
+        if note:
+            print(f"transit run: {note}", file=sys.stderr)
     sys.stdout.flush()
     os.execvpe(cmd[0], cmd, env)
     return 127  # not reached

@@ -40,9 +40,11 @@ TRANSIT_API int transit_task_env(const transit_task_request *req, transit_env_va
     uint64_t limit;
     int n = 0;
 
-    if (req->policy && transit_parse_policy("policy", req->policy, &policy, err, errlen))
+    /* the callers check their options first, naming them as the user typed them; these are the
+     * variables the task gets */
+    if (req->policy && transit_parse_policy("TRANSIT_POLICY", req->policy, &policy, err, errlen))
         return -1;
-    if (req->mem_limit && transit_parse_size("mem-limit", req->mem_limit, &limit, err, errlen))
+    if (req->mem_limit && transit_parse_size("TRANSIT_MEM_LIMIT", req->mem_limit, &limit, err, errlen))
         return -1;
     if (!req->lib_path || req->lib_path[0] != '/') {
         snprintf(err, errlen, "library path '%.200s' is not absolute; libtransit must be named by an absolute path",

@@ -4,6 +4,11 @@ four slurmd on this host, the TRANSIT SPANK plugin in its plugstack.conf; by def
 
 The session starts the cluster when it is not up and points SLURM_CONF at it. The tier is skipped
 only when the Slurm/munge binaries are missing; a cluster that fails to start fails the tests.
+
+Jobs run as a non-root user, TEST_USER (scripts/dev-cluster creates it), as at a site: Cluster.run
+and sbatch_wait start their command through `runuser -u TEST_USER --`, unless a test is marked
+`job_user("root", reason=...)` or passes user= itself. In this tier tmp_path is a directory the
+test user owns (pytest's own are root's, 0700), so jobs can write their output there.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -31,6 +37,8 @@ TRAINING_JOB_TIMEOUT_S = 600
 # its process groups first since 6849267; CI still saw it in 3 of 7 runs on 2026-11-30, in jobs
 # without libtransit too). A job that failed that way after its rank 0 wrote the result runs once more.
 GLOO_EXIT_ABORT = "terminate called without an active exception"
+TEST_USER = "transit-test"  # the user jobs run as; scripts/dev-cluster up creates both
+OTHER_USER = "transit-other"  # a second user, for tests across users
 FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -42,6 +50,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slurm)
 
 
+_job_user = TEST_USER  # the user of the test being set up, for Cluster.run and sbatch_wait
+# pytest imports this file as `conftest`; the test modules import it as tests.slurm.conftest. One
+# module, so that they see the _job_user that pytest_runtest_setup sets.
+sys.modules.setdefault("tests.slurm.conftest", sys.modules[__name__])
+_ran_as_root: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures, so a module-scoped job fixture runs as its first test's user."""
+    global _job_user
+    marker = item.get_closest_marker("job_user")
+    _job_user = marker.args[0] if marker else TEST_USER
+    if _job_user == "root":
+        _ran_as_root.append(f"{item.nodeid} ({marker.kwargs.get('reason', 'no reason given')})")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _ran_as_root:
+        terminalreporter.write_line(f"slurm tier: {len(_ran_as_root)} tests ran their jobs as root:")
+        for line in _ran_as_root:
+            terminalreporter.write_line(f"  {line}")
+
+
+def as_user(args: Sequence[str], user: str | None = None) -> list[str]:
+    """The command line that runs ARGS as USER (default: the current test's job user)."""
+    user = user or _job_user
+    return list(args) if user == "root" else ["runuser", "-u", user, "--", *args]
+
+
 @dataclass(frozen=True)
 class Cluster:
     """The running dev cluster, as the plugin on it is configured."""
@@ -51,6 +89,7 @@ class Cluster:
     lib: str  # plugstack.conf lib=
     hook_dir: str  # plugstack.conf hook_dir=, or its default <dir of lib>/../pyhook
     report_dir: Path  # plugstack.conf report_dir=
+    work_dir: Path  # <dev cluster dir>/work: the tests' directories (emptied at session start)
 
     def env(self, **overrides: str | None) -> dict[str, str]:
         """This process's environment for a Slurm command; a None value removes the variable."""
@@ -64,9 +103,10 @@ class Cluster:
                 env[key] = value
         return env
 
-    def run(self, args: Sequence[str], env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(args), capture_output=True, text=True, check=False,
+    def run(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+            user: str | None = None) -> subprocess.CompletedProcess[str]:
+        """ARGS as USER (default: the current test's job user, TEST_USER unless marked)."""
+        return subprocess.run(as_user(args, user), capture_output=True, text=True, check=False,
                               env=env or self.env(), cwd=cwd, timeout=JOB_TIMEOUT_S)
 
     def jobs_named(self, name: str) -> list[str]:
@@ -87,14 +127,16 @@ class Cluster:
         raise AssertionError(f"job {job_id} did not finish within {JOB_TIMEOUT_S}s")
 
 
-def sbatch_wait(env: dict[str, str], args: Sequence[str], output: Path, result_file: Path | None = None) -> str:
+def sbatch_wait(env: dict[str, str], args: Sequence[str], output: Path, result_file: Path | None = None,
+                user: str | None = None) -> str:
     """`sbatch --wait --parsable --output=OUTPUT ARGS...`: asserts the job succeeded and returns its
     id. With result_file (what the training writes before its teardown), a job that wrote it and then
     failed by GLOO_EXIT_ABORT alone is run once more, and must succeed then."""
     for attempt in (1, 2):
         if result_file is not None:
             result_file.unlink(missing_ok=True)
-        result = subprocess.run(["sbatch", "--wait", "--parsable", f"--output={output}", *args], env=env,
+        result = subprocess.run(as_user(["sbatch", "--wait", "--parsable", f"--output={output}", *args], user),
+                                env=env,
                                 capture_output=True, text=True, timeout=TRAINING_JOB_TIMEOUT_S, check=False)
         log = output.read_text() if output.exists() else ""
         teardown_only = result_file is not None and result_file.exists() and GLOO_EXIT_ABORT in log
@@ -129,6 +171,11 @@ def cluster() -> Iterator[Cluster]:
                                        text=True, check=False).stdout)
     # Code under test that calls Slurm from this process (transit.slurm) finds the cluster too.
     os.environ["SLURM_CONF"] = status["slurm_conf"]
+    # `python3` in a job is this interpreter (not a shim a test user cannot run), as at a site.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    work = Path(status["dir"]) / "work"
+    shutil.rmtree(work, ignore_errors=True)  # the last session's test directories
+    work.mkdir()
     plugin, args = _plugstack_line(Path(status["dir"]) / "etc" / "plugstack.conf")
     lib = args["lib"]
     yield Cluster(
@@ -137,4 +184,15 @@ def cluster() -> Iterator[Cluster]:
         lib=lib,
         hook_dir=args.get("hook_dir", f"{os.path.dirname(lib)}/../pyhook"),
         report_dir=Path(args["report_dir"]),
+        work_dir=work,
     )
+
+
+@pytest.fixture
+def tmp_path(cluster: Cluster) -> Path:
+    """Replaces pytest's tmp_path in this tier: a new directory under the cluster's work/ that
+    TEST_USER owns, so the test user's jobs can write their output and report directories there."""
+    path = cluster.work_dir / uuid.uuid4().hex[:8]  # short: slurmd's socket paths below it max at 108
+    path.mkdir()
+    shutil.chown(path, TEST_USER, TEST_USER)
+    return path

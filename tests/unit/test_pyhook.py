@@ -3,16 +3,20 @@
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import textwrap
+import venv
 from pathlib import Path
 
 import pytest
 
 HOOK_DIR = Path(__file__).resolve().parents[2] / "transit" / "pyhook"
-STARTUP_BUDGET_US = 5000  # median import cost of the hook; a Python start is 30-60 ms here
+# In one interpreter start, the hook's import time (sitecustomize's cumulative -X importtime
+# figure) may be at most this share of the time of every other import, which are those of a bare
+# start (test_plain_process_imports_nothing_but_the_hook): the median over STARTS starts.
+STARTUP_SHARE = 0.20
+STARTS = 15
 
 # Stands in for libtransit: defines the symbol the hook looks up, and counts the calls.
 COUNTER_SO = r"""
@@ -62,31 +66,64 @@ def counter_so(tmp_path_factory) -> Path:
     return out
 
 
-def test_plain_process_imports_nothing_heavy():
+@pytest.fixture(scope="module")
+def clean_venv(tmp_path_factory) -> Path:
+    """A venv of this interpreter without its site-packages: no site .pth has imported anything."""
+    root = tmp_path_factory.mktemp("venv")
+    venv.create(root, with_pip=False, symlinks=True)
+    return root / "bin" / "python3"
+
+
+@pytest.fixture(params=["tests-environment", "clean-venv"])
+def interpreter(request) -> str:
+    """The interpreter running the tests, with its site-packages (and whatever their .pth files
+    import at start), and the same interpreter in a clean venv."""
+    return sys.executable if request.param == "tests-environment" else str(request.getfixturevalue("clean_venv"))
+
+
+def loaded_modules(interpreter: str, env: dict[str, str]) -> set[str]:
+    code = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+    return set(json.loads(subprocess.run([interpreter, "-c", code], env=env, capture_output=True, text=True,
+                                         timeout=60, check=True).stdout))
+
+
+def test_plain_process_imports_nothing_but_the_hook(interpreter):
+    bare = loaded_modules(interpreter, clean_env())
+    hooked = loaded_modules(interpreter, clean_env(PYTHONPATH=str(HOOK_DIR)))
+    assert hooked - bare == {"sitecustomize"}
     probe = ("import json, sys; print(json.dumps({'hook': sys.modules['sitecustomize'].__file__, "
-             "'loaded': sorted(m for m in ('torch', 'ctypes', 'importlib.abc') if m in sys.modules), "
              "'watcher': type(sys.meta_path[0]).__name__}))")
     out = json.loads(python(probe, clean_env(PYTHONPATH=str(HOOK_DIR))).stdout)
-    assert out == {"hook": str(HOOK_DIR / "sitecustomize.py"), "loaded": [], "watcher": "OptimImportWatcher"}
+    assert out == {"hook": str(HOOK_DIR / "sitecustomize.py"), "watcher": "OptimImportWatcher"}
 
 
-def test_startup_cost_is_tiny(tmp_path, record_property):
-    # A copy, so the interpreter can cache its bytecode (this environment sets PYTHONDONTWRITEBYTECODE).
+def hook_share(interpreter: str, env: dict[str, str]) -> tuple[float, int, int]:
+    """(share, hook us, other imports us) of one start: "import time: self | cumulative | name" lines."""
+    lines = subprocess.run([interpreter, "-X", "importtime", "-c", "pass"], env=env, capture_output=True, text=True,
+                           timeout=60, check=True).stderr.splitlines()
+    rows = [[field.strip() for field in ln.removeprefix("import time:").split("|")] for ln in lines
+            if ln.startswith("import time:") and ln.split("|")[1].strip().isdigit()]
+    [hook_us] = [int(cumulative) for _, cumulative, name in rows if name == "sitecustomize"]
+    other_us = sum(int(own) for own, _, _ in rows) - hook_us
+    return hook_us / other_us, hook_us, other_us
+
+
+def test_startup_cost_is_tiny(interpreter, tmp_path, record_property):
+    """The hook's own import time against a bare start's imports, in the same start: the clean venv
+    is the case where no site .pth has already imported what the hook would import."""
+    # A copy, so the interpreter can cache its bytecode (this environment sets PYTHONDONTWRITEBYTECODE);
+    # scripts/setup precompiles the hook directory that the plugin uses.
     hook = tmp_path / "pyhook"
     shutil.copytree(HOOK_DIR, hook, ignore=shutil.ignore_patterns("__pycache__"))
     env = clean_env(PYTHONPATH=str(hook))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    python("pass", env)
-    costs = []
-    for _ in range(15):
-        lines = python("pass", env, "-X", "importtime").stderr.splitlines()
-        # "import time: self [us] | cumulative | imported package"
-        [cumulative] = [int(ln.split("|")[1]) for ln in lines if ln.split("|")[-1].strip() == "sitecustomize"]
-        costs.append(cumulative)
-    median = statistics.median(costs)
-    record_property("sitecustomize_import_us_median", median)
-    print(f"sitecustomize import: median {median} us, min {min(costs)} us over {len(costs)} starts")
-    assert median < STARTUP_BUDGET_US
+    hook_share(interpreter, env)
+    starts = sorted(hook_share(interpreter, env) for _ in range(STARTS))
+    share, hook_us, other_us = starts[STARTS // 2]
+    record_property("hook_share_median", share)
+    print(f"{interpreter}: median start: sitecustomize {hook_us} us, other imports {other_us} us, share "
+          f"{share:.3f} ({starts[0][0]:.3f}-{starts[-1][0]:.3f} over {STARTS} starts)")
+    assert share < STARTUP_SHARE
 
 
 @pytest.mark.parametrize("optimizer", ["SGD", "Adam"])

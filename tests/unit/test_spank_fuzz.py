@@ -1,7 +1,9 @@
-"""Fuzzes the SPANK plugin's option callbacks and plugstack.conf parsing under AddressSanitizer
-and UndefinedBehaviorSanitizer: random, very long and repeated values must never crash or overrun.
+"""Fuzzes the SPANK plugin's option callbacks, plugstack.conf parsing, its ELF check of lib=
+(corrupted copies of the built libtransit.so) and the TRANSIT_* environment check under
+AddressSanitizer and UndefinedBehaviorSanitizer: random, very long and repeated values must never
+crash or overrun.
 
-The harness (spank/fuzz/fuzz_options.c) calls the callbacks directly, so no Slurm daemon is
+The harness (spank/fuzz/fuzz_options.c) calls the functions directly, so no Slurm daemon is
 needed; it also checks fixed cases, so a broken rule fails the test, not only a crash.
 """
 
@@ -13,6 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from transit import _native
 
 REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 20000
@@ -42,7 +46,7 @@ def fuzz_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_option_callbacks_survive_fuzzing(fuzz_binary: Path, seed: int) -> None:
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    run = subprocess.run([str(fuzz_binary), str(ITERATIONS), str(seed)],
+    run = subprocess.run([str(fuzz_binary), str(ITERATIONS), str(seed), str(_native.lib_path())],
                          check=False, capture_output=True, text=True, env=env, timeout=300)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report[-4000:]

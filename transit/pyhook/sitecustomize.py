@@ -10,12 +10,18 @@ process, nothing is registered.
 
 Because this file shadows any other sitecustomize on sys.path, it runs the next one after its
 own directory too.
+
+It imports nothing that site.py has not imported already: even importlib costs a millisecond in
+a clean venv (it imports warnings), importlib.util six (contextlib, collections). The import
+system's own classes are reached through what is loaded.
 """
 
-import importlib.machinery
-import importlib.util
 import os
 import sys
+
+ModuleSpec = type(sys.__spec__)  # importlib.machinery.ModuleSpec
+# importlib.machinery.PathFinder: the finder of sys.path entries, always on sys.meta_path.
+PathFinder = next(finder for finder in sys.meta_path if getattr(finder, "__name__", None) == "PathFinder")
 
 WATCHED_MODULE = "torch.optim"
 MARK_SYMBOL = "transit_pyhook_mark_iteration"
@@ -53,7 +59,7 @@ class _HookAfterExec:
     def __init__(self, loader: object) -> None:
         self.loader = loader
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> object:
+    def create_module(self, spec: ModuleSpec) -> object:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: object) -> None:
@@ -67,7 +73,7 @@ class _HookAfterExec:
 class OptimImportWatcher:
     """A sys.meta_path finder that only acts on the first import of torch.optim."""
 
-    def find_spec(self, fullname: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
         if fullname != WATCHED_MODULE:
             return None
         sys.meta_path.remove(self)  # one shot, and the finders below must not find us again
@@ -87,9 +93,11 @@ def _run_shadowed_sitecustomize() -> None:
     resolved = [os.path.abspath(entry or os.curdir) for entry in sys.path]
     start = resolved.index(here) + 1 if here in resolved else 0
     after = [entry for entry, real in zip(sys.path[start:], resolved[start:]) if real != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
+    spec = PathFinder.find_spec("sitecustomize", after)
     if spec is not None and spec.loader is not None:
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        from importlib.util import module_from_spec  # only where there is one to run
+
+        spec.loader.exec_module(module_from_spec(spec))
 
 
 sys.meta_path.insert(0, OptimImportWatcher())
