@@ -4,7 +4,7 @@ The checks read the node the way the components that depend on it do: NVML for t
 GPUs, /sys/module/nvidia_uvm for the UVM driver, the CUDA runtime and CUPTI in libtransit's own search
 order (libtransit's transit_cupti_probe does the CUPTI search), the SPANK plugin as srun loads it
 (`srun --help`) and as its ELF says it was built, and the report directory by creating a job directory
-there the way the plugin does, then writing in it as a non-root user. Checks that need something this
+there the way the plugin does (as root, then given to the user), then writing in it as that user. Checks that need something this
 node lacks (Slurm, a GPU) are skipped and say why. Any fail makes the exit code 1.
 """
 
@@ -58,9 +58,8 @@ LIBTRANSIT_EXPORTS = (
     "transit_task_env_free", "cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "cuGetProcAddress_v2",
     "cudaGetDriverEntryPoint", "dlsym",
 )
-# The plugin's SPANK entry points that create a job's report directory as root (the privileged contexts);
-# a plugin without one creates it as the user, who then needs write access to the site report dir.
-PRIVILEGED_HOOKS = ("slurm_spank_task_init_privileged", "slurm_spank_job_prolog")
+# The mode of a job's directory when plugstack.conf gives no report_dir_mode= (the plugin's default).
+DEFAULT_REPORT_DIR_MODE = 0o700
 # Host DRAM per byte of GPU memory below which there is little room for overflow: at 1.0 the host can
 # hold each GPU's memory once more, what a 2x scale-in of a job that filled its GPUs moves out.
 MIN_HOST_PER_GPU_BYTE = 1.0
@@ -562,15 +561,9 @@ class Doctor:
                              "here (pass --report-dir DIR)")
             return Check("report_dir", WARN, "plugstack.conf gives no report_dir=: jobs write no stats unless "
                          "users pass --transit-report-dir", "add report_dir=DIR to the spank_transit.so line")
-        return ReportDirProbe(Path(report_dir), self.probe_user, self._plugin_creates_as_root()).check()
-
-    def _plugin_creates_as_root(self) -> bool:
-        if self.site.plugin is None:
-            return True  # --report-dir without a plugin: check the plugin this tree builds
-        try:
-            return any(h in Elf(self.site.plugin).symbols for h in PRIVILEGED_HOOKS)
-        except (OSError, ValueError):
-            return False
+        mode = self.site.plugin_args.get("report_dir_mode")
+        return ReportDirProbe(Path(report_dir), self.probe_user,
+                              int(mode, 8) if mode else DEFAULT_REPORT_DIR_MODE).check()
 
     def check_munge(self) -> Check:
         if self.site.missing:
@@ -621,14 +614,16 @@ class Doctor:
 
 @dataclass
 class ReportDirProbe:
-    """Creates a job directory in the report dir as the plugin does, then writes in it as a non-root user."""
+    """Creates a job directory in the site's report dir as the plugin does (as root, given to the job's
+    user with report_dir_mode=), then writes in it as a non-root user."""
 
     report_dir: Path
     user: pwd.struct_passwd
-    plugin_creates_as_root: bool
+    mode: int = DEFAULT_REPORT_DIR_MODE
 
     def check(self) -> Check:
-        details: dict[str, Any] = {"path": str(self.report_dir), "probe_user": self.user.pw_name}
+        details: dict[str, Any] = {"path": str(self.report_dir), "probe_user": self.user.pw_name,
+                                   "job_dir_mode": oct(self.mode)}
         try:
             st = os.stat(self.report_dir, follow_symlinks=False)
         except OSError as exc:
@@ -638,50 +633,26 @@ class ReportDirProbe:
             return Check("report_dir", FAIL, f"{self.report_dir} is not a directory (a symlink is not followed)",
                          "point report_dir= at the real directory", details)
         mode = stat.S_IMODE(st.st_mode)
-        details.update(mode=oct(mode), owner=_user_name(st.st_uid), plugin_creates_as_root=self.plugin_creates_as_root)
+        details.update(mode=oct(mode), owner=_user_name(st.st_uid))
         if mode & 0o002 and not mode & stat.S_ISVTX:
             return Check("report_dir", FAIL, f"{self.report_dir} is world-writable without the sticky bit: any "
                          "user can remove another's job directory", f"chmod 0755 {self.report_dir}", details)
-        tag = f".transit-doctor-{os.getpid()}"
-        as_user = self._user_creates(self.report_dir / f"{tag}-user")
-        details["user_creates_job_dir"] = as_user is None
         if os.geteuid() != 0:
-            details["checked_as"] = self.user.pw_name
-            if as_user is None:
-                return Check("report_dir", OK, f"{self.report_dir} ({oct(mode)}): {self.user.pw_name} can create "
-                             "a job directory (run as root to check the plugin's privileged creation)", details=details)
-            return Check("report_dir", WARN if self.plugin_creates_as_root else FAIL,
-                         f"{self.user.pw_name} cannot create a directory in {self.report_dir}: {as_user}"
-                         + (" (fine where the plugin creates it as root: run as root to check that)"
-                            if self.plugin_creates_as_root else ""), None if self.plugin_creates_as_root else
-                         f"chmod 1777 {self.report_dir}, or install a plugin that creates job directories as root",
-                         details)
-        as_root = self._root_creates_for_user(self.report_dir / tag)
-        details["root_creates_job_dir"] = as_root is None
-        if self.plugin_creates_as_root:
-            if as_root is not None:
-                return Check("report_dir", FAIL, f"a job directory created as root in {self.report_dir} is not "
-                             f"writable by {self.user.pw_name}: {as_root}",
-                             "the directory must be writable by root on every node (no root squash on NFS) and "
-                             "traversable by users (o+x on it and its parents)", details)
-            return Check("report_dir", OK, f"{self.report_dir} ({oct(mode)}, {details['owner']}): a job directory "
-                         f"created as root and given to {self.user.pw_name} is writable by them", details=details)
-        if as_user is not None:
-            return Check("report_dir", FAIL, f"the plugin creates job directories as the user, and "
-                         f"{self.user.pw_name} cannot create one in {self.report_dir}: {as_user}",
-                         f"chmod 1777 {self.report_dir}, or install a plugin that creates them as root", details)
-        return Check("report_dir", OK, f"{self.report_dir} ({oct(mode)}): {self.user.pw_name} can create a job "
-                     "directory in it", details=details)
-
-    def _user_creates(self, path: Path) -> str | None:
-        """None when the user can create a directory at `path` and write in it, else why not."""
-        script = 'mkdir -m 0700 "$1" && echo probe > "$1/probe" && rm -r "$1"'
-        result = run_command(["/bin/sh", "-c", script, "sh", str(path)],
-                             user=self.user if os.geteuid() == 0 else None)
-        shutil.rmtree(path, ignore_errors=True)
-        if isinstance(result, str):
-            return result
-        return None if result.returncode == 0 else _last_line(result)
+            if not os.access(self.report_dir, os.X_OK):
+                return Check("report_dir", FAIL, f"{self.user.pw_name} cannot enter {self.report_dir}, so cannot "
+                             "reach a job directory in it", f"chmod o+x {self.report_dir} and its parents", details)
+            return Check("report_dir", WARN, f"{self.report_dir} ({oct(mode)}) is reachable; whether root can "
+                         "create job directories in it is checked only when the doctor runs as root",
+                         "run transit doctor as root", details)
+        why = self._root_creates_for_user(self.report_dir / f".transit-doctor-{os.getpid()}")
+        if why is not None:
+            return Check("report_dir", FAIL, f"a job directory created as root in {self.report_dir} is not "
+                         f"writable by {self.user.pw_name}: {why}",
+                         "the directory must be writable by root on every node (no root squash on NFS) and "
+                         "traversable by users (o+x on it and its parents)", details)
+        return Check("report_dir", OK, f"{self.report_dir} ({oct(mode)}, {details['owner']}): a job directory "
+                     f"created as root and given to {self.user.pw_name} ({oct(self.mode)}) is writable by them",
+                     details=details)
 
     def _root_creates_for_user(self, path: Path) -> str | None:
         """None when root can create a directory at `path`, give it to the user, and the user can write in it."""
@@ -691,6 +662,7 @@ class ReportDirProbe:
             return f"root cannot create {path}: {exc.strerror}"
         try:
             os.chown(path, self.user.pw_uid, self.user.pw_gid, follow_symlinks=False)
+            os.chmod(path, self.mode)
             result = run_command(["/bin/sh", "-c", 'echo probe > "$1/probe"', "sh", str(path)], user=self.user)
             if isinstance(result, str):
                 return result

@@ -196,36 +196,29 @@ def site_dir() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def probe(path: Path, creates_as_root: bool) -> doctor.Check:
-    return ReportDirProbe(path, probe_user(), creates_as_root).check()
+def probe(path: Path, mode: int = 0o700) -> doctor.Check:
+    return ReportDirProbe(path, probe_user(), mode).check()
 
 
 @needs_root
-def test_root_owned_report_dir_is_ok_when_the_plugin_creates_job_dirs_as_root(site_dir: Path) -> None:
-    check = probe(site_dir, creates_as_root=True)
+@pytest.mark.parametrize("mode", [0o700, 0o750])
+def test_root_owned_report_dir_takes_job_dirs_created_as_root(site_dir: Path, mode: int) -> None:
+    check = probe(site_dir, mode)
     assert check.status == OK, check.summary
-    assert check.details["root_creates_job_dir"] and not check.details["user_creates_job_dir"]
+    assert check.details["job_dir_mode"] == oct(mode)
     assert list(site_dir.iterdir()) == []  # the probe leaves nothing behind
 
 
 @needs_root
-def test_root_owned_report_dir_fails_when_users_create_their_job_dirs(site_dir: Path) -> None:
-    check = probe(site_dir, creates_as_root=False)
-    assert check.status == FAIL
-    assert "Permission denied" in check.summary and check.fix.startswith(f"chmod 1777 {site_dir}")
-
-
-@needs_root
-def test_sticky_world_writable_report_dir_is_ok_either_way(site_dir: Path) -> None:
+def test_sticky_world_writable_report_dir_is_ok(site_dir: Path) -> None:
     site_dir.chmod(0o1777)
-    assert [probe(site_dir, c).status for c in (True, False)] == [OK, OK]
-    assert list(site_dir.iterdir()) == []
+    assert probe(site_dir).status == OK
 
 
 @needs_root
 def test_world_writable_report_dir_without_sticky_bit_fails(site_dir: Path) -> None:
     site_dir.chmod(0o777)
-    check = probe(site_dir, creates_as_root=True)
+    check = probe(site_dir)
     assert (check.status, check.fix) == (FAIL, f"chmod 0755 {site_dir}")
 
 
@@ -234,16 +227,16 @@ def test_report_dir_users_cannot_traverse_fails(site_dir: Path) -> None:
     inner = site_dir / "reports"
     inner.mkdir(mode=0o755)
     site_dir.chmod(0o700)
-    check = probe(inner, creates_as_root=True)
+    check = probe(inner)
     assert check.status == FAIL
-    assert "not writable by nobody" in check.summary
+    assert "not writable by nobody" in check.summary and "Permission denied" in check.summary
 
 
 @needs_root
 def test_report_dir_symlink_or_missing_fails(site_dir: Path) -> None:
     (site_dir / "link").symlink_to(site_dir)
-    assert "is not a directory" in probe(site_dir / "link", True).summary
-    missing = probe(site_dir / "missing", True)
+    assert "is not a directory" in probe(site_dir / "link").summary
+    missing = probe(site_dir / "missing")
     assert (missing.status, missing.summary) == (FAIL, f"{site_dir / 'missing'}: No such file or directory")
 
 
