@@ -84,17 +84,24 @@ def test_plugstack_without_the_plugin_fails(cluster: Cluster, tmp_path: Path) ->
     assert checks["munge"]["status"] == OK  # the rest of the site still answers
 
 
-def test_plugin_built_for_another_release_fails_as_srun_does(cluster: Cluster, tmp_path: Path) -> None:
-    """The plugin's plugin_version patched to 21.08.6: Slurm's loader refuses it, and the doctor says why."""
+def with_plugin_version(cluster: Cluster, tmp_path: Path, version: int) -> Path:
+    """A slurm.conf copy whose plugstack.conf loads a copy of the plugin with plugin_version VERSION (a
+    SLURM_VERSION_NUMBER), with the dev cluster's lib= and report_dir=."""
     elf = Elf(cluster.plugin)
     section, value, _ = elf.symbols["plugin_version"]
     _, addr, offset, _, _ = elf.sections[section]
     data = bytearray(cluster.plugin.read_bytes())
-    struct.pack_into("<I", data, offset + value - addr, OTHER_RELEASE)
+    struct.pack_into("<I", data, offset + value - addr, version)
     plugin = tmp_path / "spank_transit.so"
     plugin.write_bytes(bytes(data))
-    line = (cluster.slurm_conf.parent / "plugstack.conf").read_text().replace(str(cluster.plugin), str(plugin))
-    rc, checks = doctor(cluster, site_copy(cluster, tmp_path, line))
+    line = f"required {plugin} lib={cluster.lib} report_dir={cluster.report_dir}\n"
+    return site_copy(cluster, tmp_path, line)
+
+
+def test_plugin_built_for_another_release_fails_as_srun_does(cluster: Cluster, tmp_path: Path) -> None:
+    """The plugin's plugin_version patched to 21.08.6: Slurm's loader refuses it, and the doctor says why."""
+    rc, checks = doctor(cluster, with_plugin_version(cluster, tmp_path, OTHER_RELEASE))
+    plugin = tmp_path / "spank_transit.so"
     assert rc == 1
     version = checks["plugin_version"]
     assert (version["status"], version["details"]["built_for"]) == (FAIL, slurm_version_text(OTHER_RELEASE))
@@ -102,3 +109,15 @@ def test_plugin_built_for_another_release_fails_as_srun_does(cluster: Cluster, t
     registered = checks["plugin_registered"]
     assert registered["status"] == FAIL
     assert f"Incompatible Slurm plugin {plugin} version (21.08.6)" in registered["summary"]  # srun's words
+
+
+def test_another_micro_release_of_the_same_slurm_loads(cluster: Cluster, tmp_path: Path) -> None:
+    """Micro release 1 (or 2) of the running major.minor: srun loads it, so a rebuild is needed per
+    major.minor only (docs/admin.md)."""
+    built = Elf(cluster.plugin).read_u32("plugin_version")
+    assert built is not None
+    other_micro = (built & ~0xFF) | (2 if built & 0xFF == 1 else 1)
+    _, checks = doctor(cluster, with_plugin_version(cluster, tmp_path, other_micro))
+    assert checks["plugin_registered"]["status"] == OK, checks["plugin_registered"]
+    assert checks["plugin_version"]["status"] == OK
+    assert checks["plugin_version"]["details"]["built_for"] == slurm_version_text(other_micro)
