@@ -23,7 +23,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,19 +316,10 @@ class Doctor:
     site: SlurmSite = field(default_factory=SlurmSite)
     cudart: ctypes.CDLL | None = None
 
-    def checks(self) -> Iterator[Callable[[], Check]]:
-        yield self.check_gpus
-        yield self.check_uvm
-        yield self.check_cuda_runtime
-        yield self.check_cupti
-        yield self.check_memory
-        yield self.check_slurm
-        yield self.check_plugin_registered
-        yield self.check_plugin_version
-        yield self.check_libtransit
-        yield self.check_report_dir
-        yield self.check_munge
-        yield self.check_slurmd
+    def checks(self) -> tuple[Callable[[], Check], ...]:
+        return (self.check_gpus, self.check_uvm, self.check_cuda_runtime, self.check_cupti, self.check_memory,
+                self.check_slurm, self.check_plugin_registered, self.check_plugin_version, self.check_libtransit,
+                self.check_report_dir, self.check_munge, self.check_slurmd)
 
     def run(self, progress: Callable[[str], None] = lambda name: None) -> list[Check]:
         self.nvml = Nvml.read()
