@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "replay": "transit.replay",
     "cluster": "transit.cluster",  # wraps scripts/dev-cluster
     "bench": "transit.bench_link",  # bench link: the machine's PCIe and peer links
+    "doctor": "transit.doctor",
 }
 
 
