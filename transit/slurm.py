@@ -552,8 +552,9 @@ def _run(command: Sequence[str], env: Mapping[str, str] | None = None) -> str | 
 
 
 def _squeue_jobs() -> list[JobFacts] | None:
-    """Every job the controller remembers (it forgets a job MinJobAge seconds after it ends)."""
-    text = _run(["squeue", "--json"])
+    """Every job the controller remembers (it forgets a job MinJobAge seconds after it ends).
+    --states=all: 24.11 leaves finished jobs out without it; 22.05 lists them either way."""
+    text = _run(["squeue", "--json", "--states=all"])
     try:
         return None if text is None else parse_squeue(json.loads(text))
     except json.JSONDecodeError:
