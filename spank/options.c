@@ -27,7 +27,7 @@ struct transit_opts transit_opts;
 
 enum { OPT_POLICY = 1, OPT_MEM_LIMIT, OPT_REPORT_DIR };
 
-/* "base|prefetch|advise|off", from libtransit's list of policies */
+/* "base|prefetch|advise|hybrid|off", from libtransit's list of policies */
 static char policy_arginfo[TRANSIT_WORD_MAX * 4];
 
 struct spank_option transit_option_table[] = {

@@ -52,6 +52,7 @@ size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, siz
 typedef struct transit_replay_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch;
     const uint64_t *compute_ns; const uint32_t *first_launch; uint32_t launches;
+    uint64_t nchunks; const uint64_t *chunk_addr; const uint32_t *chunk_reuse;
 } transit_replay_input;
 typedef struct transit_replay_params {
     int policy; uint64_t limit; uint32_t warmup; uint32_t iterations;

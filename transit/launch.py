@@ -26,10 +26,9 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-from transit import bounds, plan, slurm
+from transit import _native, bounds, plan, slurm
 from transit.errors import UsageError
 
-TRANSIT_POLICIES = ("base", "prefetch", "advise", "off")
 TORCHTITAN_MODULE = "torchtitan.train"
 # What `submit` passes to the job, read by `launch` as its defaults (and checked against what it computes).
 PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH",
@@ -317,7 +316,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     counts = plan.add_count_arguments(parser)
     counts.add_argument("--to-min", action="store_true",
                         help="the plan's smallest count whose spill fits in host DRAM (needs a model)")
-    parser.add_argument("--transit", choices=TRANSIT_POLICIES, default="advise", help="TRANSIT policy (default advise)")
+    parser.add_argument("--transit", choices=(*_native.policies(), "off"), default="advise",
+                        help="TRANSIT policy (default advise)")
     parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                         help="extra sbatch argument (repeatable), e.g. --sbatch-arg=--time=01:00:00")
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch command instead of running it")

@@ -39,6 +39,7 @@ class Template:
     compute_ns: list[int]
     first_launch: list[int]
     launches: int
+    chunk_reuse: dict[int, int]  # chunk number -> distinct phases of this iteration that touch it
     window: int  # iterations the profile's window took: replay's warm-up
     largest_launch_bytes: int  # the largest working set of a phase of one launch
     largest_launch: int  # that phase's launch ordinal
@@ -68,11 +69,15 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     it = doc["iterations"][index]
     ph = it["phases"]
     offsets, touch, sizes = [0], [], []
+    reuse: dict[int, int] = {}
     for ranges in ph["touch"]:
         pairs = [(lo << CHUNK_SHIFT, (hi - lo + 1) << CHUNK_SHIFT) for lo, hi in zip(ranges[::2], ranges[1::2])]
         touch += pairs
         offsets.append(len(touch))
         sizes.append(sum(b for _, b in pairs))
+        for lo, hi in zip(ranges[::2], ranges[1::2]):
+            for c in range(lo, hi + 1):
+                reuse[c] = reuse.get(c, 0) + 1
     kernel_ns = ph["kernel_ns"]
     total = sum(kernel_ns)
     if compute_s is not None:
@@ -83,7 +88,7 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     single = [q for q in range(len(sizes)) if ends[q] - firsts[q] == 1]
     largest = max(single, key=sizes.__getitem__, default=None)
     return Template(phases=len(firsts), touch_offsets=offsets, touch=touch, compute_ns=kernel_ns,
-                    first_launch=firsts, launches=it["kernels"], window=doc["window"]["iterations"],
+                    first_launch=firsts, launches=it["kernels"], chunk_reuse=reuse, window=doc["window"]["iterations"],
                     largest_launch_bytes=sizes[largest] if largest is not None else 0,
                     largest_launch=firsts[largest] if largest is not None else 0)
 
@@ -91,13 +96,16 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
 def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: dict[str, float]) -> list[dict]:
     """Per counted iteration: what replay.c predicts."""
     ffi, lib = _native.ffi, _native.lib()
+    chunks = sorted(t.chunk_reuse)
     keep = {
         "touch_offsets": ffi.new("uint64_t[]", t.touch_offsets),
         "touch": ffi.new("transit_range[]", [{"addr": a, "bytes": b} for a, b in t.touch] or 1),
         "compute_ns": ffi.new("uint64_t[]", t.compute_ns or 1),
         "first_launch": ffi.new("uint32_t[]", t.first_launch or 1),
+        "chunk_addr": ffi.new("uint64_t[]", [c << CHUNK_SHIFT for c in chunks] or 1),
+        "chunk_reuse": ffi.new("uint32_t[]", [t.chunk_reuse[c] for c in chunks] or 1),
     }
-    inp = ffi.new("transit_replay_input *", dict(keep, nphases=t.phases, launches=t.launches))
+    inp = ffi.new("transit_replay_input *", dict(keep, nphases=t.phases, launches=t.launches, nchunks=len(chunks)))
     params = ffi.new("transit_replay_params *", {
         "policy": _native.policy_number(policy), "limit": limit, "warmup": t.window, "iterations": iterations,
         "prefetch_htod_bps": rates_gbps["prefetch"] * GB, "dtoh_bps": rates_gbps["dtoh"] * GB,
@@ -129,7 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a placement policy's decisions over a profile recorded with TRANSIT_PROFILE=1 and "
         "predict, per iteration after warm-up, its PCIe bytes, faults, evictions and step time.")
     p.add_argument("profile", type=Path, metavar="PROFILE", help="a rank*.profile.json.gz")
-    p.add_argument("--policy", required=True, help="the policy to replay, as `transit run --policy` names it")
+    p.add_argument("--policy", required=True, help="the policy to replay, as `transit run --policy` names it "
+                   "(base, prefetch, advise, hybrid)")
     p.add_argument("--limit", required=True, metavar="SIZE", help="L, the device capacity to replay at, e.g. 25.5G")
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                    help=f"iterations to predict after the profile's window (default {DEFAULT_ITERATIONS})")

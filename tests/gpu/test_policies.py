@@ -7,6 +7,9 @@ stay tiny next to the device.
   prefetch - profiled ranges are prefetched: once refined, half the GPU page faults of base or fewer;
   advise   - SetAccessedBy on every allocation: zero-copy (remote maps) or fewer migrations;
              once nothing moves, the device is filled to near L;
+  hybrid   - placed by the warm-up profile: the least reused chunks (Adam's moments) on the host,
+             read in place; in the run's second half at most a quarter of base's HtoD bytes
+             (predicted: near none, as nothing is placed again once the profile is built);
   all      - losses bitwise identical to the run without TRANSIT; TRANSIT_TICK_LOG's CSV agrees
              with the stats file;
   profiled - base while torch.profiler holds CUPTI: no migration records, L kept by the measured
@@ -64,6 +67,8 @@ _profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.C
 _profiler.start()
 """ + TRAIN + "_profiler.stop()\n"
 BOUND_SLACK = 256 << 20  # what can fault in during one 20 ms tick
+POLICIES = ("base", "prefetch", "advise", "hybrid")
+HYBRID_LATE_HTOD_SHARE = 0.25  # of base's HtoD bytes in the run's second half
 
 
 def run(out: Path | None, policy: str | None, program: str = TRAIN, **env_extra: str) -> list[float]:
@@ -102,7 +107,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory,
          native_losses: list[float]) -> dict[str, tuple[list[float], dict, list[dict[str, str]]]]:
     """One run without TRANSIT and one per policy, shared by the tests below."""
     results: dict[str, tuple[list[float], dict, list[dict[str, str]]]] = {"native": (native_losses, {}, [])}
-    for policy in ("base", "prefetch", "advise"):
+    for policy in POLICIES:
         out = tmp_path_factory.mktemp(policy)
         results[policy] = (run(out, policy), stats(out), ticks(out))
     return results
@@ -127,13 +132,13 @@ def small_migrations(doc: dict) -> int:
     return sum(doc["migrations"]["htod"]["histogram"][b] for b in SMALL_BINS)
 
 
-@pytest.mark.parametrize("policy", ["base", "prefetch", "advise"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_losses_identical_and_sections_present(runs, policy) -> None:
     losses, doc, _ = runs[policy]
     assert losses == runs["native"][0]
     assert doc["config"]["policy"] == policy and doc["config"]["mode"] == "limit"
-    for section in ("memory", "migrations", "faults", "prefetch", "advise", "evictions", "iterations", "recorder",
-                    "timeline"):
+    for section in ("memory", "migrations", "faults", "prefetch", "advise", "hybrid", "evictions", "iterations",
+                    "recorder", "timeline"):
         assert section in doc, section
     rec = doc["recorder"]
     assert rec["state"] == "cupti", rec
@@ -257,3 +262,22 @@ def test_tick_log_agrees_with_the_stats(runs, policy) -> None:
     assert {r["planning"] for r in rows} <= {"0", "1"} and all(float(r["work_ms"]) >= 0 for r in rows)
     managed = [int(r["managed_bytes"]) for r in rows]
     assert 0 < max(managed) <= doc["allocations"]["managed_bytes_peak"]
+
+
+def late_htod(doc: dict) -> int:
+    """HtoD bytes migrated in the run's second half (the timeline's counts are cumulative)."""
+    timeline = doc["timeline"]
+    return timeline[-1]["htod_bytes"] - timeline[-(STEPS // 2) - 1]["htod_bytes"]
+
+
+def test_hybrid_leaves_the_least_reused_on_the_host(runs) -> None:
+    base, doc = runs["base"][1], runs["hybrid"][1]
+    hybrid = doc["hybrid"]
+    assert hybrid["plans"] >= 1 and hybrid["applied"] >= 1 and doc["advise"]["applied"] is True, hybrid
+    assert hybrid["placed_host_bytes"] > 0, hybrid  # the footprint is over L
+    # every reuse class left on the host is used at most as often as every class kept on the device
+    classes = list(hybrid["by_reuse"])
+    on_host = [i for i, c in enumerate(classes) if hybrid["by_reuse"][c]["host_bytes"]]
+    on_device = [i for i, c in enumerate(classes) if hybrid["by_reuse"][c]["resident_bytes"]]
+    assert on_host and on_device and max(on_host) <= min(on_device), hybrid["by_reuse"]
+    assert late_htod(doc) <= HYBRID_LATE_HTOD_SHARE * late_htod(base), (late_htod(doc), late_htod(base))

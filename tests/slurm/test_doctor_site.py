@@ -23,6 +23,7 @@ import pytest
 
 from tests.slurm.conftest import REPO, TEST_USER, Cluster, as_user
 from tests.slurm.test_doctor_slurm import doctor, site_copy
+from tests.slurm.test_spank import POLICY_CHOICES
 from transit.doctor import OK
 
 pytestmark = pytest.mark.slurm
@@ -91,7 +92,7 @@ def test_installed_plugin_and_library_are_the_built_ones(site: dict[str, str]) -
 def test_check_block_passes_and_the_doctor_agrees(cluster: Cluster, site: dict[str, str]) -> None:
     out = run_blocks(["check"], site)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "--transit=base|prefetch|advise|off" in out.stdout
+    assert f"--transit={POLICY_CHOICES}" in out.stdout
     rc, checks = doctor(cluster)
     assert rc == 0
     for name in ("plugin_registered", "plugin_version", "libtransit", "report_dir", "munge", "slurmd"):

@@ -27,6 +27,8 @@ import pytest
 from tests.slurm.conftest import DEV_CLUSTER, OTHER_USER, REPO, TEST_USER, Cluster, unique_job_name
 from transit import _native
 
+POLICY_CHOICES = "|".join((*_native.policies(), "off"))
+
 pytestmark = pytest.mark.slurm
 
 # A harmless library a user might already preload; the plugin must keep it after libtransit.
@@ -76,7 +78,7 @@ def test_help_lists_the_options(cluster: Cluster) -> None:
     for command in ("srun", "sbatch", "salloc"):
         out = cluster.run([command, "--help"])
         assert out.returncode == 0, out.stderr
-        assert "--transit=base|prefetch|advise|off" in out.stdout, command
+        assert f"--transit={POLICY_CHOICES}" in out.stdout, command
         assert "--transit-mem-limit=SIZE" in out.stdout, command
         assert "--transit-report-dir=DIR" in out.stdout, command
         plugin_part = out.stdout.split("Options provided by plugins:")[1]

@@ -1,5 +1,5 @@
 """cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency, the
-profile's aggregation) for unit tests.
+profile's aggregation, hybrid's placement) for unit tests.
 
 Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
 functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
@@ -17,7 +17,7 @@ from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
-           "base/host_residency.c", "model/profile_build.c", "base/json.c")
+           "base/host_residency.c", "model/profile_build.c", "model/hybrid.c", "base/json.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -89,13 +89,15 @@ typedef struct profile_input {
     uint64_t dropped_launches, dropped_refs, dropped_events;
     uint64_t unread_launches;
 } profile_input;
-char *transit_profile_build(const profile_input *in);
+typedef struct profile_summary { uint64_t *chunks; uint32_t *reuse; size_t n; } profile_summary;
+char *transit_profile_build(const profile_input *in, profile_summary *summary);
+int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
 void free(void *p);
 """
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
-          "transit_chunks_create", "transit_hist_json", "transit_profile_build")
+          "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place")
 
 
 def _built_library(ffi: cffi.FFI):

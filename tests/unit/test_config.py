@@ -57,7 +57,7 @@ def test_values_are_shown_cut_and_escaped() -> None:
 
 
 @pytest.mark.parametrize(("var", "value", "needle"), [
-    ("TRANSIT_POLICY", "fast", "is not a policy; use base, prefetch or advise"),
+    ("TRANSIT_POLICY", "fast", "is not a policy; use base, prefetch, advise or hybrid"),
     ("TRANSIT_POLICY", "BASE", "is not a policy"),
     ("TRANSIT_WARMUP_ITERS", "0", "use a whole number from 1 to 1000"),
     ("TRANSIT_WARMUP_ITERS", "+2", "use a whole number from 1 to 1000"),
@@ -72,7 +72,7 @@ def test_check_value_names_the_option(var: str, value: str, needle: str) -> None
 
 
 def test_policies_come_from_the_library() -> None:
-    assert _native.policies() == ("base", "prefetch", "advise")
+    assert _native.policies() == ("base", "prefetch", "advise", "hybrid")
 
 
 @pytest.mark.parametrize(("path", "parent_must_exist", "needle"), [
@@ -128,7 +128,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(
     ("var", "value", "allowed"),
-    [("TRANSIT_POLICY", "fast", "base, prefetch or advise"),
+    [("TRANSIT_POLICY", "fast", "base, prefetch, advise or hybrid"),
      ("TRANSIT_MEM_LIMIT", "12Q", "from 256M to 16T"),
      ("TRANSIT_MEM_LIMIT", "", "from 256M to 16T"),
      ("TRANSIT_MEM_LIMIT", "0x10G", "from 256M to 16T"),

@@ -68,7 +68,7 @@ def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 
         "launches": c_launches, "refs": c_refs, "events": c_events, "allocs": c_allocs, "names": c_name_array,
         "nlaunches": len(launches), "nrefs": len(refs), "nevents": len(events), "nallocs": len(regions),
         "nnames": len(names), "first_iteration": 1, "iterations": iterations})
-    text = lib.transit_profile_build(inp)
+    text = lib.transit_profile_build(inp, ffi.NULL)
     assert text != ffi.NULL
     try:
         return json.loads("{" + ffi.string(text).decode() + "}")

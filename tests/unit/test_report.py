@@ -328,6 +328,16 @@ def test_advice_already_taken_is_not_repeated(tmp_path: Path) -> None:
     assert "thrashing" not in found and "migrations-every-iteration" not in found
 
 
+def test_hybrid_reads_in_place_and_is_told_when_it_never_placed(tmp_path: Path) -> None:
+    def hybrid(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"]["policy"] = "hybrid"
+        stats["hybrid"] = {"plans": 1, "applied": 0 if rank == 6 else 1}
+
+    found = _notes_for(tmp_path, hybrid)
+    assert "thrashing" not in found and "migrations-every-iteration" not in found
+    assert found["hybrid-never-placed"]["ranks"] == [6]
+
+
 def test_small_migrations_threshold_is_strict(tmp_path: Path) -> None:
     def at_threshold(rank: int, stats: dict[str, Any]) -> None:
         small = int(SMALL_MIGRATION_SHARE * 1000)

@@ -50,7 +50,7 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("args", "env", "needle"), [
-    (["--policy", "fast"], {}, "--policy='fast' is not a policy; use base, prefetch or advise"),
+    (["--policy", "fast"], {}, "--policy='fast' is not a policy; use base, prefetch, advise or hybrid"),
     (["--mem-limit", "12Q"], {}, "--mem-limit='12Q' is not a size"),
     (["--mem-limit", ""], {}, "--mem-limit='' is not a size"),
     (["--mem-limit", "0x10G"], {}, "--mem-limit='0x10G' is not a size"),

@@ -102,6 +102,7 @@ class RankRow:
     prefetch_errors: int = _from("prefetch.errors", 0)
     advise_calls: int = _from("advise.calls", 0)
     advise_errors: int = _from("advise.errors", 0)
+    hybrid_applied: int = _from("hybrid.applied", 0)
     evictions: int = _from("evictions.count", 0)
     eviction_bytes: int = _from("evictions.bytes", 0)
     eviction_errors: int = _from("evictions.errors", 0)

@@ -25,6 +25,7 @@ from transit.report.units import format_bytes, format_count
 ADVICE = "advice"  # a change that should make the job faster or cheaper
 WARNING = "warning"  # figures are incomplete or something went wrong
 INFO = "info"  # worth knowing, nothing to change
+READS_IN_PLACE = ("advise", "hybrid")  # policies that already leave data in host memory for the GPU to read
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _small_migrations(report: Report) -> Note | None:
 
 
 def _thrashing(report: Report) -> Note | None:
-    hit = _ranks(report.ranks, lambda r: r.policy != "advise" and r.thrashing >= THRASHING_EVENTS)
+    hit = _ranks(report.ranks, lambda r: r.policy not in READS_IN_PLACE and r.thrashing >= THRASHING_EVENTS)
     if not hit:
         return None
     return _advice(
@@ -100,7 +101,7 @@ def migrating_interval_share(row: RankRow) -> float | None:
 def _migrations_every_iteration(report: Report) -> Note | None:
     hit = _ranks(
         report.ranks,
-        lambda r: r.policy != "advise" and (migrating_interval_share(r) or 0.0) >= MIGRATING_INTERVAL_SHARE,
+        lambda r: r.policy not in READS_IN_PLACE and (migrating_interval_share(r) or 0.0) >= MIGRATING_INTERVAL_SHARE,
     )
     if not hit:
         return None
@@ -293,6 +294,20 @@ def _no_iterations(report: Report) -> Note | None:
     )
 
 
+def _hybrid_never_placed(report: Report) -> Note | None:
+    hit = _ranks(report.ranks, lambda r: r.policy == "hybrid" and r.iterations > r.warmup_iterations
+                 and r.hybrid_applied == 0)
+    if not hit:
+        return None
+    return Note(
+        "hybrid-never-placed",
+        WARNING,
+        f"hybrid never placed the data on {who(hit)}: it places by the profile of the iterations after "
+        "warm-up, and none was built (see the recorder's state), so those ranks ran as base",
+        _numbers(hit),
+    )
+
+
 def _cuda_errors(report: Report) -> Note | None:
     hit = [r for r in report.ranks if r.cuda_error]
     if not hit:
@@ -354,6 +369,7 @@ CHECKS = (
     _unrequested,
     _stragglers,
     _no_iterations,
+    _hybrid_never_placed,
     _signalled,
     _no_cuda,
 )

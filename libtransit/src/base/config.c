@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 /* The one list of policies: the plugin's help, `transit run` and every check derive from it. */
-static const char *const policy_names[] = {"base", "prefetch", "advise"};
+static const char *const policy_names[] = {"base", "prefetch", "advise", "hybrid"};
 #define NPOLICIES ((int)(sizeof policy_names / sizeof policy_names[0]))
 
 #define KIB 1024ull
@@ -216,7 +216,7 @@ TRANSIT_INTERNAL int transit_parse_size(const char *var, const char *text, uint6
     return parse_size_as(var, var, text, out, err, errlen);
 }
 
-/* "base, prefetch or advise" */
+/* "base, prefetch, advise or hybrid" */
 static void policy_list(char *out, size_t outlen)
 {
     size_t n = 0;

@@ -11,10 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { TRANSIT_POLICY_BASE, TRANSIT_POLICY_PREFETCH, TRANSIT_POLICY_ADVISE } transit_policy;
+typedef enum { TRANSIT_POLICY_BASE, TRANSIT_POLICY_PREFETCH, TRANSIT_POLICY_ADVISE, TRANSIT_POLICY_HYBRID } transit_policy;
 
 typedef struct transit_config {
-    transit_policy policy;      /* TRANSIT_POLICY: base|prefetch|advise (default base) */
+    transit_policy policy;      /* TRANSIT_POLICY: base|prefetch|advise|hybrid (default base) */
     uint64_t mem_limit;         /* TRANSIT_MEM_LIMIT: bytes, 256M..16T; 0 = physical mode */
     char out_dir[4096];         /* TRANSIT_OUT: stats directory; "" = no stats file */
     unsigned warmup_iters;      /* TRANSIT_WARMUP_ITERS: 1..1000 (default 2) */

@@ -527,7 +527,25 @@ static void free_build(build *b)
     free(b->c_last);
 }
 
-TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in)
+/* The chunk table's numbers and reuse, copied out for the caller (hybrid's placement). */
+static void summarize(const build *b, profile_summary *out)
+{
+    out->chunks = malloc((b->nchunks + 1) * sizeof *out->chunks);
+    out->reuse = malloc((b->nchunks + 1) * sizeof *out->reuse);
+    if (!out->chunks || !out->reuse) {
+        free(out->chunks);
+        free(out->reuse);
+        *out = (profile_summary){0};
+        return;
+    }
+    for (size_t i = 0; i < b->nchunks; i++) {
+        out->chunks[i] = b->chunks[i];
+        out->reuse[i] = (uint32_t)b->c_reuse[i];
+    }
+    out->n = b->nchunks;
+}
+
+TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_summary *summary)
 {
     build b = {.in = in};
     char *text = NULL;
@@ -538,6 +556,8 @@ TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in)
             goto out;
     if (add_pointer_touches(&b) || add_events(&b) || chunk_table(&b))
         goto out;
+    if (summary)
+        summarize(&b, summary);
     for (size_t cap = RENDER_START_BYTES;; cap *= 2) {
         jbuf j = {malloc(cap), 0, cap, 0};
         if (!j.p)

@@ -53,8 +53,17 @@ typedef struct profile_input {
     uint64_t unread_launches; /* launches whose parameter sizes the driver did not give */
 } profile_input;
 
+/* The chunk table as numbers: every chunk touched or migrated (number = address / 2 MiB) and its
+ * reuse, malloc'd (the caller frees both); n 0 when out of memory. */
+typedef struct profile_summary {
+    uint64_t *chunks;
+    uint32_t *reuse;
+    size_t n;
+} profile_summary;
+
 /* The JSON fields the builder renders (no braces; the caller adds identity and config): a
- * malloc'd string, or NULL when out of memory. Pure: no CUDA, no global state (CPU-tested). */
-TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in);
+ * malloc'd string, or NULL when out of memory; with `summary`, the chunk table too. Pure: no
+ * CUDA, no global state (CPU-tested). */
+TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_summary *summary);
 
 #endif

@@ -3,6 +3,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "decide.h"
+#include "hybrid.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,10 @@ typedef struct replay {
     transit_chunks *device;
     transit_range *known; /* every chunk some phase touches, merged, by address: the fill's walk */
     size_t nknown;
-    bool applied;                /* advise: SetAccessedBy on everything */
+    bool applied;                /* advise, hybrid: SetAccessedBy on everything */
     transit_fill_state fill;
     uint64_t moves, moves_at_mark; /* evicted chunks so far; at the last iteration mark */
+    bool failed;                   /* out of memory */
 } replay;
 
 static int by_addr(const void *a, const void *b)
@@ -106,11 +108,41 @@ static uint64_t fill(replay *r)
     return filled;
 }
 
+/* Hybrid's placement, once: placed chunks in (prefetch), the others out. */
+static int place(replay *r, transit_replay_iteration *it)
+{
+    const transit_replay_input *in = r->in;
+    uint8_t *resident = malloc(in->nchunks + 1);
+    if (!resident || transit_hybrid_place(in->chunk_reuse, in->nchunks, transit_hybrid_capacity(r->p->limit), resident)) {
+        free(resident);
+        return -1;
+    }
+    /* Out first, then in: the simulated device has room for L, not for both sets at once. */
+    for (int in_pass = 0; in_pass < 2; in_pass++)
+        for (uint64_t i = 0; i < in->nchunks; i++) {
+            transit_range c = {in->chunk_addr[i], TRANSIT_CHUNK_BYTES};
+            uint64_t out = spilled_bytes(r, &c, 1);
+            if (in_pass && resident[i] && out) {
+                transit_chunks_migrated(r->device, c.addr, c.bytes);
+                it->htod_bytes += out;
+            } else if (!in_pass && !resident[i] && out < c.bytes) {
+                transit_chunks_dropped(r->device, c.addr, c.bytes);
+                it->dtoh_bytes += c.bytes - out;
+            }
+        }
+    it->transfer_s += (double)it->htod_bytes / r->p->prefetch_htod_bps + (double)it->dtoh_bytes / r->p->dtoh_bps;
+    free(resident);
+    r->applied = true;
+    return 0;
+}
+
 static void run_iteration(replay *r, uint64_t iteration, transit_replay_iteration *it)
 {
     const transit_replay_input *in = r->in;
     const transit_replay_params *p = r->p;
     bool advise = p->policy == TRANSIT_POLICY_ADVISE;
+    if (p->policy == TRANSIT_POLICY_HYBRID && !r->applied && iteration == p->warmup + 2 && place(r, it))
+        r->failed = true;
     if (advise && r->fill == TRANSIT_FILL_FILLING) { /* the first reading of the iteration */
         it->fill_bytes = fill(r);
         it->htod_bytes += it->fill_bytes;
@@ -173,5 +205,9 @@ TRANSIT_INTERNAL int transit_replay_run(const transit_replay_input *in, const tr
     }
     transit_chunks_destroy(r.device);
     free(r.known);
+    if (r.failed) {
+        snprintf(err, errlen, "out of memory for hybrid's placement");
+        return -1;
+    }
     return 0;
 }

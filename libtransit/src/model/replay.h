@@ -11,7 +11,10 @@
  *              (transit_decide_advise_at_launch); from there every access to a chunk on the host
  *              is read in place (zero-copy rate) and nothing migrates, but advise's fill: once an
  *              iteration passed without moves, the device is filled towards FILL_TARGET with host
- *              chunks in address order (transit_decide_fill_*).
+ *              chunks in address order (transit_decide_fill_*);
+ *   hybrid   - as base until the profile is built (the window's drain ends: iteration warmup + 2
+ *              begins placed); then the most reused chunks are on the device up to its capacity
+ *              (transit_hybrid_place), the rest on the host, read in place; nothing migrates.
  * Each phase's step time is its compute time plus its transfers (the policies queue their
  * migrations on the kernels' stream, and zero-copy reads stall the kernels that make them).
  * The estimate is the truth here: no records lag, no bound or sweep is needed. */
@@ -30,6 +33,10 @@ typedef struct transit_replay_input {
     const uint64_t *compute_ns;    /* each phase's kernel time */
     const uint32_t *first_launch;  /* each phase's first launch ordinal */
     uint32_t launches;             /* launches in the iteration */
+    /* Every chunk some phase touches, by address, with its reuse (hybrid's placement). */
+    uint64_t nchunks;
+    const uint64_t *chunk_addr;
+    const uint32_t *chunk_reuse;
 } transit_replay_input;
 
 typedef struct transit_replay_params {

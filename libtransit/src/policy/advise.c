@@ -44,7 +44,9 @@ void pol_advise_all(const transit_driver_api *drv, CUdevice dev)
 /* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */
 void pol_start_fill_when_still(void)
 {
-    if (pol_fill_now() != TRANSIT_FILL_WAITING || !pol_estimating() || !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE))
+    /* hybrid's placement decides what the device holds: no fill */
+    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || pol_fill_now() != TRANSIT_FILL_WAITING || !pol_estimating() ||
+        !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE))
         return;
     uint64_t moves = transit_get(&pol.n.evict_count) + transit_get(&pol.n.sweep_ranges);
     uint64_t at_mark = __atomic_exchange_n(&pol.moves_at_mark, moves, __ATOMIC_RELAXED);

@@ -13,6 +13,7 @@ policy pol = {
     .prof_lock = PTHREAD_MUTEX_INITIALIZER,
     .chunks_lock = PTHREAD_MUTEX_INITIALIZER,
     .alloc_room_lock = PTHREAD_MUTEX_INITIALIZER,
+    .hybrid_lock = PTHREAD_MUTEX_INITIALIZER,
     .moves_at_mark = UINT64_MAX,
     .n = {.bound_peak_since = UINT64_MAX},
 };
@@ -38,14 +39,20 @@ bool pol_estimating(void)
 
 static bool uses_profile(void)
 {
-    return transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || transit_limit_mode();
+    transit_policy p = transit_g.cfg.policy;
+    return p == TRANSIT_POLICY_PREFETCH || p == TRANSIT_POLICY_HYBRID || transit_limit_mode();
+}
+
+bool pol_in_place(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE || transit_g.cfg.policy == TRANSIT_POLICY_HYBRID;
 }
 
 /* Limit mode's evictions go at launches, in their order (docs/design.md, "Limit mode"). */
 bool pol_planning(void)
 {
     return pol_estimating() && __atomic_load_n(&pol.replay, __ATOMIC_ACQUIRE) &&
-           !(transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE));
+           !(pol_in_place() && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE));
 }
 
 /* Under BOUND_TARGET no reading of the estimate or the bound asks for an eviction. */
@@ -306,7 +313,7 @@ void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
     if (transit_limit_mode())
         pol_mark_resident(ptr, size, false);
     pol_raise_peaks(transit_policy_resident());
-    if (transit_g.cfg.policy == TRANSIT_POLICY_ADVISE && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
+    if (pol_in_place() && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
         (drv = transit_act_driver())) {
         CUstreamCaptureMode saved;
         bool relaxed = transit_act_relax_capture(drv, &saved);
@@ -330,7 +337,10 @@ void transit_policy_after_fork(void)
     transit_ranges_destroy(pol.fresh);
     transit_attrib_destroy(pol.attrib);
     transit_chunks_destroy(pol.chunks);
+    free(pol.hybrid_host);
+    free(pol.hybrid_device);
     memset(&pol, 0, sizeof pol);
+    pthread_mutex_init(&pol.hybrid_lock, NULL);
     pthread_mutex_init(&pol.prof_lock, NULL);
     pthread_mutex_init(&pol.chunks_lock, NULL);
     pthread_mutex_init(&pol.alloc_room_lock, NULL);
@@ -372,5 +382,6 @@ void transit_policy_snapshot(transit_policy_snap *s)
         .replaying = __atomic_load_n(&pol.replay, __ATOMIC_RELAXED),
         .advise_applied = __atomic_load_n(&pol.advise_applied, __ATOMIC_RELAXED),
         .fill_state = pol_fill_name(),
+        .hybrid_due = __atomic_load_n(&pol.hybrid_due, __ATOMIC_RELAXED),
     };
 }

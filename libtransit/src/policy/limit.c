@@ -242,9 +242,9 @@ uint64_t pol_bound_over(bool fill_held, uint64_t *bound_read)
     return pol_bound_excess(bound, fill_held);
 }
 
-/* Every tick (lifecycle.c's tick thread): limit mode's host check and evictions; and, without
- * launch callbacks, advise right after the first iteration mark past warm-up. Both act in the
- * device's primary context (the one PyTorch uses). */
+/* Every tick (lifecycle.c's tick thread): limit mode's host check and evictions; without launch
+ * callbacks, advise right after the first iteration mark past warm-up; hybrid's placement once
+ * planned. All act in the device's primary context (the one PyTorch uses). */
 void transit_policy_tick(void)
 {
     pol_publish_demand(); /* what it depends on outside the policies' events: the recorder's state */
@@ -267,7 +267,8 @@ void transit_policy_tick(void)
     uint64_t room = fill_at_start == TRANSIT_FILL_FILLING && !over ? pol_fill_room(measured) : 0;
     if (fill_at_start == TRANSIT_FILL_FILLING && measured != UINT64_MAX && !over && !room)
         pol_fill_is_full(measured);
-    if ((pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due()) && dev >= 0 && (drv = transit_act_driver()) &&
+    if ((pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_hybrid_due()) && dev >= 0 &&
+        (drv = transit_act_driver()) &&
         transit_act_enter_context(drv, dev)) {
         CUstreamCaptureMode saved;
         bool relaxed = transit_act_relax_capture(drv, &saved);
@@ -295,6 +296,8 @@ void transit_policy_tick(void)
             pol_fill(drv, dev, pol.evict_stream, measured, room);
         if (advising)
             pol_advise_all(drv, dev);
+        if (pol_hybrid_due() && transit_act_own_stream(drv, &pol.evict_stream))
+            pol_hybrid_apply(drv, dev, pol.evict_stream);
         transit_act_restore_capture(drv, relaxed, &saved);
         tick.over = over;
     }

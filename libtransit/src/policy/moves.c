@@ -1,5 +1,6 @@
 /* moves.c - TRANSIT's own migrations, each for a purpose that decides its direction and counters:
- * a prefetch's replay, advise's fill, limit mode's evictions and sweeps; and the launches' room. */
+ * a prefetch's replay, advise's fill, limit mode's evictions and sweeps, hybrid's placement; and
+ * the launches' room. */
 #include "alloc_table.h"
 #include "policy_int.h"
 
@@ -12,19 +13,20 @@
 static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pol.n.prefetch_calls, &pol.n.prefetch_bytes},
                                        [PREFETCH_FILL] = {&pol.n.fill_ranges, &pol.n.fill_bytes},
                                        [PREFETCH_EVICT] = {&pol.n.evict_count, &pol.n.evict_bytes},
-                                       [PREFETCH_SWEEP] = {&pol.n.sweep_ranges, &pol.n.sweep_bytes}};
-
-
-_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_SWEEP + 1, "a purpose without counters");
+                                       [PREFETCH_SWEEP] = {&pol.n.sweep_ranges, &pol.n.sweep_bytes},
+                                       [PREFETCH_PLACE_HOST] = {&pol.n.placed_host_ranges, &pol.n.placed_host_bytes},
+                                       [PREFETCH_PLACE_DEVICE] = {&pol.n.placed_device_ranges,
+                                                                  &pol.n.placed_device_bytes}};
+_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_PLACE_DEVICE + 1, "a purpose without counters");
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
- * replay, advise's fill) or to the host (a limit-mode eviction or sweep), and counts the outcome.
- * False when the driver refused a part. */
+ * replay, advise's fill, hybrid's device chunks) or to the host (a limit-mode eviction or sweep,
+ * hybrid's host chunks), and counts the outcome. False when the driver refused a part. */
 bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice dev, prefetch_purpose why,
                            CUstream stream)
 {
     static int warned_device, warned_host;
-    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP;
+    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP || why == PREFETCH_PLACE_HOST;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -41,7 +43,7 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                 transit_add(to_host ? &pol.n.evict_errors : &pol.n.prefetch_errors, 1);
                 transit_warn_once(to_host ? &warned_host : &warned_device,
                           to_host ? "limit mode: cuMemPrefetchAsync to the host"
-                                  : "prefetch or advise's fill: cuMemPrefetchAsync to the device",
+                                  : "prefetch, advise's fill or hybrid: cuMemPrefetchAsync to the device",
                           drv, e);
                 if (why == PREFETCH_EVICT) /* still on the device: keep counting it */
                     pol_mark_resident(piece[k].addr, piece[k].bytes, false);
@@ -49,8 +51,10 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
             }
             transit_add(counted[why][0], 1);
             transit_add(counted[why][1], piece[k].bytes);
-            if (why == PREFETCH_FILL) /* the most recent: the last to go if the fill ends */
+            if (why == PREFETCH_FILL || why == PREFETCH_PLACE_DEVICE) /* the most recent: the last to go */
                 pol_mark_resident(piece[k].addr, piece[k].bytes, false);
+            else if (why == PREFETCH_PLACE_HOST)
+                pol_mark_gone(piece[k].addr, piece[k].bytes);
         }
     }
     return all_went;

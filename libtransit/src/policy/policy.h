@@ -5,13 +5,16 @@
  *   prefetch - the profiling window's HtoD migrations, attributed to launch ordinals (attrib.c)
  *              and merged (ranges.c), are prefetched before each later launch of that ordinal;
  *   advise   - at the middle of the first iteration after warm-up, every managed allocation (and
- *              every later one) gets SetAccessedBy(device): host data is read in place.
+ *              every later one) gets SetAccessedBy(device): host data is read in place;
+ *   hybrid   - at the end of the profile's window the most reused chunks are placed on the
+ *              device, the rest on the host, read in place (model/hybrid.h).
  * In limit mode every policy also keeps TRANSIT's estimate of device-resident bytes, and the
  * measured bound, at or under L by evicting the least recently migrated chunks. */
 #ifndef TRANSIT_POLICY_H
 #define TRANSIT_POLICY_H
 
 #include "events.h"
+#include "hybrid.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,6 +35,10 @@ typedef struct transit_policy_counters {
     uint64_t corrected_marks, target_correction;
     uint64_t fill_ranges, fill_bytes, fill_from, fill_reached;
     uint64_t clock_rewinds; /* without records: turns of the eviction clock (estimate.c) */
+    /* hybrid: placements planned and applied, the bytes each moved, bytes by reuse class */
+    uint64_t hybrid_plans, hybrid_applied;
+    uint64_t placed_host_ranges, placed_host_bytes, placed_device_ranges, placed_device_bytes;
+    uint64_t hybrid_resident_by_reuse[TRANSIT_HYBRID_CLASSES], hybrid_host_by_reuse[TRANSIT_HYBRID_CLASSES];
 } transit_policy_counters;
 
 /* What the stats show of the policies (transit_policy_snapshot). */
@@ -43,6 +50,7 @@ typedef struct transit_policy_snap {
     bool replaying;           /* a profile is built */
     bool advise_applied;
     const char *fill_state;   /* "waiting", "filling", "full", "ended" */
+    bool hybrid_due;          /* a placement is planned and not applied yet */
 } transit_policy_snap;
 
 /* ---- the recorder's events (lifecycle.c wires them into the sink) ---- */

@@ -4,7 +4,8 @@
  * recorder's events), estimate.c (limit mode's chunk estimate), moves.c (TRANSIT's own
  * migrations, counted by purpose), launches.c (what happens at a kernel launch), limit.c (limit
  * mode's tick: the measured bound, evictions, sweeps, room before an allocation), advise.c
- * (SetAccessedBy and the fill), profile.c (TRANSIT_PROFILE's collector and writer).
+ * (SetAccessedBy and the fill), hybrid.c (placement by reuse), profile.c (the profile's
+ * collector and writer).
  *
  * Lock order, where more than one is held: the recorder's win_lock (its sink calls), then
  * prof_lock; alloc_room_lock, then chunks_lock. chunks_lock and prof_lock are never held across a
@@ -16,6 +17,7 @@
 #include "attrib.h"
 #include "chunks.h"
 #include "decide.h"
+#include "hybrid.h"
 #include "policy.h"
 #include "ranges.h"
 #include "state.h"
@@ -35,7 +37,14 @@
 #define HOST_CHECK_FROM(limit) ((limit) / 2) /* ...nor while the managed total stays under it */
 
 /* What a TRANSIT prefetch is for: it decides the direction and the counters. */
-typedef enum { PREFETCH_REPLAY, PREFETCH_FILL, PREFETCH_EVICT, PREFETCH_SWEEP } prefetch_purpose;
+typedef enum {
+    PREFETCH_REPLAY,
+    PREFETCH_FILL,
+    PREFETCH_EVICT,
+    PREFETCH_SWEEP,
+    PREFETCH_PLACE_HOST,
+    PREFETCH_PLACE_DEVICE
+} prefetch_purpose;
 
 /* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
  * under the lock, or by the thread, named beside it. */
@@ -77,6 +86,13 @@ typedef struct policy {
     int64_t rss_not_managed;
     int rss_calibrated;
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
+
+    /* Hybrid's placement (hybrid_lock): the chunks it puts on the host and on the device, as
+     * coalesced ranges, planned at a profile's end and applied by the tick when due. */
+    pthread_mutex_t hybrid_lock;
+    transit_range *hybrid_host, *hybrid_device;
+    size_t hybrid_nhost, hybrid_ndevice;
+    int hybrid_due;
 } policy;
 
 extern policy pol;
@@ -116,5 +132,11 @@ uint64_t pol_fill_room(uint64_t measured);
 void pol_fill_is_full(uint64_t measured);
 void pol_fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t measured, uint64_t room);
 bool pol_advise_due(void);
+/* hybrid.c */
+void pol_hybrid_plan(const uint64_t *chunks, const uint32_t *reuse, size_t n);
+bool pol_hybrid_due(void);
+void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream);
+/* advise and hybrid read host data in place once they applied */
+bool pol_in_place(void);
 
 #endif

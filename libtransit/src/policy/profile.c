@@ -9,6 +9,7 @@
 #include "cuda_api.h"
 #include "json.h"
 #include "period.h"
+#include "policy_int.h"
 #include "state.h"
 
 #include <dlfcn.h>
@@ -65,10 +66,11 @@ bool transit_profile_collecting(void)
 
 void transit_profile_window_begin(uint64_t first, uint32_t iterations)
 {
-    if (!transit_g.cfg.profile)
+    if (!transit_g.cfg.profile && transit_g.cfg.policy != TRANSIT_POLICY_HYBRID)
         return;
     pthread_mutex_lock(&lock);
-    if (pf.state == IDLE) {
+    /* hybrid re-plans from every new profile (the kernel sequence changed) */
+    if (pf.state == IDLE || (pf.state == DONE && transit_g.cfg.policy == TRANSIT_POLICY_HYBRID)) {
         pf.first = first;
         pf.iterations = iterations;
         pf.corr = calloc(CORR_SLOTS, sizeof *pf.corr);
@@ -345,13 +347,21 @@ void transit_profile_window_end(bool complete)
     pthread_mutex_unlock(&lock);
     profile_alloc *allocs = managed_allocations(&in.nallocs);
     in.allocs = allocs;
-    char *body = names ? transit_profile_build(&in) : NULL;
+    bool hybrid = transit_g.cfg.policy == TRANSIT_POLICY_HYBRID;
+    profile_summary summary = {0};
+    char *body = names ? transit_profile_build(&in, hybrid ? &summary : NULL) : NULL;
+    if (hybrid) /* its placement comes from the window it profiled */
+        pol_hybrid_plan(summary.chunks, summary.reuse, summary.n);
+    free(summary.chunks);
+    free(summary.reuse);
     jbuf h = {head, 0, sizeof head, 0};
     jb_printf(&h, "{\"schema\": \"transit.profile/1\", \"version\": \"%s\", \"complete\": %s, ", TRANSIT_VERSION,
               complete ? "true" : "false");
     transit_state_identity_json(&h);
     transit_state_config_json(&h);
-    if (!body || h.overflow) {
+    if (!transit_g.cfg.profile || !transit_g.cfg.out_dir[0]) {
+        /* collected for hybrid alone: nothing to write */
+    } else if (!body || h.overflow) {
         transit_warn("profile: out of memory building it; no profile is written");
     } else if (!transit_out_path(path, sizeof path, ".profile.json.gz")) {
         if (write_gz(path, head, body))

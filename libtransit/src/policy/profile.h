@@ -7,7 +7,8 @@
  * remote maps). At the window's end it aggregates them into phases and 2 MiB chunks
  * (profile_build.c) and writes rank<R>.<host>.<pid>.profile.json.gz beside the stats file
  * (schema transit.profile/1, docs/profile.md). `transit replay` runs the policies' decisions on
- * it. Memory is bounded by the PROFILE_MAX_* caps; what does not fit is counted as dropped. */
+ * it, and the hybrid policy places data by it (collected for hybrid whether or not the file is
+ * written). Memory is bounded by the PROFILE_MAX_* caps; what does not fit is counted as dropped. */
 #ifndef TRANSIT_PROFILE_H
 #define TRANSIT_PROFILE_H
 

@@ -76,6 +76,22 @@ static void render_migrations(jbuf *b, const transit_recorder_snap *r)
               r->n.gpu_faults, r->n.thrashing, r->n.remote_map_bytes);
 }
 
+/* Hybrid's placement: what it moved, and the bytes it keeps and leaves by reuse class. */
+static void render_hybrid(jbuf *b, const transit_policy_snap *p)
+{
+    static const char *const classes[TRANSIT_HYBRID_CLASSES] = {"1", "2", "3-4", "5-8", "9+"};
+    const transit_policy_counters *n = &p->n;
+    jb_printf(b,
+              "\"hybrid\": {\"plans\": %" PRIu64 ", \"applied\": %" PRIu64 ", \"due\": %s, \"placed_host_bytes\": %" PRIu64
+              ", \"placed_device_bytes\": %" PRIu64 ", \"by_reuse\": {",
+              n->hybrid_plans, n->hybrid_applied, yes(p->hybrid_due), n->placed_host_bytes, n->placed_device_bytes);
+    for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++)
+        jb_printf(b, "\"%s\": {\"resident_bytes\": %" PRIu64 ", \"host_bytes\": %" PRIu64 "}, ", classes[k],
+                  n->hybrid_resident_by_reuse[k], n->hybrid_host_by_reuse[k]);
+    jb_trim_comma(b);
+    jb_printf(b, "}}, ");
+}
+
 static void render_policies(jbuf *b, const transit_policy_snap *p, const transit_recorder_snap *r)
 {
     uint64_t limit = transit_g.cfg.mem_limit;
@@ -94,6 +110,7 @@ static void render_policies(jbuf *b, const transit_policy_snap *p, const transit
               ", \"bytes\": %" PRIu64 ", \"from_bytes\": %" PRIu64 ", \"reached_bytes\": %" PRIu64 "}}, ",
               n->advise_calls, n->advise_bytes, n->advise_errors, yes(p->advise_applied), p->fill_state,
               limit ? TRANSIT_FILL_TARGET(limit) : 0, n->fill_ranges, n->fill_bytes, n->fill_from, n->fill_reached);
+    render_hybrid(b, p);
     jb_printf(b,
               "\"evictions\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
               ", \"target_bytes\": %" PRIu64 ", \"bound_target_bytes\": %" PRIu64 ", \"bound_bytes\": %" PRIu64

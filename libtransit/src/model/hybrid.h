@@ -1,0 +1,26 @@
+/* hybrid.h - the hybrid policy's placement, a pure function of the warm-up profile: each 2 MiB
+ * chunk's reuse is the number of distinct phases of the iteration that touch it (profile_build.c).
+ * The most reused chunks stay on the device up to its capacity; the rest live on the host and
+ * are read in place (zero-copy). Parameters and gradients, touched by every micro-batch, stay;
+ * optimizer moments, touched once per step, go: the host then holds what is used least, where
+ * advise leaves whatever recency left there, and prefetch moves the most used data round. */
+#ifndef TRANSIT_HYBRID_H
+#define TRANSIT_HYBRID_H
+
+#include "chunks.h"
+#include "decide.h"
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reuse classes the stats count placed bytes in: 1, 2, 3-4, 5-8, 9 and more. */
+#define TRANSIT_HYBRID_CLASSES 5
+
+/* resident[i] = 1 for the chunks (of reuse[0..n)) hybrid keeps on the device, most reused first
+ * (equal reuse: lower index, i.e. address, first) up to `capacity` bytes. 0, or -1 out of memory. */
+TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
+/* The device bytes hybrid places in limit mode: the launches' target, EVICT_TARGET. */
+TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit);
+
+#endif

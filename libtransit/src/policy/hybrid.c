@@ -1,0 +1,118 @@
+/* hybrid.c - the hybrid policy in the live engine: at the end of each profiling window the
+ * placement is planned from the profile's reuse (model/hybrid.c); the tick thread applies it,
+ * off the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
+ * the host prefetched there, those placed on the device prefetched to it, on TRANSIT's own
+ * stream. From then on host data is read in place and nothing migrates back by itself; limit
+ * mode's bound stays the safety net. A new profile (the kernel sequence changed) plans anew. */
+#include "alloc_table.h"
+#include "hybrid.h"
+#include "policy_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int reuse_class(uint32_t reuse)
+{
+    return reuse <= 1 ? 0 : reuse == 2 ? 1 : reuse <= 4 ? 2 : reuse <= 8 ? 3 : 4;
+}
+
+/* Appends chunk c to the run list (adjacent chunks coalesced); false when out of memory. */
+static bool add_chunk(transit_range **v, size_t *n, size_t *cap, uint64_t c)
+{
+    uint64_t addr = c << TRANSIT_CHUNK_SHIFT;
+    if (*n && (*v)[*n - 1].addr + (*v)[*n - 1].bytes == addr) {
+        (*v)[*n - 1].bytes += TRANSIT_CHUNK_BYTES;
+        return true;
+    }
+    if (*n == *cap) {
+        size_t grown = *cap ? 2 * *cap : 256;
+        transit_range *w = realloc(*v, grown * sizeof *w);
+        if (!w)
+            return false;
+        *v = w;
+        *cap = grown;
+    }
+    (*v)[(*n)++] = (transit_range){addr, TRANSIT_CHUNK_BYTES};
+    return true;
+}
+
+/* What the device can hold: L less the launches' margin in limit mode; the device less
+ * TRANSIT_PHYS_MARGIN in physical mode. */
+static uint64_t placement_capacity(void)
+{
+    uint64_t device = transit_device_bytes();
+    if (transit_limit_mode())
+        return transit_hybrid_capacity(transit_g.cfg.mem_limit);
+    return device > TRANSIT_PHYS_MARGIN ? device - TRANSIT_PHYS_MARGIN : 0;
+}
+
+void pol_hybrid_plan(const uint64_t *chunks, const uint32_t *reuse, size_t n)
+{
+    static int warned;
+    uint8_t *resident = malloc(n + 1);
+    transit_range *host = NULL, *device = NULL;
+    size_t nhost = 0, ndevice = 0, caphost = 0, capdevice = 0;
+    uint64_t by_class[2][TRANSIT_HYBRID_CLASSES] = {{0}};
+    bool ok = resident && transit_hybrid_place(reuse, n, placement_capacity(), resident) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, chunks[i])
+                         : add_chunk(&host, &nhost, &caphost, chunks[i]);
+        by_class[resident[i] ? 0 : 1][reuse_class(reuse[i])] += TRANSIT_CHUNK_BYTES;
+    }
+    free(resident);
+    if (!ok || !n) {
+        free(host);
+        free(device);
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            transit_warn("hybrid: %s; acting as advise", n ? "out of memory for its placement" : "the profile has no chunk");
+        host = device = NULL;
+        nhost = ndevice = 0;
+    }
+    pthread_mutex_lock(&pol.hybrid_lock);
+    free(pol.hybrid_host);
+    free(pol.hybrid_device);
+    pol.hybrid_host = host;
+    pol.hybrid_device = device;
+    pol.hybrid_nhost = nhost;
+    pol.hybrid_ndevice = ndevice;
+    for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
+        __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
+        __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&pol.hybrid_lock);
+    transit_add(&pol.n.hybrid_plans, 1);
+    __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
+}
+
+bool pol_hybrid_due(void)
+{
+    return transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && __atomic_load_n(&pol.hybrid_due, __ATOMIC_ACQUIRE);
+}
+
+/* Tick thread. Waits for its moves (off the launch path): the next readings then show them. */
+void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream)
+{
+    static int warned;
+    if (!__atomic_exchange_n(&pol.hybrid_due, 0, __ATOMIC_ACQ_REL))
+        return;
+    pol_advise_all(drv, dev); /* once: later allocations are advised as they come */
+    pthread_mutex_lock(&pol.hybrid_lock);
+    size_t nhost = pol.hybrid_nhost, ndevice = pol.hybrid_ndevice;
+    transit_range *host = nhost ? malloc(nhost * sizeof *host) : NULL;
+    transit_range *device = ndevice ? malloc(ndevice * sizeof *device) : NULL;
+    if (host)
+        memcpy(host, pol.hybrid_host, nhost * sizeof *host);
+    if (device)
+        memcpy(device, pol.hybrid_device, ndevice * sizeof *device);
+    pthread_mutex_unlock(&pol.hybrid_lock); /* no lock across driver calls */
+    for (size_t i = 0; host && i < nhost && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
+        pol_prefetch_range(drv, host[i], dev, PREFETCH_PLACE_HOST, stream);
+    for (size_t i = 0; device && i < ndevice && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
+        pol_prefetch_range(drv, device[i], dev, PREFETCH_PLACE_DEVICE, stream);
+    free(host);
+    free(device);
+    CUresult e = transit_act_stream_wait(drv, stream);
+    if (e != CUDA_SUCCESS)
+        transit_warn_once(&warned, "hybrid: cuStreamSynchronize after placing", drv, e);
+    transit_add(&pol.n.hybrid_applied, 1);
+}

@@ -1,0 +1,46 @@
+"""Hybrid's placement: the most reused chunks stay on the device up to its capacity
+(libtransit/src/model/hybrid.c)."""
+
+from __future__ import annotations
+
+import random
+
+import native_logic
+import pytest
+
+CHUNK = 2 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    return native_logic.load(tmp_path_factory.mktemp("hybrid"))
+
+
+def place(native, reuse: list[int], capacity: int) -> list[int]:
+    ffi, lib = native
+    resident = ffi.new("uint8_t[]", max(len(reuse), 1))
+    assert lib.transit_hybrid_place(ffi.new("uint32_t[]", reuse), len(reuse), capacity, resident) == 0
+    return list(resident)[:len(reuse)]
+
+
+def test_most_reused_stay_and_ties_go_by_address(native) -> None:
+    # Parameters (reuse 9), gradients (8), moments (1): room for four chunks keeps the parameters,
+    # then the lower-addressed gradient.
+    reuse = [1, 9, 8, 1, 9, 8, 9]
+    assert place(native, reuse, 4 * CHUNK) == [0, 1, 1, 0, 1, 0, 1]
+
+
+def test_capacity_counts_whole_chunks(native) -> None:
+    assert place(native, [3, 2, 1], 2 * CHUNK - 1) == [1, 0, 0]
+    assert place(native, [3, 2, 1], 0) == [0, 0, 0]
+    assert place(native, [3, 2, 1], 10 * CHUNK) == [1, 1, 1]
+    assert place(native, [], CHUNK) == []
+
+
+def test_matches_a_sort_on_random_profiles(native) -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        reuse = [rng.randrange(1, 12) for _ in range(rng.randrange(1, 300))]
+        fits = rng.randrange(0, len(reuse) + 2)
+        kept = sorted(range(len(reuse)), key=lambda i: (-reuse[i], i))[:fits]
+        assert place(native, reuse, fits * CHUNK) == [int(i in kept) for i in range(len(reuse))]
