@@ -1,6 +1,7 @@
-"""The slurm tier runs against a real local cluster: scripts/dev-cluster (munge, slurmctld and
-four slurmd on this host, the TRANSIT SPANK plugin in its plugstack.conf; by default under
-<repo>/.dev-cluster, or TRANSIT_DEV_CLUSTER_DIR / TRANSIT_DEV_CLUSTER_PORT when set).
+"""The slurm tier runs against a real local cluster: scripts/dev-cluster (munge, MariaDB and
+slurmdbd for sacct, slurmctld and four slurmd on this host, the TRANSIT SPANK plugin in its
+plugstack.conf; by default under <repo>/.dev-cluster, or TRANSIT_DEV_CLUSTER_DIR /
+TRANSIT_DEV_CLUSTER_PORT when set).
 
 The session starts the cluster when it is not up and points SLURM_CONF at it. The tier is skipped
 only when the Slurm/munge binaries are missing; a cluster that fails to start fails the tests.
