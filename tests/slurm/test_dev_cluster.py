@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import FINISHED_STATES, OTHER_USER, TEST_USER, Cluster, sbatch_wait, unique_job_name
+from tests.slurm.conftest import (
+    FINISHED_STATES,
+    GLOO_EXIT_ABORT,
+    OTHER_USER,
+    TEST_USER,
+    Cluster,
+    accepted_gloo_aborts,
+    sbatch_wait,
+    unique_job_name,
+)
 
 ACCOUNT = "transit"  # scripts/dev-cluster's account for the test users
 
@@ -94,3 +103,35 @@ def test_another_users_failed_job_is_in_sacct_with_its_exit_code(cluster: Cluste
     # parsable listing has the real one.
     listing = cluster.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "ExitCode"])
     assert listing.stdout.strip() == "3:0", listing.stderr
+
+
+# --- sbatch_wait and gloo's exit abort -----------------------------------------------------------
+
+def fake_training(result: Path, done_ranks: range) -> str:
+    """A batch script that writes a 2-rank result, prints the done lines of DONE_RANKS, then fails
+    with gloo's exit abort, as scripts/train_tiny.py's ranks can."""
+    done = "".join(f"echo 'train_tiny: rank {rank} of 2 done'; " for rank in done_ranks)
+    return f"""echo '{{"world_size": 2, "losses": [1.0]}}' > {result}; {done}echo '{GLOO_EXIT_ABORT}' >&2; exit 1"""
+
+
+def test_a_job_aborted_after_all_its_work_is_accepted_and_counted(cluster: Cluster, tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    output = tmp_path / "job.out"
+    job_id = sbatch_wait(cluster.env(), ["-N1", "--transit=off", "--wrap", fake_training(result, range(2))], output,
+                         result_file=result)
+    assert f"job {job_id} ({output})" in accepted_gloo_aborts
+
+
+@pytest.mark.parametrize("done_ranks", [range(1), range(0)], ids=["one-rank-unfinished", "no-rank-finished"])
+def test_a_job_aborted_before_all_its_work_fails(cluster: Cluster, tmp_path: Path, done_ranks: range) -> None:
+    result = tmp_path / "result.json"
+    with pytest.raises(AssertionError, match="job failed"):
+        sbatch_wait(cluster.env(), ["-N1", "--transit=off", "--wrap", fake_training(result, done_ranks)],
+                    tmp_path / "job.out", result_file=result)
+
+
+def test_a_job_aborted_without_its_result_fails(cluster: Cluster, tmp_path: Path) -> None:
+    script = fake_training(tmp_path / "elsewhere.json", range(2))
+    with pytest.raises(AssertionError, match="job failed"):
+        sbatch_wait(cluster.env(), ["-N1", "--transit=off", "--wrap", script], tmp_path / "job.out",
+                    result_file=tmp_path / "result.json")
