@@ -35,7 +35,7 @@ JOB_TIMEOUT_S = 120
 # A training job may wait in the queue behind other tests' jobs: longer than JOB_TIMEOUT_S.
 TRAINING_JOB_TIMEOUT_S = 600
 # PyTorch 2.13's gloo can abort a rank at exit after it destroyed its process group (CI: 3 of 7
-# runs on 2026-11-30; here 1 of 250 two-node jobs). sbatch_wait accepts such a job only when its
+# runs on 2026-11-30; 1 of 188 training jobs on the dev cluster here). sbatch_wait accepts such a job only when its
 # work was complete before the abort: the result written and every rank's TRAIN_TINY_DONE line,
 # which scripts/train_tiny.py prints after destroy_process_group. It counts them (end of the run).
 GLOO_EXIT_ABORT = "terminate called without an active exception"
@@ -87,15 +87,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if accepted_gloo_aborts:
-        terminalreporter.write_line(f"slurm tier: {len(accepted_gloo_aborts)} training jobs hit "
-                                    f"gloo's exit abort after every rank had finished (accepted):")
-        for line in accepted_gloo_aborts:
-            terminalreporter.write_line(f"  {line}")
-    if _ran_as_root:
-        terminalreporter.write_line(f"slurm tier: {len(_ran_as_root)} tests ran their jobs as root:")
-        for line in _ran_as_root:
-            terminalreporter.write_line(f"  {line}")
+    aborts = "training jobs hit gloo's exit abort after every rank had finished (accepted)"
+    for lines, what in ((accepted_gloo_aborts, aborts), (_ran_as_root, "tests ran their jobs as root")):
+        if lines:
+            terminalreporter.write_line(f"slurm tier: {len(lines)} {what}:")
+            for line in lines:
+                terminalreporter.write_line(f"  {line}")
 
 
 def as_user(args: Sequence[str], user: str | None = None) -> list[str]:
