@@ -35,9 +35,10 @@ JOB_TIMEOUT_S = 120
 # A training job may wait in the queue behind other tests' jobs: longer than JOB_TIMEOUT_S.
 TRAINING_JOB_TIMEOUT_S = 600
 # PyTorch 2.13's gloo can abort a rank at exit after it destroyed its process group (CI: 3 of 7
-# runs on 2026-11-30; 1 of 188 training jobs on the dev cluster here). sbatch_wait accepts such a job only when its
-# work was complete before the abort: the result written and every rank's TRAIN_TINY_DONE line,
-# which scripts/train_tiny.py prints after destroy_process_group. It counts them (end of the run).
+# runs on 2026-11-30; 1 of 252 training jobs of 2-8 ranks on the dev cluster here). sbatch_wait
+# accepts such a job only when its work was complete before the abort: the result written and
+# every rank's TRAIN_TINY_DONE line, which scripts/train_tiny.py prints after
+# destroy_process_group. It counts them (end of the run).
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 TRAIN_TINY_DONE = re.compile(r"^train_tiny: rank (\d+) of (\d+) done$", re.MULTILINE)
 TEST_USER = "transit-test"  # the user jobs run as; scripts/dev-cluster up creates both
