@@ -8,7 +8,8 @@ Each optimizer step consumes the same sequences whatever the world size (sequenc
 generated from the seed and its global index), so runs on different node counts with the same
 global batch follow the same loss trajectory up to floating-point summation order.
 
-The mean loss of every optimizer step is printed and written by rank 0 as JSON to --out.
+The mean loss of every optimizer step is printed and written by rank 0 as JSON to --out. Each
+rank prints "train_tiny: rank R of N done" once it has destroyed its process group.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def main() -> int:
             json.dump(result, out, indent=2)
     dist.barrier()  # no rank tears gloo down while another still has a collective in flight
     dist.destroy_process_group()
+    # The slurm tier reads this line: work done, before an abort that gloo may still raise at exit.
+    print(f"train_tiny: rank {rank} of {world_size} done", flush=True)
     return 0
 
 

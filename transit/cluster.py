@@ -1,6 +1,7 @@
 """`transit cluster up|down|status`: the local development Slurm cluster (scripts/dev-cluster).
 
-The script does the work (munge, slurmctld, four slurmd, the TRANSIT plugin in plugstack.conf);
+The script does the work (munge, MariaDB and slurmdbd for accounting, slurmctld, four slurmd, the
+TRANSIT plugin in plugstack.conf);
 this command only finds it in the source checkout and reports its state, as text or JSON.
 """
 
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster", help="start, stop or inspect the local development Slurm cluster",
         description="Manage the local Slurm cluster of a source checkout (scripts/dev-cluster): munge, "
-                    "slurmctld and four slurmd on this host, with the TRANSIT SPANK plugin loaded. "
+                    "MariaDB, slurmdbd, slurmctld and four slurmd on this host, with the TRANSIT SPANK plugin loaded. "
                     "State, configs and logs live in <repo>/.dev-cluster/. Use it with "
                     "`eval $(scripts/dev-cluster env)` or SLURM_CONF=<repo>/.dev-cluster/etc/slurm.conf.")
     parser.add_argument("action", choices=ACTIONS, help="up (idempotent), down, or status (exit 1 when down)")
