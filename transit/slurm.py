@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transit.errors import UsageError
@@ -575,12 +575,23 @@ def jobs_by_id(ids: Sequence[str]) -> tuple[dict[str, list[JobFacts]], str | Non
     accounted = parse_sacct(text) if text is not None else []
     found = {wanted: [job for job in accounted if job.matches(wanted)] for wanted in ids}
     answered = "sacct" if text is not None else None
-    if not all(found.values()):
+    if not all(found.values()) or any(job.unfinished for job in accounted):
         remembered = _squeue_jobs()
         answered = answered or ("squeue" if remembered is not None else None)
+        live = {job.job_id: job for job in remembered or []}
         for wanted, jobs in found.items():
-            jobs += [] if jobs else [job for job in remembered or [] if job.matches(wanted)]
+            jobs[:] = [fresher(job, live.get(job.job_id)) for job in jobs] or [
+                job for job in remembered or [] if job.matches(wanted)]
     return {wanted: sorted(jobs, key=task_order) for wanted, jobs in found.items()}, answered
+
+
+def fresher(accounted: JobFacts, remembered: JobFacts | None) -> JobFacts:
+    """An unfinished job's facts from the controller where it still remembers the job: accounting
+    lags it (22.05's slurmdbd shows a placeholder, "allocation", PENDING, for about 2 s after a job
+    starts or ends), but keeps the submit lines that only accounting has."""
+    if not accounted.unfinished or remembered is None:
+        return accounted
+    return replace(remembered, submit_line=accounted.submit_line, step_submit_lines=accounted.step_submit_lines)
 
 
 def jobs_of_user(user: str, start_unix: float, end_unix: float) -> tuple[list[JobFacts], str | None]:

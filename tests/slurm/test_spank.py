@@ -611,7 +611,7 @@ def test_two_node_job_writes_stats_files(cluster: Cluster) -> None:
 # --- the cluster itself: a second, private instance so the shared one is never stopped ----------
 
 UP_BUDGET_S = 30
-CLUSTER_PORTS = 5  # slurmctld and four slurmd
+CLUSTER_PORTS = 7  # slurmctld, four slurmd, slurmdbd and MariaDB
 
 
 def _free_port_base() -> int:
@@ -652,7 +652,8 @@ def test_dev_cluster_up_status_down(cluster: Cluster, tmp_path: Path) -> None:
                                timeout=120)
         assert sorted(hosts.stdout.split()) == ["node1", "node2", "node3", "node4"], hosts.stderr
         logs = sorted(p.name for p in (tmp_path / "dc" / "log").iterdir())
-        assert logs == ["munged.log", "slurmctld.log"] + [f"slurmd-node{i}.log" for i in range(1, 5)]
+        assert logs == ["mariadb.log", "munged.log", "slurmctld.log", "slurmdbd.log"] + [
+            f"slurmd-node{i}.log" for i in range(1, 5)]
     finally:
         assert script("down").returncode == 0
     assert script("status").returncode != 0

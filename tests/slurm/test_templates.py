@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import GLOO_EXIT_ABORT, sbatch_wait
+from tests.slurm.conftest import sbatch_wait
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
@@ -80,16 +80,3 @@ def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
         "--training.global_batch_size=16", "--training.local_batch_size=2",
         "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1"]
 
-
-def test_a_job_that_failed_only_at_gloo_teardown_runs_once_more(env, tmp_path):
-    """sbatch_wait's one rerun: the job wrote its result, then failed with GLOO_EXIT_ABORT (the
-    first time only, by a marker file); without the result file the same failure is final."""
-    result, marker = tmp_path / "result.json", tmp_path / "ran-once"
-    script = (f"echo '{{}}' > {result}; if [ ! -e {marker} ]; then touch {marker}; "
-              f"echo '{GLOO_EXIT_ABORT}' >&2; exit 1; fi")
-    sbatch_wait(env, ["--nodes=1", "--wrap", script], tmp_path / "job.out", result_file=result)
-    assert marker.exists() and result.exists()
-    marker.unlink()
-    with pytest.raises(AssertionError, match="job failed"):
-        sbatch_wait(env, ["--nodes=1", "--wrap", script.replace(f"echo '{{}}' > {result}; ", "")],
-                    tmp_path / "job2.out", result_file=result)

@@ -124,6 +124,22 @@ def test_squeue_22_05_running_job_among_others() -> None:
     assert facts.elapsed_s == 4  # running: now - start, not the expected end time squeue prints
 
 
+def test_accountings_placeholder_of_a_live_job_yields_to_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """22.05's slurmdbd shows a job as "allocation", PENDING, for about 2 s after it starts or ends
+    (seen on the dev cluster's accounting): the controller's facts win, the submit line stays."""
+    from transit import slurm
+
+    placeholder = slurm.SACCT_DELIMITER.join(
+        ["17", "17", "allocation", "root", "PENDING", "Unknown", "Unknown", "0", "1", "None assigned", "",
+         "sbatch -J report-capture job.sh"]) + slurm.SACCT_DELIMITER + "\n"
+    squeue = (SLURM / "squeue-22.05-running.json").read_text()
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: placeholder if command[0] == "sacct" else squeue)
+    found, answered = slurm.jobs_by_id(["17"])
+    (job,) = found["17"]
+    assert (answered, job.source, job.name, job.state) == ("sacct", "squeue", "report-capture", "RUNNING")
+    assert job.submit_line == "sbatch -J report-capture job.sh"
+
+
 def test_squeue_22_05_completed_job() -> None:
     facts = squeue_job(load("squeue-22.05-completed.json"), "17")
     assert (facts.state, facts.unfinished) == ("COMPLETED", False)
