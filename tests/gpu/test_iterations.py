@@ -139,7 +139,7 @@ def test_cupti_attached_again_when_the_managed_total_nears_L(tmp_path: Path) -> 
     """The same growth with CUPTI detached after warm-up (the managed total was under L/2), and the
     1 GiB written again every step, so that what is evicted faults back: CUPTI is attached again for
     the launch callbacks and the new profile, with a warning that its unified memory counters may
-    give no records from there. Until one comes the estimate follows nothing and the measured bound
+    give no records from there; they give none. The estimate then follows nothing and the measured bound
     alone brings the device back within L, going round the managed memory (an estimate that never
     sees the ballast fault back in would drain, and the device stay over L)."""
     out = tmp_path / "stats"
@@ -148,10 +148,10 @@ def test_cupti_attached_again_when_the_managed_total_nears_L(tmp_path: Path) -> 
     assert rec["cupti_detaches"] == 1 and rec["cupti_detached_at_iteration"] < 15 and rec["cupti_reattaches"] == 1
     assert rec["cupti_detached"] is False and rec["launch_callbacks_back"] == 1
     assert any("CUPTI attached again at iteration" in w for w in stats["warnings"]), stats["warnings"]
-    if rec["unified_memory_silent_since_reattach"]:
-        assert stats["migrations"]["htod"]["count"] == 0 and ev["clock_rewinds"] >= 1, (rec, ev)
-    else:  # the counters came back: the estimate follows them again
-        assert stats["migrations"]["htod"]["bytes"] > 0, stats["migrations"]
+    # the driver's unified memory counters stay silent after a re-attach (docs/design-notes.md): the
+    # estimate rewinds its clock and the bound does the work
+    assert rec["unified_memory_silent_since_reattach"] is True, rec
+    assert stats["migrations"]["htod"]["count"] == 0 and ev["clock_rewinds"] >= 1, (rec, ev)
     last = [e["device_bound_peak_bytes"] for e in stats["timeline"][-3:] if e["device_bound_peak_bytes"] is not None]
     assert last and all(peak <= limit + (256 << 20) for peak in last), stats["timeline"][-3:]
 

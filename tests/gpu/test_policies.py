@@ -40,7 +40,7 @@ SMALL_BINS = ("<4K", "4K-64K", "64K-1M")
 FILL_STEP_MIN = 32 << 20  # libtransit/src/model/decide.h: advise's fill stops this near its target
 # 5 x Linear(4096, 4096): 84M fp32 parameters = 336 MB, as much again in gradients, twice that in
 # Adam states, plus autocast's bf16 weight copies: about 1.5 GiB.
-TRAIN = r"""
+MODEL = r"""
 import json, sys, torch
 STEPS = int(sys.argv[1])
 torch.manual_seed(0); torch.use_deterministic_algorithms(True)
@@ -50,6 +50,8 @@ for _ in range(5):
 model = torch.nn.Sequential(*layers).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 g = torch.Generator(device="cuda").manual_seed(1)
+"""
+TRAIN = MODEL + r"""
 losses = []
 for step in range(STEPS):
     x = torch.randn(256, 4096, device="cuda", generator=g)
@@ -189,18 +191,14 @@ def test_advise_maps_instead_of_migrating(runs) -> None:
 def test_advise_fills_the_device_once_it_holds_still(runs) -> None:
     """Advise's device set, held by the evictions under L - L/32 until an iteration passed without
     an eviction, is then filled from the smaps readings to within FILL_STEP_MIN of L - L/128, and
-    the last iterations' bound is there, not at the evictions' margin. A device that held still
-    within FILL_STEP_MIN of it already needs no fill (run 33: 986 MiB at L = 1 GiB)."""
+    the last iterations' bound is there, not at the evictions' margin (whether it got there by a fill
+    or already held still that near)."""
     doc = runs["advise"][1]
     fill, limit = doc["advise"]["fill"], doc["config"]["limit_bytes"]
     target = limit - limit // 128
     assert fill["target_bytes"] == target
     assert fill["state"] == "full", (fill, doc["evictions"])
     assert target - FILL_STEP_MIN <= fill["reached_bytes"] <= limit, fill
-    if fill["bytes"]:  # it filled: from under the step
-        assert fill["from_bytes"] < target - FILL_STEP_MIN, fill
-    else:
-        assert fill["ranges"] == 0, fill
     last = [e["device_bound_peak_bytes"] for e in doc["timeline"][-LAST_ITERATIONS:]]
     assert any(peak is not None and peak >= target - FILL_STEP_MIN for peak in last), (last, fill)
 
