@@ -338,6 +338,17 @@ def test_hybrid_reads_in_place_and_is_told_when_it_never_placed(tmp_path: Path) 
     assert found["hybrid-never-placed"]["ranks"] == [6]
 
 
+def test_hybrids_placement_is_summed_by_reuse_class(tmp_path: Path) -> None:
+    def hybrid(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"]["policy"] = "hybrid"
+        stats["hybrid"] = {"plans": 1, "applied": 1, "by_reuse": {
+            "1": {"resident_bytes": 0, "host_bytes": 3 << 30}, "9+": {"resident_bytes": 5 << 30, "host_bytes": 0}}}
+
+    out = _render(job(tmp_path, 2, hybrid, ranks_per_node=2))
+    assert ("Hybrid placement: on the GPU 10.0 GiB (reuse 9+); on the host, read in place, 6.0 GiB (reuse 1)"
+            in " ".join(out.split()))
+
+
 def test_small_migrations_threshold_is_strict(tmp_path: Path) -> None:
     def at_threshold(rank: int, stats: dict[str, Any]) -> None:
         small = int(SMALL_MIGRATION_SHARE * 1000)

@@ -103,6 +103,9 @@ class RankRow:
     advise_calls: int = _from("advise.calls", 0)
     advise_errors: int = _from("advise.errors", 0)
     hybrid_applied: int = _from("hybrid.applied", 0)
+    hybrid_by_reuse: dict[str, dict[str, int]] = field(
+        default_factory=dict, metadata={"path": "hybrid.by_reuse"}
+    )
     evictions: int = _from("evictions.count", 0)
     eviction_bytes: int = _from("evictions.bytes", 0)
     eviction_errors: int = _from("evictions.errors", 0)
@@ -215,6 +218,10 @@ def _as_histogram(value: Any) -> dict[str, int]:
     return {k: v for k, v in value.items() if as_int(v) is not None} if isinstance(value, dict) else {}
 
 
+def _as_histograms(value: Any) -> dict[str, dict[str, int]]:
+    return {k: _as_histogram(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
@@ -223,6 +230,8 @@ def _reader(annotation: str, default: Any) -> Callable[[Any], Any]:
     """How a field keeps a value only if it has the field's type; a wrong type reads as missing."""
     if annotation.startswith("int"):
         return _as_count if default == 0 else as_int
+    if annotation.startswith("dict[str, dict"):
+        return _as_histograms
     kinds = {"float": as_float, "bool": _as_bool, "str": as_text, "dict": _as_histogram, "list": _as_list}
     return kinds[annotation.split(" ")[0].split("[")[0]]
 

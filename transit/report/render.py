@@ -389,6 +389,29 @@ def _iterations(report: Report) -> Text:
     return text
 
 
+def _hybrid_placement(report: Report) -> Text | None:
+    """Where hybrid placed the data, summed over its ranks, by reuse class (the phases of an
+    iteration that touch a 2 MiB chunk): kept on the GPU, or left on the host and read in place."""
+    placed: dict[str, dict[str, int]] = {}
+    for row in report.ranks:
+        if row.policy != "hybrid":
+            continue
+        for reuse, where in row.hybrid_by_reuse.items():
+            into = placed.setdefault(reuse, {"resident_bytes": 0, "host_bytes": 0})
+            for key in into:
+                into[key] += where.get(key, 0)
+    if not placed:
+        return None
+
+    def side(key: str) -> str:
+        parts = [f"{format_bytes(where[key])} (reuse {reuse})" for reuse, where in placed.items() if where[key]]
+        return ", ".join(parts) or "nothing"
+
+    return Text.assemble(("Hybrid placement: ", "bold"), f"on the GPU {side('resident_bytes')}; on the host, "
+                         f"read in place, {side('host_bytes')}; reuse: the phases of an iteration that touch "
+                         "a 2 MiB chunk")
+
+
 def _notes(notes: list[Note]) -> list[Text]:
     lines = [Text("Notes", style="bold")]
     for note in notes:
@@ -431,6 +454,8 @@ def render(report: Report, notes: list[Note], console: Console, view: View | Non
         console.print(_totals_table(report, view).text(), soft_wrap=True)
         console.print()
         console.print(_iterations(report))
+        if placement := _hybrid_placement(report):
+            console.print(placement)
         console.print()
         for line in _notes(notes):
             console.print(line)
