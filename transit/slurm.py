@@ -352,6 +352,9 @@ class JobFacts:
     num_gpus: int | None = None
     submit_line: str | None = None  # the command that submitted the job (sacct only)
     step_submit_lines: dict[str, str] = field(default_factory=dict)  # step id -> its srun line (sacct only)
+    # sacct's record before slurmdbd has written the job: no submit line (every submitted job has one),
+    # name "allocation", a state that may lag; for a few seconds after a job starts or ends
+    provisional: bool = False
 
     @property
     def shown_id(self) -> str:
@@ -496,6 +499,7 @@ def parse_sacct(text: str) -> list[JobFacts]:
             num_gpus=gpus_in_tres(tres_from_string(row["AllocTRES"])),
             submit_line=row["SubmitLine"] or None,
             step_submit_lines={s: line for s, line in steps.get(row["JobIDRaw"], {}).items() if line},
+            provisional=not row["SubmitLine"],
         ))
     return jobs
 
@@ -575,21 +579,22 @@ def jobs_by_id(ids: Sequence[str]) -> tuple[dict[str, list[JobFacts]], str | Non
     accounted = parse_sacct(text) if text is not None else []
     found = {wanted: [job for job in accounted if job.matches(wanted)] for wanted in ids}
     answered = "sacct" if text is not None else None
-    if not all(found.values()) or any(job.unfinished for job in accounted):
+    if not all(found.values()) or any(job.unfinished or job.provisional for job in accounted):
         remembered = _squeue_jobs()
         answered = answered or ("squeue" if remembered is not None else None)
         live = {job.job_id: job for job in remembered or []}
         for wanted, jobs in found.items():
-            jobs[:] = [fresher(job, live.get(job.job_id)) for job in jobs] or [
-                job for job in remembered or [] if job.matches(wanted)]
+            jobs[:] = [fresher(job, live.get(job.job_id)) for job in jobs]
+            # what accounting has not written yet (a provisional task record does not name its array)
+            jobs += [job for job in remembered or [] if job.matches(wanted)
+                     and job.job_id not in {known.job_id for known in jobs}]
     return {wanted: sorted(jobs, key=task_order) for wanted, jobs in found.items()}, answered
 
 
 def fresher(accounted: JobFacts, remembered: JobFacts | None) -> JobFacts:
-    """An unfinished job's facts from the controller where it still remembers the job: accounting
-    lags it (22.05's slurmdbd shows a placeholder, "allocation", PENDING, for about 2 s after a job
-    starts or ends), but keeps the submit lines that only accounting has."""
-    if not accounted.unfinished or remembered is None:
+    """The facts of a job accounting shows unfinished or provisional from the controller, where it
+    still remembers the job: accounting lags it, but keeps the submit lines that only it has."""
+    if not (accounted.unfinished or accounted.provisional) or remembered is None:
         return accounted
     return replace(remembered, submit_line=accounted.submit_line, step_submit_lines=accounted.step_submit_lines)
 

@@ -205,11 +205,16 @@ def cluster() -> Iterator[Cluster]:
     )
 
 
-@pytest.fixture
-def tmp_path(cluster: Cluster) -> Path:
-    """Replaces pytest's tmp_path in this tier: a new directory under the cluster's work/ that
-    TEST_USER owns, so the test user's jobs can write their output and report directories there."""
+def user_dir(cluster: Cluster) -> Path:
+    """A new directory under the cluster's work/ that TEST_USER owns, so the test user's jobs can
+    write their output and report directories there (pytest's own are root's, 0700)."""
     path = cluster.work_dir / uuid.uuid4().hex[:8]  # short: slurmd's socket paths below it max at 108
     path.mkdir()
     shutil.chown(path, TEST_USER, TEST_USER)
     return path
+
+
+@pytest.fixture
+def tmp_path(cluster: Cluster) -> Path:
+    """Replaces pytest's tmp_path in this tier (module-scoped fixtures call user_dir)."""
+    return user_dir(cluster)

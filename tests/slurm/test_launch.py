@@ -20,10 +20,6 @@ import pytest
 from tests.slurm.conftest import TRAINING_JOB_TIMEOUT_S, as_user, sbatch_wait, unique_job_name
 from transit import slurm
 
-# `transit submit` passes --transit=advise: the plugin in main cannot make a non-root user's report
-# dir (the plugin branch, issue 34, does); until then these jobs run as root.
-AS_ROOT_UNTIL_THE_PLUGIN_MAKES_REPORT_DIRS = pytest.mark.job_user(
-    "root", reason="the plugin in main cannot make the report dir for a non-root user")
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_TINY = REPO / "scripts" / "train_tiny.py"
 TRANSIT_BIN = REPO / "tests" / "fixtures" / "plan" / "bin"  # a `transit` command for this checkout
@@ -240,7 +236,6 @@ def test_submit_to_min_uses_the_plan(cluster, env):
                                   "TRANSIT_TP=1,TRANSIT_PP=1"), "job.sh"]
 
 
-@AS_ROOT_UNTIL_THE_PLUGIN_MAKES_REPORT_DIRS
 def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
     output = tmp_path / "job.out"
     script = tmp_path / "job.sh"

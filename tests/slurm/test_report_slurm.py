@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import REPO, Cluster, unique_job_name
+from tests.slurm.conftest import REPO, Cluster, unique_job_name, user_dir
 from tests.slurm.test_spank import CUDA_TASK, libcudart
 from transit import slurm
 
@@ -39,11 +38,28 @@ def advise_job(cluster: Cluster) -> tuple[str, str, bool]:
     assert out.returncode == 0, out.stderr
     results = [line.split("|") for line in out.stdout.splitlines() if line.startswith("CUDA|")]
     assert len(results) == 2, out.stdout
-    return results[0][1], name, any(int(r[2]) == 0 for r in results)
+    job_id = results[0][1]
+    settled(cluster, job_id)
+    return job_id, name, any(int(r[2]) == 0 for r in results)
 
 
 def accounting(cluster: Cluster) -> bool:
     return cluster.run(["sacct", "-n", "-j", "1"]).returncode == 0
+
+
+ACCOUNTING_SETTLE_S = 30
+
+
+def settled(cluster: Cluster, job_id: str) -> None:
+    """Waits until accounting has written the job (its record has a submit line: for a few seconds
+    after a job ends slurmdbd shows a provisional one), so the tests read the sacct path."""
+    deadline = time.monotonic() + ACCOUNTING_SETTLE_S
+    while accounting(cluster) and time.monotonic() < deadline:
+        out = cluster.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=SubmitLine"])
+        if out.stdout.strip():
+            return
+        time.sleep(0.5)
+    assert not accounting(cluster), f"accounting did not write job {job_id} in {ACCOUNTING_SETTLE_S} s"
 
 
 def job_user(cluster: Cluster) -> str:
@@ -102,7 +118,8 @@ def test_missing_rank_in_a_copy_of_a_real_job(
     cluster: Cluster, advise_job: tuple[str, str, bool], tmp_path: Path
 ) -> None:
     job_id, _, _ = advise_job
-    copy = Path(shutil.copytree(cluster.report_dir / job_id, tmp_path / job_id))
+    copy = tmp_path / job_id  # copied by the job's user: the job directory is theirs alone (0700)
+    assert cluster.run(["cp", "-r", str(cluster.report_dir / job_id), str(copy)]).returncode == 0
     for path in copy.glob("rank1.*"):
         path.unlink()
     out = transit_report(cluster, str(copy), "--json")
@@ -180,9 +197,9 @@ def test_a_job_without_stats_says_how_it_ran_and_why(cluster: Cluster) -> None:
 
 
 @pytest.fixture(scope="module")
-def array_job(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+def array_job(cluster: Cluster) -> tuple[str, list[str]]:
     """(array id, each task's own job id) of a finished 3-task array whose tasks run the CUDA task."""
-    tmp = tmp_path_factory.mktemp("array")
+    tmp = user_dir(cluster)
     task = tmp / "task.py"
     task.write_text(CUDA_TASK)
     script = tmp / "array.sh"

@@ -652,8 +652,8 @@ def test_dev_cluster_up_status_down(cluster: Cluster, tmp_path: Path) -> None:
                                timeout=120)
         assert sorted(hosts.stdout.split()) == ["node1", "node2", "node3", "node4"], hosts.stderr
         logs = sorted(p.name for p in (tmp_path / "dc" / "log").iterdir())
-        assert logs == ["mariadb.log", "munged.log", "slurmctld.log", "slurmdbd.log"] + [
-            f"slurmd-node{i}.log" for i in range(1, 5)]
+        assert logs == sorted(["mariadb.log", "munged.log", "slurmctld.log", "slurmdbd.log"]
+                              + [f"slurmd-node{i}.log" for i in range(1, 5)])
     finally:
         assert script("down").returncode == 0
     assert script("status").returncode != 0

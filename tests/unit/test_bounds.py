@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from transit import cli
+from transit import _native, cli, launch
 
 MODEL = ["--model", "llama3-8b"]
 PLAN = ["plan", *MODEL, "--nodes", "16"]
@@ -128,3 +128,9 @@ def test_what_submit_passed_is_checked_as_strictly(variable, value, message, cap
         argv.insert(1, "--tp=1")
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_variables_submit_exports_pass_the_plugins_check() -> None:
+    """srun inside the job checks the user's TRANSIT_* environment: every variable `transit submit`
+    exports for `transit launch` must be one libtransit knows."""
+    _native.env_check({variable: "1" for variable in launch.PLAN_ENV.values()})
