@@ -579,16 +579,23 @@ def jobs_by_id(ids: Sequence[str]) -> tuple[dict[str, list[JobFacts]], str | Non
     accounted = parse_sacct(text) if text is not None else []
     found = {wanted: [job for job in accounted if job.matches(wanted)] for wanted in ids}
     answered = "sacct" if text is not None else None
-    if not all(found.values()) or any(job.unfinished or job.provisional for job in accounted):
+    # accounting writes an array's tasks one by one: for an array's id it may hold only some of them
+    whole_array = any(job.array_job_id == wanted for wanted, jobs in found.items() for job in jobs)
+    if not all(found.values()) or whole_array or any(job.unfinished or job.provisional for job in accounted):
         remembered = _squeue_jobs()
         answered = answered or ("squeue" if remembered is not None else None)
-        live = {job.job_id: job for job in remembered or []}
         for wanted, jobs in found.items():
-            jobs[:] = [fresher(job, live.get(job.job_id)) for job in jobs]
-            # what accounting has not written yet (a provisional task record does not name its array)
-            jobs += [job for job in remembered or [] if job.matches(wanted)
-                     and job.job_id not in {known.job_id for known in jobs}]
+            jobs[:] = with_remembered(jobs, [job for job in remembered or [] if job.matches(wanted)])
     return {wanted: sorted(jobs, key=task_order) for wanted, jobs in found.items()}, answered
+
+
+def with_remembered(accounted: list[JobFacts], remembered: list[JobFacts]) -> list[JobFacts]:
+    """Accounting's jobs, each fresher from the controller where it lags, and the jobs the controller
+    remembers that accounting has not written yet (a provisional task record does not name its array)."""
+    live = {job.job_id: job for job in remembered}
+    known = {job.job_id for job in accounted}
+    return [fresher(job, live.get(job.job_id)) for job in accounted] + [
+        job for job in remembered if job.job_id not in known]
 
 
 def fresher(accounted: JobFacts, remembered: JobFacts | None) -> JobFacts:
@@ -605,13 +612,13 @@ def jobs_of_user(user: str, start_unix: float, end_unix: float) -> tuple[list[Jo
     "squeue", or None when neither did)."""
     since, until = (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) for t in (start_unix, end_unix))
     text = _run(sacct_command([f"--user={user}", f"--starttime={since}", f"--endtime={until}"]), SACCT_ENV)
+    remembered = _squeue_jobs()
+    mine = [job for job in remembered or [] if job.user == user and (job.start_unix or end_unix) <= end_unix
+            and (job.end_unix or start_unix) >= start_unix]
     if text is not None:
-        return sorted(parse_sacct(text), key=task_order), "sacct"
-    jobs = _squeue_jobs()
-    if jobs is None:
-        return [], None
-    return sorted((job for job in jobs if job.user == user and (job.start_unix or end_unix) <= end_unix
-                   and (job.end_unix or start_unix) >= start_unix), key=task_order), "squeue"
+        # accounting lags the controller by seconds: the jobs that just ended may not be in it yet
+        return sorted(with_remembered(parse_sacct(text), mine), key=task_order), "sacct"
+    return sorted(mine, key=task_order), "squeue" if remembered is not None else None
 
 
 # ---------------------------------------------------------------------------------------------

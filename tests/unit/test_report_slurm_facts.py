@@ -152,6 +152,53 @@ def test_a_job_accounting_has_not_settled_takes_the_controllers_facts(
     assert job.submit_line == (submit_line or None)
 
 
+def array_3_in_squeue(*users: str) -> str:
+    """squeue --json (22.05 shape, written) remembering array 3's three tasks, run by USERS in turn."""
+    tasks = [("4", 0), ("5", 1), ("3", 2)]
+    return json.dumps({"jobs": [
+        {"job_id": int(job), "array_job_id": 3, "array_task_id": task, "job_state": "COMPLETED", "name": "sweep",
+         "user_name": user, "start_time": 1796161196, "end_time": 1796161197, "node_count": 1, "nodes": "node1"}
+        for (job, task), user in zip(tasks, users, strict=True)]})
+
+
+def sacct_rows_of(job_id: str) -> str:
+    """The captured sacct records (job and steps) of one job of SACCT."""
+    kept = []
+    for record in SACCT.read_text().split("^|^\n"):
+        fields = record.split("^|^")  # JobIDRaw is the second field: 3, 3.batch, 3.0
+        if len(fields) > 1 and fields[1].partition(".")[0] == job_id:
+            kept.append(record + "^|^\n")
+    return "".join(kept)
+
+
+def test_an_array_accounting_has_written_in_part_takes_its_other_tasks_from_the_controller(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in CI just after an array ended: sacct -j 3 holds only the task accounting has written
+    (the array's own record, 3_2); the others are provisional records that do not name their array."""
+    from transit import slurm
+
+    sacct = sacct_rows_of("3")
+    squeue = array_3_in_squeue("root", "root", "root")
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: sacct if command[0] == "sacct" else squeue)
+    found, answered = slurm.jobs_by_id(["3"])
+    assert answered == "sacct"
+    assert [(j.shown_id, j.job_id, j.source) for j in found["3"]] == [
+        ("3_0", "4", "squeue"), ("3_1", "5", "squeue"), ("3_2", "3", "sacct")]
+
+
+def test_a_users_jobs_accounting_has_not_written_come_from_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sacct -u lists jobs 1 and 3 (3_2); the controller also remembers 3_0 and 3_1, and 3_1 of
+    another user, which stays out."""
+    from transit import slurm
+
+    sacct = sacct_rows_of("1") + sacct_rows_of("3")
+    squeue = array_3_in_squeue("root", "alice", "root")
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: sacct if command[0] == "sacct" else squeue)
+    jobs, answered = slurm.jobs_of_user("root", 1796161000, 1796162000)
+    assert answered == "sacct"
+    assert [(j.shown_id, j.source) for j in jobs] == [("1", "sacct"), ("3_0", "squeue"), ("3_2", "sacct")]
+
+
 def test_squeue_22_05_completed_job() -> None:
     facts = squeue_job(load("squeue-22.05-completed.json"), "17")
     assert (facts.state, facts.unfinished) == ("COMPLETED", False)
