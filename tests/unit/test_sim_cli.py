@@ -44,9 +44,9 @@ def test_trace_file_json(capsys):
 def test_table_output_validates_before_any_transit_figure(capsys):
     code, out = run(["simulate", "--trace", str(FIXTURES / "sacct_epoch.txt"), "--racks", "2"], capsys)
     assert code == 0
-    assert "2 bad rows not replayed" in out and "1 job not finished (PENDING): lines 7" in out
+    assert "1 bad row not replayed" in out and "1 job not finished (PENDING): line 20" in out
     assert "job step row" in out
-    assert out.index("validation, before any TRANSIT figure") < out.index("cross-rack traffic")
+    assert out.index("validation, before any TRANSIT figure") < out.index("throughput (all)")
     assert "per-GPU efficiency under reduction: 0.898 (measured: bench/results/compare-gb64-27g-final.summary.json" in out
 
 

@@ -60,17 +60,29 @@ def test_helios_short_row_is_bad():
     assert [j.nodes for j in load.jobs] == [1, 4]
 
 
+# The jobs of tests/fixtures/sim/capture-sacct.sh as sacct wrote them on the dev cluster (22.05.8,
+# slurmdbd, 4 GPUs per node): (JobID, run time s, GPUs, nodes, state); then its rows that are not jobs
+CAPTURED_JOBS = [("1", 4, 8, 2, "COMPLETED"), ("2_0", 2, 1, 1, "COMPLETED"), ("2_1", 2, 1, 1, "COMPLETED"),
+                 ("3", 2, 2, 1, "FAILED"), ("6", 3, 16, 4, "CANCELLED")]  # 6: "CANCELLED by 0"
+CAPTURED_FILTERED = {"no GPU": 1, "ran under 1 s": 1}  # prep (CPU only) and quick (`true`)
+CAPTURED_SUBMIT, CAPTURED_TRAIN_START = 1796170346.0, 1796170349.0
+
+
+def captured(load) -> list[tuple]:
+    return sorted((j.job_id, j.duration, j.gpus, j.nodes, j.state) for j in load.jobs)
+
+
 def test_sacct_epoch_export():
     load = read_trace(str(FIXTURES / "sacct_epoch.txt"))
-    assert ids(load) == [("101", 3600, 16), ("102", 300, 2), ("106", 86400, 32)]
-    assert [j.nodes for j in load.jobs] == [2, 1, 4]
-    assert load.jobs[2].state == "CANCELLED"   # "CANCELLED by 1000"
-    assert load.jobs[0].start == 1700000005.0
-    assert load.filtered == {"job step row": 2, "no GPU": 1}
-    assert load.bad_lines == {"job not finished (PENDING)": [7], "Elapsed, a GPU count or NNodes is not a number": [8]}
+    assert captured(load) == CAPTURED_JOBS
+    assert load.filtered == {"job step row": 17, **CAPTURED_FILTERED}
+    assert load.bad_lines == {"job not finished (PENDING)": [20]}  # held, never started
+    train = load.jobs[0]
+    assert (train.submit, train.start) == (CAPTURED_SUBMIT, CAPTURED_TRAIN_START)
 
 
 def test_sacct_local_times_follow_the_time_zone(monkeypatch):
+    """The same jobs in local times of UTC+8 and Elapsed: the same epoch times when read in that zone."""
     monkeypatch.setenv("TZ", "Asia/Shanghai")
     time.tzset()
     try:
@@ -78,18 +90,24 @@ def test_sacct_local_times_follow_the_time_zone(monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
-    assert ids(load) == [("7", 90000, 32), ("8", 1800, 4)]
-    assert load.jobs[0].submit == 1714564800.0 - 8 * 3600   # 12:00 in UTC+8
-    assert load.filtered == {"job step row": 1, "ran under 1 s": 1}
-    assert load.bad_lines == {"Submit, Start or End is not a time": [6]}
+    assert captured(load) == CAPTURED_JOBS
+    assert (load.jobs[0].submit, load.jobs[0].start) == (CAPTURED_SUBMIT, CAPTURED_TRAIN_START)
+    assert load.filtered == {"job step row": 17, **CAPTURED_FILTERED}
+    assert load.bad_lines == {"job not finished (PENDING)": [20]}
 
 
-def test_sacct_json_both_schemas():
-    old = read_trace(str(FIXTURES / "sacct_22.05.json"))
-    assert ids(old) == [("21", 1800, 16)]
-    assert old.jobs[0].nodes == 2
-    assert old.filtered == {"no GPU": 1}
-    assert old.bad_lines == {"job not finished (PENDING)": [2], "job record without a 'time' object": [4]}
+def test_sacct_json_reads_the_jobs_the_text_export_does():
+    load = read_trace(str(FIXTURES / "sacct_22.05.json"))
+    text = read_trace(str(FIXTURES / "sacct_epoch.txt"))
+    assert captured(load) == CAPTURED_JOBS
+    assert sorted((j.job_id, j.submit, j.start) for j in load.jobs) == sorted(
+        (j.job_id, j.submit, j.start) for j in text.jobs)
+    assert load.filtered == CAPTURED_FILTERED  # --json has no step records of its own
+    assert load.bad_lines == {"job not finished (PENDING)": [7]}
+    assert {j.cluster for j in load.jobs} == {"transit-dev"}
+
+
+def test_sacct_json_24_11_schema():
     new = read_trace(str(FIXTURES / "sacct_24.11.json"))
     # the untyped gres/gpu entry wins over the typed one (no double counting); typed alone is used
     assert ids(new) == [("31", 7200, 16), ("32", 120, 4)]
@@ -171,12 +189,16 @@ MALFORMED = [
     ("sacct", SACCT_HEADER, [sacct_row("400+0"), sacct_row("400+1", tres="gres/gpu=16", nodes="2")],
      HET_COMPONENT, [3]),
     ("sacct", SACCT_ELAPSED_HEADER, [sacct_row(elapsed="-00:05:00")], "negative run time", [2]),
+    ("sacct", SACCT_ELAPSED_HEADER, [sacct_row(submit="2024-13-45T99:00:00", elapsed="00:01:00")],
+     "Submit, Start or End is not a time", [2]),
     ("sacct", SACCT_ELAPSED_HEADER, [sacct_row(elapsed="400-00:00:00", end="1700003610")], OVER_MAX, [2]),
     ("sacct-json", None, [record(elapsed=10**12)], OVER_MAX, [1]),
     ("sacct-json", None, [record(gpus=-8)], "negative GPU count", [1]),
     ("sacct-json", None, [record(state="RUNNING", end=0, elapsed=100)], "job not finished (RUNNING)", [1]),
     ("sacct-json", None, [record(start=1700003610, end=1700000010)], "End before Start", [1]),
     ("sacct-json", None, [record(het=500), record(het=500)], HET_COMPONENT, [2]),
+    ("sacct-json", None, [{"job_id": 9, "state": {"current": ["COMPLETED"]}}], "job record without a 'time' object",
+     [1]),
 ]
 
 

@@ -64,21 +64,28 @@ def _percent(entry: dict) -> str:
     return f"[red]{text}[/red]" if metrics.worse(entry) else f"[green]{text}[/green]"
 
 
+def counted(n: int, noun: str) -> str:
+    """ "1 row", "2 rows", "1,000 rows"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def trace_lines(load: dict) -> list[str]:
-    kept = f"{load['jobs_kept']:,} meaningful GPU jobs kept"
-    lines = [f"trace {load['source']} ({load['format']}): {load['rows']:,} rows, {kept}"]
+    kept = f"{counted(load['jobs_kept'], 'meaningful GPU job')} kept"
+    lines = [f"trace {load['source']} ({load['format']}): {counted(load['rows'], 'row')}, {kept}"]
     if load["bad_rows"]:
-        lines.append(f"[yellow]{load['bad_rows']:,} bad rows not replayed[/yellow] (by reason, with "
+        lines.append(f"[yellow]{counted(load['bad_rows'], 'bad row')} not replayed[/yellow] (by reason, with "
                      f"{load['line_unit']} numbers):")
         for reason, entry in load["bad_by_reason"].items():
             shown = ", ".join(str(n) for n in entry["lines"])
             more = ", ..." if entry["count"] > len(entry["lines"]) else ""
-            lines.append(f"  {entry['count']:,} {reason}: {load['line_unit']}s {shown}{more}")
+            unit = load["line_unit"] if len(entry["lines"]) == 1 and not more else load["line_unit"] + "s"
+            lines.append(f"  {entry['count']:,} {reason}: {unit} {shown}{more}")
     else:
         lines.append("0 bad rows")
     if load["filtered_rows"]:
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in load["filtered_by_reason"].items())
-        lines.append(f"{load['filtered_rows']:,} rows are not meaningful GPU jobs: {reasons}")
+        noun = "row is not a meaningful GPU job" if load["filtered_rows"] == 1 else "rows are not meaningful GPU jobs"
+        lines.append(f"{load['filtered_rows']:,} {noun}: {reasons}")
     return lines
 
 

@@ -1,6 +1,7 @@
 """Reader for ``sacct --json`` output (Slurm 22.05 and later; the schemas differ and both are read).
 
-Per job: ``job_id``; ``time.submission``, ``time.start``, ``time.end``, ``time.elapsed`` (epoch
+Per job: ``job_id`` (``array.job_id``_``array.task_id`` for an array task, as sacct's JobID column
+shows it); ``time.submission``, ``time.start``, ``time.end``, ``time.elapsed`` (epoch
 seconds; in 23.02+ each may be ``{"set": bool, "infinite": bool, "number": N}``);
 ``tres.allocated`` (else ``tres.requested``), a list of ``{"type": "gres", "name": "gpu", "count": N}``;
 ``allocation_nodes``; ``cluster``; ``state.current`` (a string in 22.05, a list of strings later);
@@ -21,6 +22,16 @@ def gpu_count(tres: object) -> int:
     entries = slurm.tres_from_list(tres)
     negative = [count for name, count in entries.items() if name.startswith("gres/gpu") and count < 0]
     return min(negative) if negative else (slurm.gpus_in_tres(entries) or 0)
+
+
+def job_id(record: dict, label: int) -> str:
+    """The id as sacct's JobID column shows it: ARRAY_TASK for an array task (``array.job_id`` and
+    ``array.task_id``; plain ``job_id`` is the task's own id), else the job's id."""
+    array = record.get("array") if isinstance(record.get("array"), dict) else {}
+    array_job, task = slurm.number(array.get("job_id")), slurm.number(array.get("task_id"))
+    if array_job and task is not None:
+        return f"{int(array_job)}_{int(task)}"
+    return str(record.get("job_id", label))
 
 
 def read_document(document: dict, source: str) -> TraceLoad:
@@ -55,7 +66,7 @@ def read_document(document: dict, source: str) -> TraceLoad:
         tres = record.get("tres") or {}
         gpus = gpu_count(tres.get("allocated")) or gpu_count(tres.get("requested"))
         nodes = slurm.number(record.get("allocation_nodes"))
-        job = Job(str(record.get("job_id", label)), submit, duration, gpus, state,
+        job = Job(job_id(record, label), submit, duration, gpus, state,
                   int(nodes) if nodes else None, start, str(record.get("cluster") or ""))
         leader = slurm.number((record.get("het") or {}).get("job_id"))
         if leader:
