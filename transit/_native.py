@@ -56,11 +56,11 @@ typedef struct transit_replay_input {
 } transit_replay_input;
 typedef struct transit_replay_params {
     int policy; uint64_t limit; uint32_t warmup; uint32_t iterations;
-    double prefetch_htod_bps, dtoh_bps, fault_htod_bps, zero_copy_bps;
+    double prefetch_htod_bps, dtoh_bps, fault_htod_bps, zero_copy_bps; int look_ahead;
 } transit_replay_params;
 typedef struct transit_replay_iteration {
     uint64_t htod_bytes, dtoh_bytes, faults, zero_copy_bytes, evicted_chunks, resident_peak_bytes;
-    uint64_t fill_bytes; double compute_s, transfer_s, step_s;
+    uint64_t fill_bytes, streamed_bytes; double compute_s, transfer_s, step_s;
 } transit_replay_iteration;
 int transit_replay_run(const transit_replay_input *in, const transit_replay_params *params,
                        transit_replay_iteration *out, char *err, size_t errlen);

@@ -93,8 +93,9 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
                     largest_launch=firsts[largest] if largest is not None else 0)
 
 
-def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: dict[str, float]) -> list[dict]:
-    """Per counted iteration: what replay.c predicts."""
+def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: dict[str, float],
+           look_ahead: bool = False) -> list[dict]:
+    """Per counted iteration: what replay.c predicts (look_ahead: hybrid with its mover's stream plan)."""
     ffi, lib = _native.ffi, _native.lib()
     chunks = sorted(t.chunk_reuse)
     keep = {
@@ -109,13 +110,14 @@ def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: di
     params = ffi.new("transit_replay_params *", {
         "policy": _native.policy_number(policy), "limit": limit, "warmup": t.window, "iterations": iterations,
         "prefetch_htod_bps": rates_gbps["prefetch"] * GB, "dtoh_bps": rates_gbps["dtoh"] * GB,
-        "fault_htod_bps": rates_gbps["fault"] * GB, "zero_copy_bps": rates_gbps["zero_copy"] * GB})
+        "fault_htod_bps": rates_gbps["fault"] * GB, "zero_copy_bps": rates_gbps["zero_copy"] * GB,
+        "look_ahead": look_ahead})
     out = ffi.new("transit_replay_iteration[]", iterations)
     err = ffi.new("char[]", 256)
     if lib.transit_replay_run(inp, params, out, err, 256):
         raise UsageError(ffi.string(err).decode())
     fields = ("htod_bytes", "dtoh_bytes", "faults", "zero_copy_bytes", "evicted_chunks", "resident_peak_bytes",
-              "fill_bytes", "compute_s", "transfer_s", "step_s")
+              "fill_bytes", "streamed_bytes", "compute_s", "transfer_s", "step_s")
     return [{"iteration": t.window + 1 + i, **{f: getattr(out[i], f) for f in fields}} for i in range(iterations)]
 
 
@@ -148,6 +150,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, gbps in DEFAULT_RATES_GBPS.items():
         p.add_argument(f"--{name.replace('_', '-')}-gbps", type=float, default=gbps, metavar="GB/S",
                        help=f"{name.replace('_', '-')} rate (default {gbps}, the H200's)")
+    p.add_argument("--look-ahead", action="store_true", help="hybrid only: with the design of its look-ahead mover "
+                   "(host chunks touched by several phases streamed in ahead of use and back behind the compute, "
+                   "not read in place; libtransit does not run it yet)")
     p.add_argument("--against", type=Path, metavar="STATS", help="a stats file of the recorded run: its measured "
                    "migrations per iteration beside the prediction")
     p.add_argument("--json", action="store_true", help="print JSON (schema transit.replay/1)")
@@ -163,6 +168,8 @@ def check(args: argparse.Namespace) -> dict[str, float]:
         raise UsageError(f"--iterations {args.iterations} is not allowed; give 1 to 1000")
     if args.compute_s is not None and not 0 < args.compute_s < float("inf"):
         raise UsageError(f"--compute-s {args.compute_s} is not a time; give a positive number of seconds")
+    if args.look_ahead and args.policy != "hybrid":
+        raise UsageError(f"--look-ahead is hybrid's mover; --policy {args.policy} has none (use --policy hybrid)")
     return rates
 
 
@@ -175,14 +182,14 @@ def main(args: argparse.Namespace) -> int:
     if limit < t.largest_launch_bytes:
         raise UsageError(f"--limit {args.limit} is below the working set of the profile's largest kernel (launch "
                          f"{t.largest_launch}, {t.largest_launch_bytes / GIB:.2f} GiB): it cannot run within L")
-    rows = replay(t, args.policy, limit, args.iterations, rates)
+    rows = replay(t, args.policy, limit, args.iterations, rates, args.look_ahead)
     against = measured(args.against) if args.against else {}
     for row in rows:
         if row["iteration"] in against:
             row["measured"] = against[row["iteration"]]
     compute = "--compute-s" if args.compute_s is not None else "the profile's recorded kernel time"
     result = {"schema": "transit.replay/1", "profile": str(args.profile), "policy": args.policy, "limit_bytes": limit,
-              "rates_gbps": rates, "compute_from": compute, "iterations": rows}
+              "look_ahead": args.look_ahead, "rates_gbps": rates, "compute_from": compute, "iterations": rows}
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -194,7 +201,8 @@ def render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"replay: {result['policy']} at L = {result['limit_bytes'] / GIB:.2f} GiB", box=None)
+    mover = " with the look-ahead mover" if result["look_ahead"] else ""
+    table = Table(title=f"replay: {result['policy']}{mover} at L = {result['limit_bytes'] / GIB:.2f} GiB", box=None)
     for col in ("iter", "HtoD GB", "DtoH GB", "faults", "zero-copy GB", "evicted", "resident GiB", "step s"):
         table.add_column(col, justify="right")
     measured_any = any("measured" in r for r in result["iterations"])

@@ -1,5 +1,5 @@
 """cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency, the
-profile's aggregation, hybrid's placement) for unit tests.
+profile's aggregation, hybrid's placement and stream plan) for unit tests.
 
 Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
 functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
@@ -17,7 +17,8 @@ from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
-           "base/host_residency.c", "model/profile_build.c", "model/hybrid.c", "base/json.c")
+           "base/host_residency.c", "model/profile_build.c", "model/hybrid.c", "model/stream.c",
+           "base/json.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -92,12 +93,19 @@ typedef struct profile_input {
 typedef struct profile_summary { uint64_t *chunks; uint32_t *reuse; size_t n; } profile_summary;
 char *transit_profile_build(const profile_input *in, profile_summary *summary);
 int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
+typedef struct transit_stream_input {
+    uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;
+    uint64_t nchunks; const uint64_t *chunk_addr; const uint8_t *resident;
+    uint64_t staging_bytes; double htod_bps, dtoh_bps;
+} transit_stream_input;
+int transit_stream_plan(const transit_stream_input *in, uint32_t *issue, uint32_t *back, uint64_t *peak_staged_bytes);
 void free(void *p);
 """
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
-          "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place")
+          "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place",
+          "transit_stream_plan")
 
 
 def _built_library(ffi: cffi.FFI):

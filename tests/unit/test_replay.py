@@ -223,3 +223,32 @@ def test_hybrid_places_once_the_profile_is_built(tmp_path: Path) -> None:
     base = rows(profile(tmp_path), "base")
     assert (its[0]["htod_bytes"], its[0]["dtoh_bytes"]) == (base[0]["htod_bytes"], base[0]["dtoh_bytes"])
     assert all(r["htod_bytes"] == r["dtoh_bytes"] == 0 for r in its[2:])
+
+
+def test_hybrids_look_ahead_streams_what_it_reads_in_place_on_the_recorded_profile() -> None:
+    """The committed 1.9B profile (global batch 8) at L = 25.5 GiB: with the mover's stream plan the
+    host chunks touched by several phases cross PCIe in and back behind the compute instead of
+    being read per touch, so a step moves fewer bytes than hybrid in place and advise, reads almost
+    nothing in place, stays within L, and is predicted faster."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "profile" / "h200-gb8-base.profile.json.gz"
+
+    def last(policy: str, *extra: str) -> dict:
+        r = replay(str(fixture), "--policy", policy, "--limit", "25.5G", "--iterations", "3", "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["iterations"][-1]
+
+    def pcie(it: dict) -> int:
+        return it["htod_bytes"] + it["dtoh_bytes"] + it["zero_copy_bytes"]
+
+    streamed, in_place, advise = last("hybrid", "--look-ahead"), last("hybrid"), last("advise")
+    assert streamed["streamed_bytes"] == streamed["htod_bytes"] == streamed["dtoh_bytes"] > 0
+    assert pcie(streamed) < pcie(in_place) < pcie(advise)
+    assert streamed["zero_copy_bytes"] < 0.05 * in_place["zero_copy_bytes"]
+    assert streamed["resident_peak_bytes"] <= 25.5 * (1 << 30)
+    assert streamed["step_s"] < in_place["step_s"]
+
+
+def test_look_ahead_is_hybrids_alone(tmp_path: Path) -> None:
+    r = replay(str(profile(tmp_path)), "--policy", "advise", "--limit", LIMIT, "--look-ahead")
+    message = "transit replay: --look-ahead is hybrid's mover; --policy advise has none (use --policy hybrid)\n"
+    assert (r.returncode, r.stderr) == (2, message)

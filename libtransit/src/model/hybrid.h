@@ -22,5 +22,8 @@
 TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
 /* The device bytes hybrid places in limit mode: the launches' target, EVICT_TARGET. */
 TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit);
+/* With the look-ahead mover (stream.h), the room for chunks in flight or staged: the margin
+ * between that capacity and L (L/32, 850 MB at L = 27 GB), so placed + staged stays within L. */
+#define TRANSIT_HYBRID_STAGING(limit) ((limit) - transit_hybrid_capacity(limit))
 
 #endif

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "decide.h"
 #include "hybrid.h"
+#include "stream.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,10 @@ typedef struct replay {
     transit_fill_state fill;
     uint64_t moves, moves_at_mark; /* evicted chunks so far; at the last iteration mark */
     bool failed;                   /* out of memory */
+    /* hybrid's look-ahead: bytes its mover streams each way per iteration, the staging room it
+     * holds at most, and per phase the touched bytes it has staged (not read in place) */
+    uint64_t streamed_bytes, staged_peak_bytes;
+    uint64_t *staged_touch;
 } replay;
 
 static int by_addr(const void *a, const void *b)
@@ -108,12 +113,53 @@ static uint64_t fill(replay *r)
     return filled;
 }
 
+static uint64_t chunk_index(const transit_replay_input *in, uint64_t addr)
+{
+    uint64_t lo = 0, hi = in->nchunks;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (in->chunk_addr[mid] < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The stream plan for the placement: what the mover moves, and what each phase finds staged. */
+static int plan_streams(replay *r, const uint8_t *resident)
+{
+    const transit_replay_input *in = r->in;
+    transit_stream_input s = {in->nphases, in->touch_offsets, in->touch, in->compute_ns, in->nchunks, in->chunk_addr,
+                              resident, TRANSIT_HYBRID_STAGING(r->p->limit), r->p->prefetch_htod_bps, r->p->dtoh_bps};
+    uint32_t *issue = malloc((in->nchunks + 1) * sizeof *issue), *back = malloc((in->nchunks + 1) * sizeof *back);
+    r->staged_touch = calloc(in->nphases + 1, sizeof *r->staged_touch);
+    int rc = -1;
+    if (!issue || !back || !r->staged_touch || transit_stream_plan(&s, issue, back, &r->staged_peak_bytes))
+        goto out;
+    for (uint64_t i = 0; i < in->nchunks; i++)
+        r->streamed_bytes += issue[i] != TRANSIT_STREAM_NONE ? TRANSIT_CHUNK_BYTES : 0;
+    for (uint32_t q = 0; q < in->nphases; q++)
+        for (uint64_t k = in->touch_offsets[q]; k < in->touch_offsets[q + 1]; k++)
+            for (uint64_t at = in->touch[k].addr; at < in->touch[k].addr + in->touch[k].bytes; at += TRANSIT_CHUNK_BYTES) {
+                uint64_t i = chunk_index(in, at);
+                if (i < in->nchunks && in->chunk_addr[i] == at && issue[i] != TRANSIT_STREAM_NONE)
+                    r->staged_touch[q] += TRANSIT_CHUNK_BYTES;
+            }
+    rc = 0;
+out:
+    free(issue);
+    free(back);
+    return rc;
+}
+
 /* Hybrid's placement, once: placed chunks in (prefetch), the others out. */
 static int place(replay *r, transit_replay_iteration *it)
 {
     const transit_replay_input *in = r->in;
     uint8_t *resident = malloc(in->nchunks + 1);
-    if (!resident || transit_hybrid_place(in->chunk_reuse, in->nchunks, transit_hybrid_capacity(r->p->limit), resident)) {
+    if (!resident || transit_hybrid_place(in->chunk_reuse, in->nchunks, transit_hybrid_capacity(r->p->limit), resident) ||
+        (r->p->look_ahead && plan_streams(r, resident))) {
         free(resident);
         return -1;
     }
@@ -157,7 +203,7 @@ static void run_iteration(replay *r, uint64_t iteration, transit_replay_iteratio
             r->applied = transit_decide_advise_at_launch(iteration, p->warmup, o, in->launches);
         transit_replay_iteration phase = {0};
         if (r->applied)
-            phase.zero_copy_bytes = spilled_bytes(r, need, n);
+            phase.zero_copy_bytes = spilled_bytes(r, need, n) - (r->staged_touch ? r->staged_touch[q] : 0);
         else
             migrate_for(r, need, n, &phase);
         double rate = p->policy == TRANSIT_POLICY_PREFETCH ? p->prefetch_htod_bps : p->fault_htod_bps;
@@ -176,6 +222,12 @@ static void run_iteration(replay *r, uint64_t iteration, transit_replay_iteratio
     if (r->applied && r->fill == TRANSIT_FILL_WAITING) {
         r->moves_at_mark = r->moves;
         r->fill = transit_decide_fill_at_mark(r->fill, true, true, at_mark, r->moves);
+    }
+    if (r->staged_touch) { /* the mover's transfers, behind the compute by the plan */
+        it->streamed_bytes = r->streamed_bytes;
+        it->htod_bytes += r->streamed_bytes;
+        it->dtoh_bytes += r->streamed_bytes;
+        it->resident_peak_bytes += r->staged_peak_bytes;
     }
     it->step_s = it->compute_s + it->transfer_s;
 }
@@ -205,6 +257,7 @@ TRANSIT_INTERNAL int transit_replay_run(const transit_replay_input *in, const tr
     }
     transit_chunks_destroy(r.device);
     free(r.known);
+    free(r.staged_touch);
     if (r.failed) {
         snprintf(err, errlen, "out of memory for hybrid's placement");
         return -1;

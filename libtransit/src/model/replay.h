@@ -15,6 +15,10 @@
  *   hybrid   - as base until the profile is built (the window's drain ends: iteration warmup + 2
  *              begins placed); then the most reused chunks are on the device up to its capacity
  *              (transit_hybrid_place), the rest on the host, read in place; nothing migrates.
+ *              With look_ahead, the design of hybrid's mover (stream.h; libtransit does not run
+ *              it yet): the host chunks the stream plan picks cross PCIe in and back once per
+ *              iteration, behind the compute, staged in the TRANSIT_HYBRID_STAGING margin under L,
+ *              instead of being read in place.
  * Each phase's step time is its compute time plus its transfers (the policies queue their
  * migrations on the kernels' stream, and zero-copy reads stall the kernels that make them).
  * The estimate is the truth here: no records lag, no bound or sweep is needed. */
@@ -45,11 +49,13 @@ typedef struct transit_replay_params {
     uint32_t warmup;   /* iterations before the counted ones (the window and its drain) */
     uint32_t iterations;
     double prefetch_htod_bps, dtoh_bps, fault_htod_bps, zero_copy_bps;
+    int look_ahead; /* hybrid: with its mover's stream plan */
 } transit_replay_params;
 
 typedef struct transit_replay_iteration {
     uint64_t htod_bytes, dtoh_bytes, faults, zero_copy_bytes, evicted_chunks, resident_peak_bytes;
-    uint64_t fill_bytes; /* advise's fill, part of htod_bytes */
+    uint64_t fill_bytes;     /* advise's fill, part of htod_bytes */
+    uint64_t streamed_bytes; /* hybrid's mover, each way: part of htod_bytes and of dtoh_bytes */
     double compute_s, transfer_s, step_s;
 } transit_replay_iteration;
 

@@ -1,0 +1,41 @@
+/* stream.h - hybrid's look-ahead: which of the chunks its placement leaves on the host a mover
+ * brings in ahead of their first use in the iteration and sends back after their last, a pure
+ * function of the profile's phases and the link rates.
+ *
+ * A host chunk read in place crosses PCIe once per phase that touches it; streamed, twice per
+ * iteration (in, and back). So only chunks touched by two phases or more are streamed, and only
+ * when the transfer is covered: the mover issues at phase starts (it acts at launches), on one
+ * HtoD side stream and one DtoH side stream, each transfer after the one before it; a chunk in
+ * flight or staged holds a 2 MiB slot of the staging room from its issue until it is back on the
+ * host. A chunk is streamed if it can be issued (link and a slot free) at a phase start early
+ * enough to arrive before its first phase begins; otherwise it stays read in place. Chunks are
+ * taken by first use (then address): the plan is the same every run. */
+#ifndef TRANSIT_STREAM_H
+#define TRANSIT_STREAM_H
+
+#include "internal.h"
+#include "ranges.h"
+
+#include <stdint.h>
+
+#define TRANSIT_STREAM_NONE UINT32_MAX /* the chunk is not streamed */
+
+typedef struct transit_stream_input {
+    uint32_t nphases;
+    const uint64_t *touch_offsets; /* nphases + 1 offsets into touch */
+    const transit_range *touch;    /* each phase's chunks, as 2 MiB aligned address ranges */
+    const uint64_t *compute_ns;    /* each phase's kernel time */
+    uint64_t nchunks;
+    const uint64_t *chunk_addr; /* every touched chunk, ascending */
+    const uint8_t *resident;    /* the placement: 1 on the device, 0 on the host */
+    uint64_t staging_bytes;     /* device room for chunks in flight or staged */
+    double htod_bps, dtoh_bps;
+} transit_stream_input;
+
+/* For each chunk i: issue[i], the phase at whose start the mover brings it in, and back[i], the
+ * phase after whose kernels it sends it back; both TRANSIT_STREAM_NONE for a chunk not streamed.
+ * *peak_staged_bytes: the most staging room the plan holds at once. 0, or -1 out of memory. */
+TRANSIT_INTERNAL int transit_stream_plan(const transit_stream_input *in, uint32_t *issue, uint32_t *back,
+                                         uint64_t *peak_staged_bytes);
+
+#endif
