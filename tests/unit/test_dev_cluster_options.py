@@ -7,13 +7,18 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 DEV_CLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "dev-cluster"
 
 
-def test_a_gpu_count_that_is_not_a_number_is_refused_before_anything_starts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("variable", "value", "allowed"), [
+    ("TRANSIT_DEV_CLUSTER_GPUS", "four", "expected a number of GPUs per node"),
+    ("TRANSIT_DEV_CLUSTER_ACCOUNTING", "yes", "expected 1 (slurmdbd) or 0 (none)"),
+])
+def test_a_bad_value_is_refused_before_anything_starts(tmp_path: Path, variable: str, value: str,
+                                                       allowed: str) -> None:
     out = subprocess.run([str(DEV_CLUSTER), "up"], capture_output=True, text=True, check=False,
-                         env={**os.environ, "TRANSIT_DEV_CLUSTER_DIR": str(tmp_path / "dc"),
-                              "TRANSIT_DEV_CLUSTER_GPUS": "four"})
-    assert (out.returncode, out.stderr) == (
-        2, "dev-cluster: TRANSIT_DEV_CLUSTER_GPUS=four: expected a number of GPUs per node\n")
+                         env={**os.environ, "TRANSIT_DEV_CLUSTER_DIR": str(tmp_path / "dc"), variable: value})
+    assert (out.returncode, out.stderr) == (2, f"dev-cluster: {variable}={value}: {allowed}\n")
     assert not (tmp_path / "dc").exists()

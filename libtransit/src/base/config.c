@@ -64,6 +64,8 @@ static const transit_var vars[] = {
     /* scripts/dev-cluster */
     {"TRANSIT_DEV_CLUSTER_PORT", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_DEV_CLUSTER_DIR", VAR_TOOL, 0, 0, 0, NULL},
+    {"TRANSIT_DEV_CLUSTER_GPUS", VAR_TOOL, 0, 0, 0, NULL},
+    {"TRANSIT_DEV_CLUSTER_ACCOUNTING", VAR_TOOL, 0, 0, 0, NULL},
     /* bench/ drivers */
     {"TRANSIT_PREBUILT", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_CARRIED_LIB", VAR_TOOL, 0, 0, 0, NULL},
