@@ -113,19 +113,6 @@ static uint64_t fill(replay *r)
     return filled;
 }
 
-static uint64_t chunk_index(const transit_replay_input *in, uint64_t addr)
-{
-    uint64_t lo = 0, hi = in->nchunks;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (in->chunk_addr[mid] < addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* The stream plan for the placement: what the mover moves, and what each phase finds staged. */
 static int plan_streams(replay *r, const uint8_t *resident)
 {
@@ -142,8 +129,8 @@ static int plan_streams(replay *r, const uint8_t *resident)
     for (uint32_t q = 0; q < in->nphases; q++)
         for (uint64_t k = in->touch_offsets[q]; k < in->touch_offsets[q + 1]; k++)
             for (uint64_t at = in->touch[k].addr; at < in->touch[k].addr + in->touch[k].bytes; at += TRANSIT_CHUNK_BYTES) {
-                uint64_t i = chunk_index(in, at);
-                if (i < in->nchunks && in->chunk_addr[i] == at && issue[i] != TRANSIT_STREAM_NONE)
+                uint64_t i = transit_chunk_at(in->chunk_addr, in->nchunks, at);
+                if (i < in->nchunks && issue[i] != TRANSIT_STREAM_NONE)
                     r->staged_touch[q] += TRANSIT_CHUNK_BYTES;
             }
     rc = 0;

@@ -23,17 +23,17 @@ typedef struct plan {
     candidate *order; /* by first use */
 } plan;
 
-static size_t chunk_index(const transit_stream_input *in, uint64_t addr)
+TRANSIT_INTERNAL uint64_t transit_chunk_at(const uint64_t *chunk_addr, uint64_t n, uint64_t addr)
 {
-    size_t lo = 0, hi = in->nchunks;
+    uint64_t lo = 0, hi = n;
     while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (in->chunk_addr[mid] < addr)
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (chunk_addr[mid] < addr)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo;
+    return lo < n && chunk_addr[lo] == addr ? lo : n;
 }
 
 static void count_uses(plan *p)
@@ -44,8 +44,8 @@ static void count_uses(plan *p)
     for (uint32_t q = 0; q < in->nphases; q++)
         for (uint64_t r = in->touch_offsets[q]; r < in->touch_offsets[q + 1]; r++)
             for (uint64_t at = in->touch[r].addr; at < in->touch[r].addr + in->touch[r].bytes; at += TRANSIT_CHUNK_BYTES) {
-                size_t i = chunk_index(in, at);
-                if (i == in->nchunks || in->chunk_addr[i] != at)
+                uint64_t i = transit_chunk_at(in->chunk_addr, in->nchunks, at);
+                if (i == in->nchunks)
                     continue;
                 use *u = &p->uses[i];
                 if (u->first == TRANSIT_STREAM_NONE)

@@ -32,6 +32,9 @@ typedef struct transit_stream_input {
     double htod_bps, dtoh_bps;
 } transit_stream_input;
 
+/* The index of the chunk at addr in chunk_addr[0..n) (ascending), or n when it is not there. */
+TRANSIT_INTERNAL uint64_t transit_chunk_at(const uint64_t *chunk_addr, uint64_t n, uint64_t addr);
+
 /* For each chunk i: issue[i], the phase at whose start the mover brings it in, and back[i], the
  * phase after whose kernels it sends it back; both TRANSIT_STREAM_NONE for a chunk not streamed.
  * *peak_staged_bytes: the most staging room the plan holds at once. 0, or -1 out of memory. */
