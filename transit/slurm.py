@@ -425,6 +425,17 @@ def gpus_in_tres(entries: dict[str, int]) -> int | None:
     return sum(typed) if typed else None
 
 
+def gpus_per_node(tres_per_node: Any) -> int | None:
+    """GPUs per node from squeue's tres_per_node ("gres/gpu:h200:2", "gres:gpu:2", "gres/gpu=2", a
+    comma list): where a cluster without accounting keeps a job's GPUs out of tres_alloc_str."""
+    counts = []
+    for entry in str(tres_per_node or "").split(","):
+        name, _, count = entry.replace("=", ":").rpartition(":")
+        if name.replace("gres:", "gres/").split(":")[0] == "gres/gpu" and count.isdigit():
+            counts.append(int(count))
+    return sum(counts) if counts else None
+
+
 def tres_from_string(tres: Any) -> dict[str, int]:
     """Parse "cpu=4,mem=2M,node=2,billing=4,gres/gpu=8" (numbers only; sizes like 2M are skipped)."""
     entries: dict[str, int] = {}
@@ -540,9 +551,14 @@ def parse_squeue(document: Any, now_unix: float | None = None) -> list[JobFacts]
             elapsed_s=elapsed,
             nodelist=_string(job.get("nodes")),
             num_nodes=_number(job.get("node_count")),
-            num_gpus=gpus_in_tres(tres_from_string(job.get("tres_alloc_str"))),
+            num_gpus=gpus_in_tres(tres_from_string(job.get("tres_alloc_str"))) or _gpus_of_all_nodes(job),
         ))
     return facts
+
+
+def _gpus_of_all_nodes(job: dict) -> int | None:
+    per_node, nodes = gpus_per_node(job.get("tres_per_node")), _number(job.get("node_count"))
+    return per_node * nodes if per_node is not None and nodes else None
 
 
 def _run(command: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:

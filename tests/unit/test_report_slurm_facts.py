@@ -13,6 +13,7 @@ from transit.slurm import (
     JobFacts,
     compress_hostlist,
     gpus_in_tres,
+    gpus_per_node,
     parse_sacct,
     parse_squeue,
     plugin_arguments_in_plugstack,
@@ -227,6 +228,34 @@ def test_squeue_22_05_array_tasks() -> None:
     assert [j.shown_id for j in jobs if j.matches("6")] == ["6_0", "6_[1-3%1]"]
     assert [j.shown_id for j in jobs if j.matches("7")] == ["6_0"]
     assert [j.shown_id for j in jobs if j.matches("4_1")] == ["4_1"]
+
+
+def test_squeue_24_11_captured_jobs() -> None:
+    """Captured on 24.11.5 (tests/fixtures/slurm/README.md): job 1 running and completed; without
+    -t all the completed job is missing, so _squeue_jobs asks for --states=all."""
+    running = squeue_job(load("squeue-24.11-running.json"), "1", now_unix=1796159256 + 5)
+    assert (running.state, running.name, running.nodelist, running.num_nodes, running.elapsed_s) == (
+        "RUNNING", "report-capture", "node[1-2]", 2, 5)
+    done = squeue_job(load("squeue-24.11-completed.json"), "1")
+    assert (done.state, done.elapsed_s, done.unfinished) == ("COMPLETED", 8, False)
+    assert parse_squeue(load("squeue-24.11-completed-no-state-all.json")) == []
+
+
+def test_squeue_24_11_gpus_without_accounting_come_from_tres_per_node() -> None:
+    """Without slurmdbd, 24.11 keeps GPUs out of tres_alloc_str ("cpu=2,node=2,billing=2"); its
+    tres_per_node ("gres/gpu:h200:2") times the nodes gives them."""
+    for name, states in (("squeue-24.11-gpus.json", ("RUNNING", "RUNNING")),
+                         ("squeue-24.11-gpus-finished.json", ("COMPLETED", "CANCELLED"))):
+        jobs = parse_squeue(load(name))
+        assert [(j.job_id, j.state, j.num_nodes, j.num_gpus) for j in jobs] == [
+            ("2", states[0], 2, 4), ("3", states[1], 2, 2)]
+
+
+@pytest.mark.parametrize(("tres_per_node", "gpus"), [
+    ("gres/gpu:h200:2", 2), ("gres:gpu:2", 2), ("gres/gpu=2", 2), ("gres/gpu:4,gres/shard:1", 4),
+    ("gres/gpu:a100:2,gres/gpu:h100:1", 3), ("gres/shard:2", None), ("", None), (None, None)])
+def test_gpus_per_node_from_tres_per_node(tres_per_node: str | None, gpus: int | None) -> None:
+    assert gpus_per_node(tres_per_node) == gpus
 
 
 def test_squeue_24_11_array_tasks() -> None:
