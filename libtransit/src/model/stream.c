@@ -2,7 +2,6 @@
 #include "stream.h"
 #include "chunks.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 
 typedef struct use {
