@@ -427,13 +427,13 @@ def gpus_in_tres(entries: dict[str, int]) -> int | None:
 
 def gpus_per_node(tres_per_node: Any) -> int | None:
     """GPUs per node from squeue's tres_per_node ("gres/gpu:h200:2", "gres:gpu:2", "gres/gpu=2", a
-    comma list): where a cluster without accounting keeps a job's GPUs out of tres_alloc_str."""
-    counts = []
-    for entry in str(tres_per_node or "").split(","):
+    comma list): where a cluster without accounting keeps a job's GPUs out of tres_alloc_str. Its
+    entries are read as TRES ("gres/gpu:h200=2"), so typed and untyped GPUs count as in sacct's."""
+    entries = []
+    for entry in str(tres_per_node or "").replace("gres:", "gres/").split(","):
         name, _, count = entry.replace("=", ":").rpartition(":")
-        if name.replace("gres:", "gres/").split(":")[0] == "gres/gpu" and count.isdigit():
-            counts.append(int(count))
-    return sum(counts) if counts else None
+        entries.append(f"{name}={count}")
+    return gpus_in_tres(tres_from_string(",".join(entries)))
 
 
 def tres_from_string(tres: Any) -> dict[str, int]:
