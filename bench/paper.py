@@ -210,6 +210,9 @@ def _experiments() -> list[Experiment]:
     out += [Experiment(f"transit-1gpu-{policy}", f"item 1: TRANSIT {policy} on one GPU at cap 27 GiB against the "
                        "uncapped control", "nvidia-h200-x2", _transit_1gpu((policy,), (8, 64)))
             for policy in ("prefetch", "base")]
+    out += [Experiment(f"hybrid-1gpu-gb{gb}", f"issue 37 item 3: TRANSIT hybrid (its look-ahead mover) on one GPU at "
+                       f"cap 27 GiB against advise, prefetch and the uncapped control, global batch {gb}", "nvidia-h200",
+                       _transit_1gpu(("hybrid", "advise", "prefetch"), (gb,))) for gb in (8, 64)]
     out += [Experiment(f"claim-c-gb{gb}", f"item 4, claim (c) in its limiting case (scale-in 2 -> 1 GPU), global batch "
                        f"{gb}: FSDP2 on 2 GPUs (NVLink, P2P disabled, sockets) against TRANSIT advise on 1",
                        "nvidia-h200-x2", _claim_c(gb)) for gb in (8, 64, 16, 128)]

@@ -90,8 +90,13 @@ typedef struct profile_input {
     uint64_t dropped_launches, dropped_refs, dropped_events;
     uint64_t unread_launches;
 } profile_input;
-typedef struct profile_summary { uint64_t *chunks; uint32_t *reuse; size_t n; } profile_summary;
+typedef struct profile_summary {
+    uint64_t *chunks; uint32_t *reuse; size_t n;
+    uint32_t nphases; uint32_t *phase_ordinal; uint64_t *phase_kernel_ns; uint64_t *touch_offsets;
+    transit_range *touch;
+} profile_summary;
 char *transit_profile_build(const profile_input *in, profile_summary *summary);
+void transit_profile_summary_free(profile_summary *summary);
 int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
 typedef struct transit_stream_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;
@@ -99,13 +104,20 @@ typedef struct transit_stream_input {
     uint64_t staging_bytes; double htod_bps, dtoh_bps;
 } transit_stream_input;
 int transit_stream_plan(const transit_stream_input *in, uint32_t *issue, uint32_t *back, uint64_t *peak_staged_bytes);
+typedef struct transit_stream_schedule {
+    uint32_t nphases; uint64_t *in_offsets, *back_offsets; transit_range *in, *back; uint32_t *wait;
+    uint64_t streamed_bytes;
+} transit_stream_schedule;
+int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue, const uint32_t *back,
+                                 transit_stream_schedule *out);
+void transit_stream_schedule_free(transit_stream_schedule *s);
 void free(void *p);
 """
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
           "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place",
-          "transit_stream_plan")
+          "transit_stream_plan", "transit_stream_schedule_make")
 
 
 def _built_library(ffi: cffi.FFI):

@@ -43,7 +43,7 @@ def step(micro_batches: int) -> list[tuple[str, list[int]]]:
 
 
 def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 2,
-          events: list[tuple[int, int, int, int]] = (), stray: int = 0) -> dict:
+          events: list[tuple[int, int, int, int]] = (), stray: int = 0, summary=None) -> dict:
     ffi, lib = native
     names = ["fwd", "bwd", "adam"]
     launches, refs = [], []
@@ -68,7 +68,7 @@ def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 
         "launches": c_launches, "refs": c_refs, "events": c_events, "allocs": c_allocs, "names": c_name_array,
         "nlaunches": len(launches), "nrefs": len(refs), "nevents": len(events), "nallocs": len(regions),
         "nnames": len(names), "first_iteration": 1, "iterations": iterations})
-    text = lib.transit_profile_build(inp, ffi.NULL)
+    text = lib.transit_profile_build(inp, summary if summary is not None else ffi.NULL)
     assert text != ffi.NULL
     try:
         return json.loads("{" + ffi.string(text).decode() + "}")
@@ -109,6 +109,26 @@ def test_a_pointer_extends_to_its_allocation_end(native) -> None:
     adam = doc["iterations"][-1]["phases"]["touch"][16]
     lo, hi = PARAMS[0] // CHUNK, (MOMENTS[0] + MOMENTS[1]) // CHUNK - 1
     assert adam == [lo, hi]  # params, grads and moments are adjacent: one merged range
+
+
+def test_the_summary_holds_the_last_iterations_phases(native) -> None:
+    """What hybrid's mover plans over (profile_data.h): the file's last iteration, as numbers."""
+    ffi, lib = native
+    summary = ffi.new("profile_summary *")
+    doc = build(native, summary=summary)
+    try:
+        phases = doc["iterations"][-1]["phases"]
+        n = summary.nphases
+        assert n == len(phases["first_ordinal"]) == 17
+        assert [summary.phase_ordinal[q] for q in range(n)] == phases["first_ordinal"]
+        assert [summary.phase_kernel_ns[q] for q in range(n)] == phases["kernel_ns"]
+        touch = [[r for k in range(summary.touch_offsets[q], summary.touch_offsets[q + 1])
+                  for r in (summary.touch[k].addr // CHUNK, (summary.touch[k].addr + summary.touch[k].bytes) // CHUNK - 1)]
+                 for q in range(n)]
+        assert touch == phases["touch"]
+        assert summary.n == len(doc["chunks"]["chunk"])
+    finally:
+        lib.transit_profile_summary_free(summary)
 
 
 def test_pointers_outside_allocations_are_counted(native) -> None:

@@ -18,9 +18,11 @@ def native(tmp_path_factory):
 
 
 def plan(native, phases: list[list[int]], *, resident: set[int] = frozenset(), slots: int = 8,
-         in_ms: float = 0.25, out_ms: float = 0.25) -> tuple[list[tuple[int, int] | None], int]:
+         in_ms: float = 0.25, out_ms: float = 0.25, schedule: list | None = None
+         ) -> tuple[list[tuple[int, int] | None], int]:
     """phases: the chunk numbers each 1 ms phase touches. Per chunk (by number, 0..max): (issue
-    phase, back phase), or None when read in place; and the peak staged chunks."""
+    phase, back phase), or None when read in place; and the peak staged chunks. With `schedule`
+    (a list), the mover's schedule of that plan is appended to it (see schedule_of)."""
     ffi, lib = native
     chunks = sorted({c for p in phases for c in p})
     offsets, touch = [0], []
@@ -37,9 +39,28 @@ def plan(native, phases: list[list[int]], *, resident: set[int] = frozenset(), s
     issue, back = ffi.new("uint32_t[]", len(chunks)), ffi.new("uint32_t[]", len(chunks))
     peak = ffi.new("uint64_t *")
     assert lib.transit_stream_plan(inp, issue, back, peak) == 0
+    if schedule is not None:
+        schedule.append(schedule_of(native, inp, issue, back))
     by_chunk = {c: None if issue[i] == NONE else (issue[i], back[i]) for i, c in enumerate(chunks)}
     assert all((issue[i] == NONE) == (back[i] == NONE) for i in range(len(chunks)))
     return [by_chunk.get(c) for c in range(max(chunks) + 1)], peak[0] // CHUNK
+
+
+def schedule_of(native, inp, issue, back) -> dict:
+    """The mover's schedule as chunk-number ranges: per phase what comes in and goes back, the
+    phase each waits for, and the bytes streamed."""
+    ffi, lib = native
+    out = ffi.new("transit_stream_schedule *")
+    assert lib.transit_stream_schedule_make(inp, issue, back, out) == 0
+    try:
+        def ranges(offsets, v):
+            return [[((v[k].addr - BASE) // CHUNK, (v[k].addr + v[k].bytes - BASE) // CHUNK - 1)
+                     for k in range(offsets[q], offsets[q + 1])] for q in range(out.nphases)]
+        return {"in": ranges(out.in_offsets, getattr(out, "in")), "back": ranges(out.back_offsets, out.back),
+                "wait": [None if out.wait[q] == NONE else out.wait[q] for q in range(out.nphases)],
+                "streamed": out.streamed_bytes // CHUNK}
+    finally:
+        lib.transit_stream_schedule_free(out)
 
 
 def test_a_chunk_two_phases_use_comes_in_at_the_start_and_goes_back_after_its_last_use(native) -> None:
@@ -73,3 +94,31 @@ def test_a_staging_slot_is_held_until_the_chunk_is_back(native) -> None:
 def test_the_plan_goes_by_first_use_then_address(native) -> None:
     """Chunks 0 and 1 both want the one slot from phase 0; 1 is first used earlier, so it gets it."""
     assert plan(native, [[], [1], [0, 1], [0]], in_ms=0.6, slots=1)[0] == [None, (0, 2)]
+
+
+def test_the_schedule_brings_in_sends_back_and_waits_by_phase(native) -> None:
+    """Two slots. Chunks 0 and 1 (adjacent: one range) come in at phase 0; 0 goes back when phase
+    3 starts, after its last use, 1 when phase 5 does. Chunk 2 gets 0's slot (free at 3.25 ms) at
+    phase 4 and, last used by the iteration's last phase, goes back at the next iteration's phase
+    0. Each phase's kernels wait for the issue of the chunks it is the first to use."""
+    out: list = []
+    by_chunk, _ = plan(native, [[], [0], [0], [1], [1], [2], [2]], slots=2, schedule=out)
+    assert by_chunk == [(0, 2), (0, 4), (4, 6)]
+    assert out[0] == {"in": [[(0, 1)], [], [], [], [(2, 2)], [], []],
+                      "back": [[(2, 2)], [], [], [(0, 0)], [], [(1, 1)], []],
+                      "wait": [None, 0, None, 0, None, 4, None], "streamed": 3}
+
+
+def test_a_chunk_phase_zero_brings_in_again_stays_across_iterations(native) -> None:
+    """Last used by the last phase and issued at phase 0: sending it back at the next phase 0
+    would race its own issue, so it stays (the issue is then a prefetch of resident data)."""
+    out: list = []
+    by_chunk, _ = plan(native, [[], [0], [0]], schedule=out)
+    assert by_chunk == [(0, 2)]
+    assert out[0]["back"] == [[], [], []] and out[0]["in"] == [[(0, 0)], [], []]
+
+
+def test_a_plan_that_streams_nothing_schedules_nothing(native) -> None:
+    out: list = []
+    plan(native, [[0], [0, 1], [1]], resident={1}, schedule=out)
+    assert out[0] == {"in": [[], [], []], "back": [[], [], []], "wait": [None, None, None], "streamed": 0}

@@ -121,6 +121,10 @@ const transit_driver_api *transit_driver(void)
             RESOLVE_DRV(StreamCreate, "cuStreamCreate");
             RESOLVE_DRV(StreamQuery, "cuStreamQuery");
             RESOLVE_DRV(StreamSynchronize, "cuStreamSynchronize");
+            RESOLVE_DRV(EventCreate, "cuEventCreate");
+            RESOLVE_DRV(EventDestroy, "cuEventDestroy_v2");
+            RESOLVE_DRV(EventRecord, "cuEventRecord");
+            RESOLVE_DRV(StreamWaitEvent, "cuStreamWaitEvent");
             RESOLVE_DRV(FuncGetParamInfo, "cuFuncGetParamInfo");
             RESOLVE_DRV(KernelGetParamInfo, "cuKernelGetParamInfo");
         }

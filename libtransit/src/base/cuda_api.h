@@ -48,6 +48,11 @@ typedef struct transit_driver_api {
     CUresult (*StreamCreate)(CUstream *, unsigned int);
     CUresult (*StreamQuery)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
+    /* Hybrid's mover orders its side streams and the kernels' by events. */
+    CUresult (*EventCreate)(CUevent *, unsigned int);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
     /* The profile reads kernels' parameters (CUDA 12.4+; NULL before). */
     CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
     /* A launch may name a CUkernel where a CUfunction goes (the runtime's library loading does). */

@@ -102,11 +102,17 @@ static void after_fork_child(void)
 
 /* ---- exit and signals ---- */
 
+/* A thread's step, and how long it waits between steps (0: the step itself waits). */
+typedef struct thread_spec {
+    void (*step)(void);
+    unsigned wait_ms;
+} thread_spec;
+
 static void *thread_main(void *arg)
 {
-    void (*step)(void) = (void (*)(void))arg;
-    while (transit_wait(THREAD_TICK_MS))
-        step();
+    const thread_spec *spec = arg;
+    while (transit_wait(spec->wait_ms))
+        spec->step();
     pthread_mutex_lock(&life.thread_lock);
     life.threads_running--;
     pthread_cond_broadcast(&life.thread_done);
@@ -120,7 +126,7 @@ static void recorder_thread_step(void)
     transit_stats_refresh();
 }
 
-static void start_thread(const char *name, void (*step)(void), const char *lost)
+static void start_thread(const char *name, const thread_spec *spec, const char *lost)
 {
     pthread_t t;
     sigset_t all, old;
@@ -129,7 +135,7 @@ static void start_thread(const char *name, void (*step)(void), const char *lost)
     pthread_mutex_unlock(&life.thread_lock);
     sigfillset(&all); /* the application's signals (SIGINT, SIGTERM) never land on these threads */
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&t, NULL, thread_main, (void *)step);
+    int err = pthread_create(&t, NULL, thread_main, (void *)spec);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
         pthread_mutex_lock(&life.thread_lock);
@@ -150,8 +156,13 @@ static void start_threads(void)
     pthread_cond_init(&life.thread_done, &ca);
     pthread_condattr_destroy(&ca);
     transit_wait_reset();
-    start_thread("transit-rec", recorder_thread_step, "no CUPTI flushes, no iteration polling, no stats refresh");
-    start_thread("transit-tick", transit_policy_tick, "no policy ticks (limit mode evicts only at launches)");
+    static const thread_spec recorder = {recorder_thread_step, THREAD_TICK_MS}, tick = {transit_policy_tick, THREAD_TICK_MS},
+                             move = {transit_policy_move_step, 0};
+    start_thread("transit-rec", &recorder, "no CUPTI flushes, no iteration polling, no stats refresh");
+    start_thread("transit-tick", &tick, "no policy ticks (limit mode evicts only at launches)");
+    /* hybrid's look-ahead mover (limit mode only: its staging is the margin under L) */
+    if (transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && transit_limit_mode())
+        start_thread("transit-move", &move, "no look-ahead mover (hybrid reads its host chunks in place)");
 }
 
 static void stop_threads(void)

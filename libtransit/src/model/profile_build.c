@@ -1,6 +1,6 @@
 /* profile_build.c - the profile's aggregation: raw launches, parameter pointers and unified memory
  * records in, the transit.profile/1 fields out (see profile.h, docs/profile.md). Pure. */
-#include "profile_data.h"
+#include "profile_build_int.h"
 #include "chunks.h"
 #include "json.h"
 
@@ -8,18 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK(addr) ((addr) >> TRANSIT_CHUNK_SHIFT)
-#define NO_PHASE UINT32_MAX
 #define RENDER_START_BYTES (1u << 20)
-
-typedef struct crange {
-    uint64_t lo, hi; /* chunk numbers, inclusive */
-} crange;
-
-typedef struct cvec {
-    crange *v;
-    size_t n, cap;
-} cvec;
 
 static int cvec_push(cvec *c, uint64_t lo, uint64_t hi)
 {
@@ -92,33 +81,6 @@ static int64_t alloc_of(const profile_input *in, uint64_t addr)
         return -1;
     return (int64_t)lo - 1;
 }
-
-/* One profiled iteration: its launches by ordinal, their phases, and what each phase did. */
-typedef struct iteration {
-    uint32_t *by_ordinal;       /* launch index + 1 per ordinal, 0 for a missing ordinal */
-    uint32_t *phase_of;         /* per ordinal */
-    uint32_t nordinals, nphases, kernels;
-    int timed;
-    uint64_t *phase_start;      /* absolute GPU ns of each phase's first kernel (timed only) */
-    uint64_t *phase_end, *phase_kernel_ns, *phase_first;
-    uint64_t *phase_htod, *phase_dtoh, *phase_faults;
-    cvec *touch;                /* per phase */
-    uint64_t t0, t1, kernel_ns; /* GPU span and kernel time */
-    uint64_t htod, dtoh, faults, remote;
-} iteration;
-
-typedef struct build {
-    const profile_input *in;
-    iteration *it;
-    uint64_t *ptrs;     /* distinct managed addresses the parameters held, sorted */
-    uint64_t *ptr_end;  /* each one's extent: up to the next such address in its allocation */
-    size_t nptrs;
-    uint64_t *chunks;   /* every chunk touched or migrated, sorted */
-    size_t nchunks;
-    uint64_t *c_htod, *c_dtoh, *c_faults, *c_remote, *c_reuse;
-    int64_t *c_alloc, *c_first, *c_last;
-    uint64_t refs_outside, events_outside;
-} build;
 
 /* The extent of each distinct parameter pointer: a pointer is where a tensor begins, and the
  * next one in the same allocation (or the allocation's end) where it ends, as far as launches
@@ -527,24 +489,6 @@ static void free_build(build *b)
     free(b->c_last);
 }
 
-/* The chunk table's numbers and reuse, copied out for the caller (hybrid's placement). */
-static void summarize(const build *b, profile_summary *out)
-{
-    out->chunks = malloc((b->nchunks + 1) * sizeof *out->chunks);
-    out->reuse = malloc((b->nchunks + 1) * sizeof *out->reuse);
-    if (!out->chunks || !out->reuse) {
-        free(out->chunks);
-        free(out->reuse);
-        *out = (profile_summary){0};
-        return;
-    }
-    for (size_t i = 0; i < b->nchunks; i++) {
-        out->chunks[i] = b->chunks[i];
-        out->reuse[i] = (uint32_t)b->c_reuse[i];
-    }
-    out->n = b->nchunks;
-}
-
 TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_summary *summary)
 {
     build b = {.in = in};
@@ -557,7 +501,7 @@ TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_su
     if (add_pointer_touches(&b) || add_events(&b) || chunk_table(&b))
         goto out;
     if (summary)
-        summarize(&b, summary);
+        profile_summarize(&b, summary);
     for (size_t cap = RENDER_START_BYTES;; cap *= 2) {
         jbuf j = {malloc(cap), 0, cap, 0};
         if (!j.p)

@@ -4,6 +4,7 @@
 #define TRANSIT_PROFILE_DATA_H
 
 #include "internal.h"
+#include "ranges.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -54,16 +55,24 @@ typedef struct profile_input {
 } profile_input;
 
 /* The chunk table as numbers: every chunk touched or migrated (number = address / 2 MiB) and its
- * reuse, malloc'd (the caller frees both); n 0 when out of memory. */
+ * reuse; and the last profiled iteration's phases (hybrid's mover plans over them): each one's
+ * first launch ordinal, kernel time (0 untimed) and touched chunks as 2 MiB aligned ranges.
+ * Malloc'd (transit_profile_summary_free); n 0 when out of memory. */
 typedef struct profile_summary {
     uint64_t *chunks;
     uint32_t *reuse;
     size_t n;
+    uint32_t nphases;
+    uint32_t *phase_ordinal;
+    uint64_t *phase_kernel_ns;
+    uint64_t *touch_offsets; /* nphases + 1 offsets into touch */
+    transit_range *touch;
 } profile_summary;
 
 /* The JSON fields the builder renders (no braces; the caller adds identity and config): a
  * malloc'd string, or NULL when out of memory; with `summary`, the chunk table too. Pure: no
  * CUDA, no global state (CPU-tested). */
 TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_summary *summary);
+TRANSIT_INTERNAL void transit_profile_summary_free(profile_summary *summary);
 
 #endif

@@ -2,6 +2,7 @@
 #include "stream.h"
 #include "chunks.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 typedef struct use {
@@ -156,4 +157,107 @@ out:
     free(p.release);
     free(p.order);
     return rc;
+}
+
+/* The phase at whose start chunk i goes back, or NONE: after its last use, wrapping to the next
+ * iteration's first phase unless that one brings it in again. */
+static uint32_t back_phase(const transit_stream_input *in, const uint32_t *issue, const uint32_t *back, uint64_t i)
+{
+    if (back[i] == TRANSIT_STREAM_NONE)
+        return TRANSIT_STREAM_NONE;
+    uint32_t q = back[i] + 1;
+    if (q < in->nphases)
+        return q;
+    return issue[i] == 0 ? TRANSIT_STREAM_NONE : 0;
+}
+
+/* The ranges of the chunks phase[] names for each phase, coalesced, in address order: without
+ * out, counted into at[q + 1]; with it, written at at[q] (each phase's next free slot). */
+static void phase_ranges(const transit_stream_input *in, const uint32_t *phase, uint64_t *last, uint64_t *at,
+                         transit_range *out)
+{
+    for (uint32_t q = 0; q < in->nphases; q++)
+        last[q] = UINT64_MAX;
+    for (uint64_t i = 0; i < in->nchunks; i++) {
+        uint32_t q = phase[i];
+        if (q == TRANSIT_STREAM_NONE)
+            continue;
+        uint64_t addr = in->chunk_addr[i];
+        bool extends = last[q] != UINT64_MAX && last[q] + TRANSIT_CHUNK_BYTES == addr;
+        last[q] = addr;
+        if (!out) {
+            at[q + 1] += !extends;
+        } else if (extends) {
+            out[at[q] - 1].bytes += TRANSIT_CHUNK_BYTES;
+        } else {
+            out[at[q]++] = (transit_range){addr, TRANSIT_CHUNK_BYTES};
+        }
+    }
+}
+
+/* The ranges of the chunks phase[] names, grouped by phase: offsets[0..nphases] into them. */
+static transit_range *group(const transit_stream_input *in, const uint32_t *phase, uint64_t *last, uint64_t *offsets)
+{
+    for (uint32_t q = 0; q <= in->nphases; q++)
+        offsets[q] = 0;
+    phase_ranges(in, phase, last, offsets, NULL);
+    for (uint32_t q = 0; q < in->nphases; q++)
+        offsets[q + 1] += offsets[q];
+    transit_range *out = malloc((offsets[in->nphases] + 1) * sizeof *out);
+    uint64_t *cursor = malloc((in->nphases + 1) * sizeof *cursor);
+    if (out && cursor) {
+        for (uint32_t q = 0; q <= in->nphases; q++)
+            cursor[q] = offsets[q];
+        phase_ranges(in, phase, last, cursor, out);
+    } else {
+        free(out);
+        out = NULL;
+    }
+    free(cursor);
+    return out;
+}
+
+TRANSIT_INTERNAL int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue,
+                                                  const uint32_t *back, transit_stream_schedule *out)
+{
+    plan p = {.in = in, .uses = malloc((in->nchunks + 1) * sizeof *p.uses)};
+    uint32_t *back_at = malloc((in->nchunks + 1) * sizeof *back_at);
+    uint64_t *last = malloc((in->nphases + 1) * sizeof *last);
+    *out = (transit_stream_schedule){.nphases = in->nphases,
+                                     .in_offsets = malloc((in->nphases + 1) * sizeof *out->in_offsets),
+                                     .back_offsets = malloc((in->nphases + 1) * sizeof *out->back_offsets),
+                                     .wait = malloc((in->nphases + 1) * sizeof *out->wait)};
+    int rc = -1;
+    if (!p.uses || !back_at || !last || !out->in_offsets || !out->back_offsets || !out->wait)
+        goto out;
+    count_uses(&p);
+    for (uint32_t q = 0; q < in->nphases; q++)
+        out->wait[q] = TRANSIT_STREAM_NONE;
+    for (uint64_t i = 0; i < in->nchunks; i++) {
+        back_at[i] = back_phase(in, issue, back, i);
+        if (issue[i] == TRANSIT_STREAM_NONE)
+            continue;
+        uint32_t *w = &out->wait[p.uses[i].first];
+        *w = *w == TRANSIT_STREAM_NONE ? issue[i] : TRANSIT_MAX(*w, issue[i]);
+        out->streamed_bytes += TRANSIT_CHUNK_BYTES;
+    }
+    if ((out->in = group(in, issue, last, out->in_offsets)) && (out->back = group(in, back_at, last, out->back_offsets)))
+        rc = 0;
+out:
+    free(p.uses);
+    free(back_at);
+    free(last);
+    if (rc)
+        transit_stream_schedule_free(out);
+    return rc;
+}
+
+TRANSIT_INTERNAL void transit_stream_schedule_free(transit_stream_schedule *s)
+{
+    free(s->in_offsets);
+    free(s->back_offsets);
+    free(s->in);
+    free(s->back);
+    free(s->wait);
+    *s = (transit_stream_schedule){0};
 }

@@ -19,6 +19,10 @@
 #include <stdint.h>
 
 #define TRANSIT_STREAM_NONE UINT32_MAX /* the chunk is not streamed */
+/* The link rates the live mover plans with: the H200's measured prefetch rates (transit replay's
+ * defaults, docs/results.md). */
+#define TRANSIT_STREAM_HTOD_BPS 47.7e9
+#define TRANSIT_STREAM_DTOH_BPS 12.9e9
 
 typedef struct transit_stream_input {
     uint32_t nphases;
@@ -40,5 +44,24 @@ TRANSIT_INTERNAL uint64_t transit_chunk_at(const uint64_t *chunk_addr, uint64_t 
  * *peak_staged_bytes: the most staging room the plan holds at once. 0, or -1 out of memory. */
 TRANSIT_INTERNAL int transit_stream_plan(const transit_stream_input *in, uint32_t *issue, uint32_t *back,
                                          uint64_t *peak_staged_bytes);
+
+/* The mover's work per phase, from a plan: the chunks it brings in at each phase's start; those
+ * it sends back there, their last use having ended with the phase before (the iteration's last
+ * phase's go back at the next iteration's first, unless that phase brings them in again: then
+ * they stay); and the phase whose issues each phase's kernels wait for, the latest among the
+ * chunks it is the first to use. */
+typedef struct transit_stream_schedule {
+    uint32_t nphases;
+    uint64_t *in_offsets, *back_offsets; /* nphases + 1 offsets into in and back */
+    transit_range *in, *back;            /* each phase's, coalesced, by address */
+    uint32_t *wait;                      /* per phase; TRANSIT_STREAM_NONE: it waits for none */
+    uint64_t streamed_bytes;             /* each way, per iteration */
+} transit_stream_schedule;
+
+/* Fills *out from the plan issue/back (transit_stream_plan over the same input). 0, or -1 out of
+ * memory (*out then empty). */
+TRANSIT_INTERNAL int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue,
+                                                  const uint32_t *back, transit_stream_schedule *out);
+TRANSIT_INTERNAL void transit_stream_schedule_free(transit_stream_schedule *s);
 
 #endif

@@ -109,6 +109,7 @@ static bool needs_launches(void)
     const transit_config *c = &transit_g.cfg;
     return (c->policy == TRANSIT_POLICY_PREFETCH && !prefetch_replays_nothing()) ||
            (c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE)) ||
+           (c->policy == TRANSIT_POLICY_HYBRID && pol_mover_active()) ||
            near_limit();
 }
 
@@ -302,6 +303,7 @@ void transit_policy_exit(void)
 void transit_policy_stop(void)
 {
     __atomic_store_n(&pol.stopping, 1, __ATOMIC_RELEASE);
+    pol_mover_wake();
 }
 
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
@@ -339,6 +341,9 @@ void transit_policy_after_fork(void)
     transit_chunks_destroy(pol.chunks);
     free(pol.hybrid_host);
     free(pol.hybrid_device);
+    transit_stream_schedule_free(&pol.hybrid_schedule);
+    free(pol.hybrid_ordinal);
+    pol_mover_after_fork();
     memset(&pol, 0, sizeof pol);
     pthread_mutex_init(&pol.hybrid_lock, NULL);
     pthread_mutex_init(&pol.prof_lock, NULL);

@@ -1,9 +1,11 @@
 /* hybrid.c - the hybrid policy in the live engine: at the end of each profiling window the
- * placement is planned from the profile's reuse (model/hybrid.c); the tick thread applies it,
- * off the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
+ * placement is planned from the profile's reuse (model/hybrid.c), and in limit mode its mover's
+ * schedule from the profile's phases (model/stream.c); the tick thread applies the placement, off
+ * the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
  * the host prefetched there, those placed on the device prefetched to it, on TRANSIT's own
- * stream. From then on host data is read in place and nothing migrates back by itself; limit
- * mode's bound stays the safety net. A new profile (the kernel sequence changed) plans anew. */
+ * stream; then hands the schedule to the mover (mover.c). From then on host data is read in
+ * place unless the mover streams it; limit mode's bound stays the safety net. A new profile (the
+ * kernel sequence changed) plans anew. */
 #include "alloc_table.h"
 #include "hybrid.h"
 #include "policy_int.h"
@@ -46,18 +48,61 @@ static uint64_t placement_capacity(void)
     return device > TRANSIT_PHYS_MARGIN ? device - TRANSIT_PHYS_MARGIN : 0;
 }
 
-void pol_hybrid_plan(const uint64_t *chunks, const uint32_t *reuse, size_t n)
+/* The mover's schedule over the profile's last iteration (limit mode: its staging is the margin
+ * between the placement and L, so placed + staged stays within L; physical mode has no margin
+ * for it, and hybrid there reads all its host chunks in place). Adds the streamed bytes by class. */
+static bool plan_mover(const profile_summary *p, const uint8_t *resident, transit_stream_schedule *out,
+                       uint64_t *streamed_by_class, uint64_t *staged_peak)
 {
-    static int warned;
+    uint64_t *addr = malloc((p->n + 1) * sizeof *addr);
+    uint32_t *issue = malloc((p->n + 1) * sizeof *issue), *back = malloc((p->n + 1) * sizeof *back);
+    bool ok = addr && issue && back;
+    for (size_t i = 0; ok && i < p->n; i++)
+        addr[i] = p->chunks[i] << TRANSIT_CHUNK_SHIFT;
+    transit_stream_input in = {.nphases = p->nphases, .touch_offsets = p->touch_offsets, .touch = p->touch,
+                               .compute_ns = p->phase_kernel_ns, .nchunks = p->n, .chunk_addr = addr,
+                               .resident = resident,
+                               .staging_bytes = TRANSIT_HYBRID_STAGING(transit_g.cfg.mem_limit),
+                               .htod_bps = TRANSIT_STREAM_HTOD_BPS, .dtoh_bps = TRANSIT_STREAM_DTOH_BPS};
+    ok = ok && transit_stream_plan(&in, issue, back, staged_peak) == 0 &&
+         transit_stream_schedule_make(&in, issue, back, out) == 0;
+    for (size_t i = 0; ok && i < p->n; i++)
+        if (issue[i] != TRANSIT_STREAM_NONE)
+            streamed_by_class[reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
+    free(addr);
+    free(issue);
+    free(back);
+    return ok;
+}
+
+void pol_hybrid_plan(const profile_summary *p)
+{
+    static int warned, warned_mover;
+    size_t n = p->n;
     uint8_t *resident = malloc(n + 1);
     transit_range *host = NULL, *device = NULL;
     size_t nhost = 0, ndevice = 0, caphost = 0, capdevice = 0;
-    uint64_t by_class[2][TRANSIT_HYBRID_CLASSES] = {{0}};
-    bool ok = resident && transit_hybrid_place(reuse, n, placement_capacity(), resident) == 0;
+    uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
+    transit_stream_schedule schedule = {0};
+    uint32_t *ordinal = NULL;
+    bool ok = resident && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
     for (size_t i = 0; ok && i < n; i++) {
-        ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, chunks[i])
-                         : add_chunk(&host, &nhost, &caphost, chunks[i]);
-        by_class[resident[i] ? 0 : 1][reuse_class(reuse[i])] += TRANSIT_CHUNK_BYTES;
+        ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, p->chunks[i])
+                         : add_chunk(&host, &nhost, &caphost, p->chunks[i]);
+        by_class[resident[i] ? 0 : 1][reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
+    }
+    if (ok && n && transit_limit_mode() && p->nphases) {
+        ordinal = malloc((p->nphases + 1) * sizeof *ordinal);
+        if (!ordinal || !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
+            if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
+                transit_warn("hybrid: out of memory for its mover's plan; host chunks are read in place");
+            transit_stream_schedule_free(&schedule);
+            memset(by_class[2], 0, sizeof by_class[2]);
+            free(ordinal);
+            ordinal = NULL;
+        } else {
+            memcpy(ordinal, p->phase_ordinal, p->nphases * sizeof *ordinal);
+        }
     }
     free(resident);
     if (!ok || !n) {
@@ -71,14 +116,21 @@ void pol_hybrid_plan(const uint64_t *chunks, const uint32_t *reuse, size_t n)
     pthread_mutex_lock(&pol.hybrid_lock);
     free(pol.hybrid_host);
     free(pol.hybrid_device);
+    transit_stream_schedule_free(&pol.hybrid_schedule);
+    free(pol.hybrid_ordinal);
     pol.hybrid_host = host;
     pol.hybrid_device = device;
     pol.hybrid_nhost = nhost;
     pol.hybrid_ndevice = ndevice;
+    pol.hybrid_schedule = schedule;
+    pol.hybrid_ordinal = ordinal;
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
         __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
         __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
+        __atomic_store_n(&pol.n.hybrid_streamed_by_reuse[k], by_class[2][k], __ATOMIC_RELAXED);
     }
+    __atomic_store_n(&pol.n.planned_streamed_bytes, schedule.streamed_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&pol.n.planned_staged_peak, staged_peak, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pol.hybrid_lock);
     transit_add(&pol.n.hybrid_plans, 1);
     __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
@@ -115,4 +167,15 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     if (e != CUDA_SUCCESS)
         transit_warn_once(&warned, "hybrid: cuStreamSynchronize after placing", drv, e);
     transit_add(&pol.n.hybrid_applied, 1);
+    /* The placement is in: the mover takes over, and in limit mode holds the device as advise's
+     * full fill does (only a smaps reading over L evicts; the first eviction ends the hold). */
+    pthread_mutex_lock(&pol.hybrid_lock);
+    transit_stream_schedule schedule = pol.hybrid_schedule;
+    uint32_t *ordinal = pol.hybrid_ordinal;
+    pol.hybrid_schedule = (transit_stream_schedule){0};
+    pol.hybrid_ordinal = NULL;
+    pthread_mutex_unlock(&pol.hybrid_lock);
+    if (schedule.streamed_bytes && e == CUDA_SUCCESS)
+        __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
+    pol_mover_hand_over(&schedule, ordinal);
 }

@@ -1,6 +1,7 @@
 /* launches.c - what the policies do at a kernel launch (the recorder's launch event): prefetch's
- * replay of the profiled ranges, limit mode's room for them, and advise's applying halfway through
- * the first iteration after warm-up. Never on a capturing stream; nothing here synchronizes. */
+ * replay of the profiled ranges, limit mode's room for them, advise's applying halfway through
+ * the first iteration after warm-up, and hybrid's mover at a phase's first launch. Never on a
+ * capturing stream; nothing here synchronizes. */
 #include "policy_int.h"
 #include "profile.h"
 #include "recorder.h"
@@ -67,10 +68,11 @@ void transit_policy_launch(const transit_launch *l)
         (c->policy == TRANSIT_POLICY_PREFETCH || pol_plans_at_launches()) && pol_has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
                      transit_decide_advise_at_launch(l->iteration, c->warmup_iters, l->ordinal, prev);
+    bool do_move = c->policy == TRANSIT_POLICY_HYBRID && pol_mover_active();
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_replay || do_advise) || !(drv = transit_act_driver()))
+    if (!(do_replay || do_advise || do_move) || !(drv = transit_act_driver()))
         return;
     bool relaxed = transit_act_relax_capture(drv, &saved);
     if (transit_act_capturing(drv, l->stream)) {
@@ -80,6 +82,8 @@ void transit_policy_launch(const transit_launch *l)
             pol_replay_ordinal(drv, l, dev);
         if (do_advise)
             pol_advise_all(drv, dev);
+        if (do_move)
+            pol_mover_launch(drv, l);
     }
     transit_act_restore_capture(drv, relaxed, &saved);
 }

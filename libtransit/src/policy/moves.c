@@ -16,8 +16,10 @@ static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pol.n.prefetch_call
                                        [PREFETCH_SWEEP] = {&pol.n.sweep_ranges, &pol.n.sweep_bytes},
                                        [PREFETCH_PLACE_HOST] = {&pol.n.placed_host_ranges, &pol.n.placed_host_bytes},
                                        [PREFETCH_PLACE_DEVICE] = {&pol.n.placed_device_ranges,
-                                                                  &pol.n.placed_device_bytes}};
-_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_PLACE_DEVICE + 1, "a purpose without counters");
+                                                                  &pol.n.placed_device_bytes},
+                                       [PREFETCH_STREAM_IN] = {&pol.n.stream_in_ranges, &pol.n.stream_in_bytes},
+                                       [PREFETCH_STREAM_OUT] = {&pol.n.stream_out_ranges, &pol.n.stream_out_bytes}};
+_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_STREAM_OUT + 1, "a purpose without counters");
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
  * replay, advise's fill, hybrid's device chunks) or to the host (a limit-mode eviction or sweep,
@@ -26,7 +28,8 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                            CUstream stream)
 {
     static int warned_device, warned_host;
-    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP || why == PREFETCH_PLACE_HOST;
+    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP || why == PREFETCH_PLACE_HOST ||
+                   why == PREFETCH_STREAM_OUT;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -51,9 +54,9 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
             }
             transit_add(counted[why][0], 1);
             transit_add(counted[why][1], piece[k].bytes);
-            if (why == PREFETCH_FILL || why == PREFETCH_PLACE_DEVICE) /* the most recent: the last to go */
+            if (why == PREFETCH_FILL || why == PREFETCH_PLACE_DEVICE || why == PREFETCH_STREAM_IN) /* the last to go */
                 pol_mark_resident(piece[k].addr, piece[k].bytes, false);
-            else if (why == PREFETCH_PLACE_HOST)
+            else if (why == PREFETCH_PLACE_HOST || why == PREFETCH_STREAM_OUT)
                 pol_mark_gone(piece[k].addr, piece[k].bytes);
         }
     }

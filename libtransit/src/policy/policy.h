@@ -39,6 +39,12 @@ typedef struct transit_policy_counters {
     uint64_t hybrid_plans, hybrid_applied;
     uint64_t placed_host_ranges, placed_host_bytes, placed_device_ranges, placed_device_bytes;
     uint64_t hybrid_resident_by_reuse[TRANSIT_HYBRID_CLASSES], hybrid_host_by_reuse[TRANSIT_HYBRID_CLASSES];
+    /* hybrid's mover: its plan (bytes each way per iteration, by reuse class a part of the host
+     * bytes; the staging it holds at most), and what it did: phases issued, launches that waited
+     * for an arrival or found it not issued yet (read in place), phases dropped (queue full) */
+    uint64_t hybrid_streamed_by_reuse[TRANSIT_HYBRID_CLASSES], planned_streamed_bytes, planned_staged_peak;
+    uint64_t stream_in_ranges, stream_in_bytes, stream_out_ranges, stream_out_bytes;
+    uint64_t mover_phases, mover_waits, mover_late, mover_dropped;
 } transit_policy_counters;
 
 /* What the stats show of the policies (transit_policy_snapshot). */
@@ -74,6 +80,8 @@ void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* ---- the tick thread and the process (lifecycle) ---- */
 /* Every 20 ms: limit mode's host check and evictions, and advise without launch callbacks. */
 void transit_policy_tick(void);
+/* The mover thread's step (hybrid): blocks until there is work or for a short while. */
+void transit_policy_move_step(void);
 /* At exit, before the tick thread is waited for: ticks, evictions and sweeps stop at their next batch. */
 void transit_policy_stop(void);
 /* At exit: a profile window the run ended in is written as it is. */

@@ -18,9 +18,11 @@
 #include "chunks.h"
 #include "decide.h"
 #include "hybrid.h"
+#include "profile_data.h"
 #include "policy.h"
 #include "ranges.h"
 #include "state.h"
+#include "stream.h"
 
 #include <pthread.h>
 
@@ -43,7 +45,9 @@ typedef enum {
     PREFETCH_EVICT,
     PREFETCH_SWEEP,
     PREFETCH_PLACE_HOST,
-    PREFETCH_PLACE_DEVICE
+    PREFETCH_PLACE_DEVICE,
+    PREFETCH_STREAM_IN, /* hybrid's mover */
+    PREFETCH_STREAM_OUT
 } prefetch_purpose;
 
 /* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
@@ -88,10 +92,13 @@ typedef struct policy {
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
 
     /* Hybrid's placement (hybrid_lock): the chunks it puts on the host and on the device, as
-     * coalesced ranges, planned at a profile's end and applied by the tick when due. */
+     * coalesced ranges, and its mover's schedule with each phase's first launch ordinal, planned
+     * at a profile's end and applied by the tick when due. */
     pthread_mutex_t hybrid_lock;
     transit_range *hybrid_host, *hybrid_device;
     size_t hybrid_nhost, hybrid_ndevice;
+    transit_stream_schedule hybrid_schedule;
+    uint32_t *hybrid_ordinal;
     int hybrid_due;
 } policy;
 
@@ -133,10 +140,16 @@ void pol_fill_is_full(uint64_t measured);
 void pol_fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t measured, uint64_t room);
 bool pol_advise_due(void);
 /* hybrid.c */
-void pol_hybrid_plan(const uint64_t *chunks, const uint32_t *reuse, size_t n);
+void pol_hybrid_plan(const profile_summary *profile);
 bool pol_hybrid_due(void);
 void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream);
 /* advise and hybrid read host data in place once they applied */
 bool pol_in_place(void);
+/* mover.c (its own lock, mv.lock, taken last and around no other) */
+bool pol_mover_active(void);
+void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l);
+void pol_mover_hand_over(transit_stream_schedule *s, uint32_t *ordinal);
+void pol_mover_wake(void);
+void pol_mover_after_fork(void);
 
 #endif

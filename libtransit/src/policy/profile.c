@@ -351,9 +351,8 @@ void transit_profile_window_end(bool complete)
     profile_summary summary = {0};
     char *body = names ? transit_profile_build(&in, hybrid ? &summary : NULL) : NULL;
     if (hybrid) /* its placement comes from the window it profiled */
-        pol_hybrid_plan(summary.chunks, summary.reuse, summary.n);
-    free(summary.chunks);
-    free(summary.reuse);
+        pol_hybrid_plan(&summary);
+    transit_profile_summary_free(&summary);
     jbuf h = {head, 0, sizeof head, 0};
     jb_printf(&h, "{\"schema\": \"transit.profile/1\", \"version\": \"%s\", \"complete\": %s, ", TRANSIT_VERSION,
               complete ? "true" : "false");

@@ -76,7 +76,8 @@ static void render_migrations(jbuf *b, const transit_recorder_snap *r)
               r->n.gpu_faults, r->n.thrashing, r->n.remote_map_bytes);
 }
 
-/* Hybrid's placement: what it moved, and the bytes it keeps and leaves by reuse class. */
+/* Hybrid's placement: what it moved, the bytes it keeps, leaves and streams by reuse class, and
+ * what its mover planned and did. */
 static void render_hybrid(jbuf *b, const transit_policy_snap *p)
 {
     static const char *const classes[TRANSIT_HYBRID_CLASSES] = {"1", "2", "3-4", "5-8", "9+"};
@@ -86,10 +87,17 @@ static void render_hybrid(jbuf *b, const transit_policy_snap *p)
               ", \"placed_device_bytes\": %" PRIu64 ", \"by_reuse\": {",
               n->hybrid_plans, n->hybrid_applied, yes(p->hybrid_due), n->placed_host_bytes, n->placed_device_bytes);
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++)
-        jb_printf(b, "\"%s\": {\"resident_bytes\": %" PRIu64 ", \"host_bytes\": %" PRIu64 "}, ", classes[k],
-                  n->hybrid_resident_by_reuse[k], n->hybrid_host_by_reuse[k]);
+        jb_printf(b,
+                  "\"%s\": {\"resident_bytes\": %" PRIu64 ", \"host_bytes\": %" PRIu64 ", \"streamed_bytes\": %" PRIu64
+                  "}, ",
+                  classes[k], n->hybrid_resident_by_reuse[k], n->hybrid_host_by_reuse[k], n->hybrid_streamed_by_reuse[k]);
     jb_trim_comma(b);
-    jb_printf(b, "}}, ");
+    jb_printf(b,
+              "}, \"mover\": {\"planned_streamed_bytes\": %" PRIu64 ", \"planned_staged_peak_bytes\": %" PRIu64
+              ", \"phases\": %" PRIu64 ", \"in_ranges\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_ranges\": %" PRIu64
+              ", \"out_bytes\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"late\": %" PRIu64 ", \"dropped\": %" PRIu64 "}}, ",
+              n->planned_streamed_bytes, n->planned_staged_peak, n->mover_phases, n->stream_in_ranges, n->stream_in_bytes,
+              n->stream_out_ranges, n->stream_out_bytes, n->mover_waits, n->mover_late, n->mover_dropped);
 }
 
 static void render_policies(jbuf *b, const transit_policy_snap *p, const transit_recorder_snap *r)

@@ -56,16 +56,23 @@ bool transit_act_own_stream(const transit_driver_api *drv, CUstream *stream)
     return false;
 }
 
-bool transit_act_enter_context(const transit_driver_api *drv, int dev)
+CUresult transit_act_use_primary_context(const transit_driver_api *drv, int dev)
 {
     CUcontext ctx;
     CUresult e = CUDA_ERROR_NOT_SUPPORTED;
+    if (drv->DevicePrimaryCtxRetain && drv->CtxSetCurrent && (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) == CUDA_SUCCESS)
+        e = drv->CtxSetCurrent(ctx);
+    return e;
+}
+
+bool transit_act_enter_context(const transit_driver_api *drv, int dev)
+{
+    CUresult e;
     if (acts.context_entered)
         return true;
     if (acts.context_gave_up)
         return false;
-    if (!drv->DevicePrimaryCtxRetain || !drv->CtxSetCurrent ||
-        (e = drv->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (e = drv->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+    if ((e = transit_act_use_primary_context(drv, dev)) != CUDA_SUCCESS) {
         transit_warn_once(&acts.context_gave_up, "policy: entering the primary context from the tick thread", drv, e);
         return false;
     }

@@ -33,6 +33,8 @@ CUresult transit_act_current_device(const transit_driver_api *drv, CUdevice *dev
 /* The calling thread (the tick thread) makes the application's primary context its own, once;
  * false, with one warning, if it cannot. */
 bool transit_act_enter_context(const transit_driver_api *drv, int dev);
+/* The same for another of TRANSIT's threads (hybrid's mover), which keeps its own once-flag. */
+CUresult transit_act_use_primary_context(const transit_driver_api *drv, int dev);
 /* One warning per flag for a failed driver call, naming `what` and the error. */
 void transit_warn_once(int *flag, const char *what, const transit_driver_api *drv, CUresult r);
 void transit_actions_after_fork(void);
