@@ -37,5 +37,5 @@ TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint6
 
 TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit)
 {
-    return TRANSIT_BOUND_TARGET(limit) - TRANSIT_HYBRID_STAGING(limit);
+    return TRANSIT_EVICT_TARGET(limit);
 }

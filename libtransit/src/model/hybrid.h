@@ -20,11 +20,10 @@
 /* resident[i] = 1 for the chunks (of reuse[0..n)) hybrid keeps on the device, most reused first
  * (equal reuse: lower index, i.e. address, first) up to `capacity` bytes. 0, or -1 out of memory. */
 TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
-/* The look-ahead mover's room (stream.h) for chunks in flight or staged: L/32, 850 MB at L = 27 GB. */
-#define TRANSIT_HYBRID_STAGING(limit) ((limit) / 32)
-/* The device bytes hybrid places in limit mode: BOUND_TARGET less the staging, so that placed +
- * staged stays L/32 under EVICT_TARGET, the bound's eviction mark, for what the profile does not
- * see (allocations after it, the allocator's growth): an eviction ends the mover (mover.c). */
+/* The device bytes hybrid places in limit mode: the launches' target, EVICT_TARGET. */
 TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit);
+/* With the look-ahead mover (stream.h), the room for chunks in flight or staged: the margin
+ * between that capacity and L (L/32, 850 MB at L = 27 GB), so placed + staged stays within L. */
+#define TRANSIT_HYBRID_STAGING(limit) ((limit) - transit_hybrid_capacity(limit))
 
 #endif
