@@ -152,7 +152,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"{name.replace('_', '-')} rate (default {gbps}, the H200's)")
     p.add_argument("--look-ahead", action="store_true", help="hybrid only: with the design of its look-ahead mover "
                    "(host chunks touched by several phases streamed in ahead of use and back behind the compute, "
-                   "not read in place; libtransit does not run it yet)")
+                   "not read in place), as libtransit runs it in limit mode")
     p.add_argument("--against", type=Path, metavar="STATS", help="a stats file of the recorded run: its measured "
                    "migrations per iteration beside the prediction")
     p.add_argument("--json", action="store_true", help="print JSON (schema transit.replay/1)")

@@ -349,6 +349,19 @@ def test_hybrids_placement_is_summed_by_reuse_class(tmp_path: Path) -> None:
             in " ".join(out.split()))
 
 
+def test_hybrids_streamed_bytes_are_shown_apart_from_those_read_in_place(tmp_path: Path) -> None:
+    """The stats count the mover's streamed chunks among the host bytes; the report splits them."""
+    def hybrid(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"]["policy"] = "hybrid"
+        stats["hybrid"] = {"plans": 1, "applied": 1, "by_reuse": {
+            "2": {"resident_bytes": 0, "host_bytes": 3 << 30, "streamed_bytes": 1 << 30},
+            "9+": {"resident_bytes": 5 << 30, "host_bytes": 0, "streamed_bytes": 0}}}
+
+    out = " ".join(_render(job(tmp_path, 1, hybrid)).split())
+    assert ("Hybrid placement: on the GPU 5.0 GiB (reuse 9+); on the host, read in place, 2.0 GiB (reuse 2); "
+            "streamed in and back each iteration by its mover, 1.0 GiB (reuse 2)") in out
+
+
 def test_small_migrations_threshold_is_strict(tmp_path: Path) -> None:
     def at_threshold(rank: int, stats: dict[str, Any]) -> None:
         small = int(SMALL_MIGRATION_SHARE * 1000)

@@ -391,25 +391,30 @@ def _iterations(report: Report) -> Text:
 
 def _hybrid_placement(report: Report) -> Text | None:
     """Where hybrid placed the data, summed over its ranks, by reuse class (the phases of an
-    iteration that touch a 2 MiB chunk): kept on the GPU, or left on the host and read in place."""
+    iteration that touch a 2 MiB chunk): kept on the GPU, or left on the host and read in place,
+    or streamed in and back by its mover (a part of the host bytes in the stats file)."""
     placed: dict[str, dict[str, int]] = {}
     for row in report.ranks:
         if row.policy != "hybrid":
             continue
         for reuse, where in row.hybrid_by_reuse.items():
-            into = placed.setdefault(reuse, {"resident_bytes": 0, "host_bytes": 0})
+            into = placed.setdefault(reuse, {"resident_bytes": 0, "host_bytes": 0, "streamed_bytes": 0})
             for key in into:
                 into[key] += where.get(key, 0)
     if not placed:
         return None
+    for where in placed.values():
+        where["host_bytes"] -= where["streamed_bytes"]
 
     def side(key: str) -> str:
         parts = [f"{format_bytes(where[key])} (reuse {reuse})" for reuse, where in placed.items() if where[key]]
         return ", ".join(parts) or "nothing"
 
+    streamed = (f"; streamed in and back each iteration by its mover, {side('streamed_bytes')}"
+                if any(where["streamed_bytes"] for where in placed.values()) else "")
     return Text.assemble(("Hybrid placement: ", "bold"), f"on the GPU {side('resident_bytes')}; on the host, "
-                         f"read in place, {side('host_bytes')}; reuse: the phases of an iteration that touch "
-                         "a 2 MiB chunk")
+                         f"read in place, {side('host_bytes')}{streamed}; reuse: the phases of an iteration that "
+                         "touch a 2 MiB chunk")
 
 
 def _notes(notes: list[Note]) -> list[Text]:

@@ -1,18 +1,19 @@
 /* lifecycle.c - libtransit's life in a process: what it does at load, at activation (the first
- * interposed CUDA call), at the first managed allocation (the recorder and the two threads), at
+ * interposed CUDA call), at the first managed allocation (the recorder and TRANSIT's threads), at
  * every fork (one list resets every module), at exit and on SIGTERM/SIGINT; and the wiring of the
  * recorder's events into the policies and the stats.
  *
  * libtransit is inert until the process calls an interposed CUDA entry point: the constructor
  * only adjusts PyTorch's allocator settings; activation (config, signal handlers, exit hook, the
- * two threads) happens on the first CUDA call, so bash or the torchrun agent see no effect at all;
+ * threads) happens on the first CUDA call, so bash or the torchrun agent see no effect at all;
  * the recorder starts at the first managed allocation (after activation, so CUPTI's own start-up
  * can never re-enter it).
  *
  * Threads: "transit-rec" runs the recorder's step (every CUPTI control call, iteration polling)
  * and the stats refresh; "transit-tick" runs the policies' tick (limit mode's evictions must
  * never wait behind a CUPTI call: on an H200 one stalled the recorder's thread for 2 s while the
- * bound rose by 8 GiB). */
+ * bound rose by 8 GiB); "transit-move", hybrid's look-ahead mover in limit mode (its step waits
+ * for posted phases itself). */
 #include "lifecycle.h"
 #include "actions.h"
 #include "alloc_table.h"
@@ -34,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define THREAD_TICK_MS 20 /* both threads: iteration polling, CUPTI control; policy ticks */
-#define EXIT_WAIT_MS 2000 /* at exit, how long to wait for both threads */
+#define THREAD_TICK_MS 20 /* the recorder's and the tick's: iteration polling, CUPTI control; policy ticks */
+#define EXIT_WAIT_MS 2000 /* at exit, how long to wait for the threads */
 
 static struct {
     pthread_mutex_t activate_lock;

@@ -11,7 +11,7 @@ static inline void transit_ensure_active(void)
     if (!__atomic_load_n(&transit_g.active, __ATOMIC_ACQUIRE))
         transit_activate();
 }
-/* At each managed allocation: the first one starts the recorder and both threads (after
+/* At each managed allocation: the first one starts the recorder and the threads (after
  * activation, so CUPTI's own start-up can never re-enter it). */
 void transit_lifecycle_first_managed(void);
 

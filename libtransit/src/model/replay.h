@@ -15,10 +15,10 @@
  *   hybrid   - as base until the profile is built (the window's drain ends: iteration warmup + 2
  *              begins placed); then the most reused chunks are on the device up to its capacity
  *              (transit_hybrid_place), the rest on the host, read in place; nothing migrates.
- *              With look_ahead, the design of hybrid's mover (stream.h; libtransit does not run
- *              it yet): the host chunks the stream plan picks cross PCIe in and back once per
- *              iteration, behind the compute, staged in the TRANSIT_HYBRID_STAGING margin under L,
- *              instead of being read in place.
+ *              With look_ahead, hybrid's mover (stream.h, as libtransit runs it in limit mode):
+ *              the host chunks the stream plan picks cross PCIe in and back once per iteration,
+ *              behind the compute, staged in the TRANSIT_HYBRID_STAGING margin under L, instead
+ *              of being read in place.
  * Each phase's step time is its compute time plus its transfers (the policies queue their
  * migrations on the kernels' stream, and zero-copy reads stall the kernels that make them).
  * The estimate is the truth here: no records lag, no bound or sweep is needed. */

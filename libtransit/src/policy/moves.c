@@ -1,6 +1,6 @@
 /* moves.c - TRANSIT's own migrations, each for a purpose that decides its direction and counters:
- * a prefetch's replay, advise's fill, limit mode's evictions and sweeps, hybrid's placement; and
- * the launches' room. */
+ * a prefetch's replay, advise's fill, limit mode's evictions and sweeps, hybrid's placement and
+ * its mover's streams; and the launches' room. */
 #include "alloc_table.h"
 #include "policy_int.h"
 
@@ -45,7 +45,7 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                 all_went = false;
                 transit_add(to_host ? &pol.n.evict_errors : &pol.n.prefetch_errors, 1);
                 transit_warn_once(to_host ? &warned_host : &warned_device,
-                          to_host ? "limit mode: cuMemPrefetchAsync to the host"
+                          to_host ? "limit mode or hybrid's mover: cuMemPrefetchAsync to the host"
                                   : "prefetch, advise's fill or hybrid: cuMemPrefetchAsync to the device",
                           drv, e);
                 if (why == PREFETCH_EVICT) /* still on the device: keep counting it */
