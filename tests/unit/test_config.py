@@ -138,6 +138,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_EXTERNAL_CORRELATION", "2", "true/false"),
      ("TRANSIT_CUPTI_DETACH", "later", "true/false"),
      ("TRANSIT_TICK_LOG", "often", "true/false"),
+     ("TRANSIT_HYBRID_MOVER", "sometimes", "true/false"),
      ("TRANSIT_PREFETCH_GAP", "lots", "from 4K to 1G")],
 )
 def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str,

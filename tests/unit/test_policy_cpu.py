@@ -49,6 +49,14 @@ def check_sections(doc: dict) -> None:
                 "cold_bytes", "sweeps", "sweep_bytes", "clock_rewinds"):
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
+    hybrid = doc["hybrid"]
+    assert list(hybrid["by_reuse"]) == ["1", "2", "3-4", "5-8", "9+"]
+    for where in hybrid["by_reuse"].values():
+        assert set(where) == {"resident_bytes", "host_bytes", "streamed_bytes"}
+        assert all(is_uint(v) for v in where.values()) and where["streamed_bytes"] <= where["host_bytes"]
+    assert set(hybrid["mover"]) == {"planned_streamed_bytes", "planned_staged_peak_bytes", "phases", "in_ranges",
+                                    "in_bytes", "out_ranges", "out_bytes", "waits", "late", "dropped"}
+    assert all(v == 0 for v in hybrid["mover"].values())  # nothing planned without a GPU
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
     for key in ("host_resident_measured_bytes", "device_bound_bytes", "device_bound_peak_bytes", "rss_drift_peak_bytes"):
         assert mem[key] is None or is_uint(mem[key]), key

@@ -51,6 +51,7 @@ static const transit_var vars[] = {
     {"TRANSIT_CUPTI_DETACH", VAR_BOOL, FIELD(cupti_detach), 0, 0, NULL},
     {"TRANSIT_TICK_LOG", VAR_BOOL, FIELD(tick_log), 0, 0, NULL},
     {"TRANSIT_PROFILE", VAR_BOOL, FIELD(profile), 0, 0, NULL},
+    {"TRANSIT_HYBRID_MOVER", VAR_BOOL, FIELD(hybrid_mover), 0, 0, NULL},
     {"TRANSIT_STATS_INTERVAL", VAR_UINT, FIELD(stats_interval_s), TRANSIT_MIN_STATS_INTERVAL_S,
      TRANSIT_MAX_STATS_INTERVAL_S, "at exit only"},
     /* transit launch/submit and the sbatch templates */
@@ -463,6 +464,7 @@ static int load(transit_config *cfg, lookup_fn lookup, void *ctx, char *err, siz
     cfg->prefetch_gap = TRANSIT_DEFAULT_PREFETCH_GAP;
     cfg->recorder = true;
     cfg->cupti_detach = true;
+    cfg->hybrid_mover = true;
     cfg->stats_interval_s = TRANSIT_DEFAULT_STATS_INTERVAL_S;
 
     for (size_t i = 0; i < NVARS; i++) {

@@ -29,6 +29,8 @@ typedef struct transit_config {
                                  * the stats file (needs TRANSIT_OUT) */
     bool profile;               /* TRANSIT_PROFILE: bool (default off): the warm-up profile beside the stats
                                  * file, rank<R>.<host>.<pid>.profile.json.gz (needs TRANSIT_OUT) */
+    bool hybrid_mover;          /* TRANSIT_HYBRID_MOVER: bool (default on): hybrid's look-ahead mover in
+                                 * limit mode; off: its host chunks are all read in place */
     unsigned stats_interval_s;  /* TRANSIT_STATS_INTERVAL: seconds between refreshes of a running process's
                                  * stats file, 0 (at exit only) or 5..86400 (default 60) */
 } transit_config;

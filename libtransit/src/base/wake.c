@@ -11,15 +11,20 @@ static struct {
     int ready; /* cond is initialised (with CLOCK_MONOTONIC) */
 } w = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+void transit_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 static void ready_locked(void)
 {
     if (w.ready)
         return;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cond, &ca);
-    pthread_condattr_destroy(&ca);
+    transit_cond_init_monotonic(&w.cond);
     w.ready = 1;
 }
 

@@ -151,18 +151,14 @@ static void start_thread(const char *name, const thread_spec *spec, const char *
 
 static void start_threads(void)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&life.thread_done, &ca);
-    pthread_condattr_destroy(&ca);
+    transit_cond_init_monotonic(&life.thread_done);
     transit_wait_reset();
     static const thread_spec recorder = {recorder_thread_step, THREAD_TICK_MS}, tick = {transit_policy_tick, THREAD_TICK_MS},
                              move = {transit_policy_move_step, 0};
     start_thread("transit-rec", &recorder, "no CUPTI flushes, no iteration polling, no stats refresh");
     start_thread("transit-tick", &tick, "no policy ticks (limit mode evicts only at launches)");
     /* hybrid's look-ahead mover (limit mode only: its staging is the margin under L) */
-    if (transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && transit_limit_mode())
+    if (transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && transit_limit_mode() && transit_g.cfg.hybrid_mover)
         start_thread("transit-move", &move, "no look-ahead mover (hybrid reads its host chunks in place)");
 }
 

@@ -91,7 +91,7 @@ void pol_hybrid_plan(const profile_summary *p)
                          : add_chunk(&host, &nhost, &caphost, p->chunks[i]);
         by_class[resident[i] ? 0 : 1][reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
     }
-    if (ok && n && transit_limit_mode() && p->nphases) {
+    if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases) {
         ordinal = malloc((p->nphases + 1) * sizeof *ordinal);
         if (!ordinal || !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
             if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))

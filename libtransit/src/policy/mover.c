@@ -9,6 +9,7 @@
  * mv.lock is held across the hook's two event calls, so that the mover never destroys an event in
  * use; the installed schedule changes only on the mover thread, which reads it without the lock. */
 #include "policy_int.h"
+#include "wake.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,11 +47,7 @@ static void wake_ready_locked(void)
 {
     if (mv.wake_ready)
         return;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&mv.wake, &ca);
-    pthread_condattr_destroy(&ca);
+    transit_cond_init_monotonic(&mv.wake);
     mv.wake_ready = 1;
 }
 
@@ -148,15 +145,19 @@ static void install(const transit_driver_api *drv)
     mv.next_ordinal = NULL;
     mv.next_due = 0;
     pthread_mutex_unlock(&mv.lock);
-    CUevent *launched = create_events(drv, s.nphases), *arrived = create_events(drv, s.nphases);
+    bool events = drv->EventCreate && drv->EventDestroy && drv->EventRecord && drv->StreamWaitEvent;
+    CUevent *launched = events ? create_events(drv, s.nphases) : NULL;
+    CUevent *arrived = events ? create_events(drv, s.nphases) : NULL;
     uint64_t *arrived_for = calloc(s.nphases + 1, sizeof *arrived_for);
     bool ok = launched && arrived && arrived_for && transit_act_own_stream(drv, &mv.htod) &&
               transit_act_own_stream(drv, &mv.dtoh);
     if (!ok) {
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("hybrid: no events or streams for its mover; host chunks are read in place");
-        destroy_events(drv, launched, s.nphases);
-        destroy_events(drv, arrived, s.nphases);
+        if (events) {
+            destroy_events(drv, launched, s.nphases);
+            destroy_events(drv, arrived, s.nphases);
+        }
         free(arrived_for);
         transit_stream_schedule_free(&s);
         free(ordinal);
