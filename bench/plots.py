@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collect import offloaded
 from common import GIB, parse_size
 
+from transit.figures import save_png
 from transit.report.load import read_tick_log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -92,7 +93,7 @@ def plot_compare(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     paths = [out_dir / f"{source.stem}-tflops.png"]
-    fig.savefig(paths[0], dpi=150)
+    save_png(fig, paths[0], dpi=150)
     plt.close(fig)
 
     sizes = {n: offloaded(runs[n]) for n in COMPARE_SYSTEMS if n in runs and not n.endswith("socket")}
@@ -103,7 +104,7 @@ def plot_compare(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     paths.append(out_dir / f"{source.stem}-offloaded.png")
-    fig.savefig(paths[1], dpi=150)
+    save_png(fig, paths[1], dpi=150)
     plt.close(fig)
     return paths
 
@@ -126,7 +127,7 @@ def plot_policies(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     paths = [out_dir / "policies-histogram.png"]
-    fig.savefig(paths[0], dpi=150)
+    save_png(fig, paths[0], dpi=150)
     plt.close(fig)
 
     fig, (faults_ax, bytes_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -145,7 +146,7 @@ def plot_policies(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     paths.append(out_dir / "policies-faults-pcie.png")
-    fig.savefig(paths[1], dpi=150)
+    save_png(fig, paths[1], dpi=150)
     plt.close(fig)
     return paths + plot_policies_memory(doc, source, out_dir)
 
@@ -184,7 +185,7 @@ def plot_policies_memory(doc: dict, source: Path, out_dir: Path) -> list[Path]:
     provenance_note(fig, doc, source)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path = out_dir / "policies-memory.png"
-    fig.savefig(path, dpi=150)
+    save_png(fig, path, dpi=150)
     plt.close(fig)
     return [path]
 
@@ -230,7 +231,7 @@ def plot_warmup_of(system: str, docs: dict[Path, dict], out_dir: Path) -> Path:
     fig.text(0.01, 0.01, f"{', '.join(plotted)} - {device}", fontsize=7, color="gray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path = out_dir / f"warmup-{policy}.png"
-    fig.savefig(path, dpi=150)
+    save_png(fig, path, dpi=150)
     plt.close(fig)
     return path
 
@@ -249,7 +250,7 @@ def plot_ticks(paths: list[Path], limit: int, out_dir: Path) -> list[Path]:
     axes[-1, 0].set_xlabel("seconds since libtransit started")
     fig.tight_layout()
     path = out_dir / "ticks.png"
-    fig.savefig(path, dpi=150)
+    save_png(fig, path, dpi=150)
     plt.close(fig)
     return [path]
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from transit.errors import UsageError
+from transit.figures import save_png
 
 SCHEMA = "transit.bench-link/1"
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -745,7 +746,7 @@ def plot(doc: dict, path: Path) -> None:
                  f"(median of {(doc.get('settings') or {}).get('repeats', '?')}, commit "
                  f"{str(doc.get('git_commit'))[:9]}){note}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.86, 1))
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 from transit import bounds
 from transit.errors import UsageError
+from transit.figures import save_png
 from transit.models import PRESETS, ModelSpec, from_hf_config, preset
 
 GIB = 1024**3
@@ -681,7 +682,7 @@ def plot(result: dict, path: str) -> None:
     eff.set_ylabel("estimated efficiency (%)", color="tab:red")
     eff.set_ylim(0, 105)
     fig.legend(loc="outside lower center", ncols=4, fontsize="small")
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from transit.figures import save_png
 from transit.report.aggregate import HISTOGRAM_BUCKETS, RankRow, Report
 from transit.report.units import format_count_short
 
@@ -35,7 +36,7 @@ def _name(report: Report) -> str:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     _pyplot().close(fig)
     return path
 

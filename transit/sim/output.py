@@ -15,6 +15,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from transit.figures import save_png
 from transit.sim import metrics
 
 PLOTTED = ("cross_rack_bytes", "contention", "queue_mean_all", "queue_mean_eligible", "throughput_eligible",
@@ -250,7 +251,7 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
                 "relative change not meaningful. Lower is better except throughput. Jobs dropped: larger than "
                 "that replay's cluster.", fontsize=7)
     figure.tight_layout(rect=(0, 0.03, 1, 1))
-    figure.savefig(path, dpi=120)
+    save_png(figure, path, dpi=120)
     plt.close(figure)
 
 
