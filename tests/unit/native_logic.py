@@ -101,11 +101,11 @@ int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uin
 typedef struct transit_stream_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;
     uint64_t nchunks; const uint64_t *chunk_addr; const uint8_t *resident;
-    uint64_t staging_bytes; double htod_bps, dtoh_bps;
+    uint64_t staging_bytes; double htod_bps, dtoh_bps; const uint32_t *first_ordinal;
 } transit_stream_input;
 int transit_stream_plan(const transit_stream_input *in, uint32_t *issue, uint32_t *back, uint64_t *peak_staged_bytes);
 typedef struct transit_stream_schedule {
-    uint32_t nphases; uint64_t *in_offsets, *back_offsets; transit_range *in, *back; uint32_t *wait;
+    uint32_t nphases; uint32_t *ordinal; uint64_t *in_offsets, *back_offsets; transit_range *in, *back; uint32_t *wait;
     uint64_t streamed_bytes;
 } transit_stream_schedule;
 int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue, const uint32_t *back,

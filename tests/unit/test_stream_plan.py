@@ -31,11 +31,12 @@ def plan(native, phases: list[list[int]], *, resident: set[int] = frozenset(), s
         offsets.append(len(touch))
     keep = [ffi.new("uint64_t[]", offsets), ffi.new("transit_range[]", touch or 1),
             ffi.new("uint64_t[]", [MS] * len(phases)), ffi.new("uint64_t[]", [BASE + c * CHUNK for c in chunks]),
-            ffi.new("uint8_t[]", [int(c in resident) for c in chunks])]
+            ffi.new("uint8_t[]", [int(c in resident) for c in chunks]),
+            ffi.new("uint32_t[]", [10 * q for q in range(len(phases))])]  # ten launches a phase
     inp = ffi.new("transit_stream_input *", {
         "nphases": len(phases), "touch_offsets": keep[0], "touch": keep[1], "compute_ns": keep[2],
         "nchunks": len(chunks), "chunk_addr": keep[3], "resident": keep[4], "staging_bytes": slots * CHUNK,
-        "htod_bps": CHUNK / (in_ms * 1e-3), "dtoh_bps": CHUNK / (out_ms * 1e-3)})
+        "htod_bps": CHUNK / (in_ms * 1e-3), "dtoh_bps": CHUNK / (out_ms * 1e-3), "first_ordinal": keep[5]})
     issue, back = ffi.new("uint32_t[]", len(chunks)), ffi.new("uint32_t[]", len(chunks))
     peak = ffi.new("uint64_t *")
     assert lib.transit_stream_plan(inp, issue, back, peak) == 0

@@ -118,7 +118,8 @@ static int plan_streams(replay *r, const uint8_t *resident)
 {
     const transit_replay_input *in = r->in;
     transit_stream_input s = {in->nphases, in->touch_offsets, in->touch, in->compute_ns, in->nchunks, in->chunk_addr,
-                              resident, TRANSIT_HYBRID_STAGING(r->p->limit), r->p->prefetch_htod_bps, r->p->dtoh_bps};
+                              resident, TRANSIT_HYBRID_STAGING(r->p->limit), r->p->prefetch_htod_bps, r->p->dtoh_bps,
+                              in->first_launch};
     uint32_t *issue = malloc((in->nchunks + 1) * sizeof *issue), *back = malloc((in->nchunks + 1) * sizeof *back);
     r->staged_touch = calloc(in->nphases + 1, sizeof *r->staged_touch);
     int rc = -1;

@@ -224,15 +224,18 @@ TRANSIT_INTERNAL int transit_stream_schedule_make(const transit_stream_input *in
     uint32_t *back_at = malloc((in->nchunks + 1) * sizeof *back_at);
     uint64_t *last = malloc((in->nphases + 1) * sizeof *last);
     *out = (transit_stream_schedule){.nphases = in->nphases,
+                                     .ordinal = malloc((in->nphases + 1) * sizeof *out->ordinal),
                                      .in_offsets = malloc((in->nphases + 1) * sizeof *out->in_offsets),
                                      .back_offsets = malloc((in->nphases + 1) * sizeof *out->back_offsets),
                                      .wait = malloc((in->nphases + 1) * sizeof *out->wait)};
     int rc = -1;
-    if (!p.uses || !back_at || !last || !out->in_offsets || !out->back_offsets || !out->wait)
+    if (!p.uses || !back_at || !last || !out->ordinal || !out->in_offsets || !out->back_offsets || !out->wait)
         goto out;
     count_uses(&p);
-    for (uint32_t q = 0; q < in->nphases; q++)
+    for (uint32_t q = 0; q < in->nphases; q++) {
+        out->ordinal[q] = in->first_ordinal[q];
         out->wait[q] = TRANSIT_STREAM_NONE;
+    }
     for (uint64_t i = 0; i < in->nchunks; i++) {
         back_at[i] = back_phase(in, issue, back, i);
         if (issue[i] == TRANSIT_STREAM_NONE)
@@ -254,6 +257,7 @@ out:
 
 TRANSIT_INTERNAL void transit_stream_schedule_free(transit_stream_schedule *s)
 {
+    free(s->ordinal);
     free(s->in_offsets);
     free(s->back_offsets);
     free(s->in);

@@ -34,6 +34,7 @@ typedef struct transit_stream_input {
     const uint8_t *resident;    /* the placement: 1 on the device, 0 on the host */
     uint64_t staging_bytes;     /* device room for chunks in flight or staged */
     double htod_bps, dtoh_bps;
+    const uint32_t *first_ordinal; /* each phase's first launch ordinal: the schedule's key (the plan needs none) */
 } transit_stream_input;
 
 /* The index of the chunk at addr in chunk_addr[0..n) (ascending), or n when it is not there. */
@@ -52,14 +53,15 @@ TRANSIT_INTERNAL int transit_stream_plan(const transit_stream_input *in, uint32_
  * chunks it is the first to use. */
 typedef struct transit_stream_schedule {
     uint32_t nphases;
+    uint32_t *ordinal;                   /* each phase's first launch ordinal, ascending */
     uint64_t *in_offsets, *back_offsets; /* nphases + 1 offsets into in and back */
     transit_range *in, *back;            /* each phase's, coalesced, by address */
     uint32_t *wait;                      /* per phase; TRANSIT_STREAM_NONE: it waits for none */
     uint64_t streamed_bytes;             /* each way, per iteration */
 } transit_stream_schedule;
 
-/* Fills *out from the plan issue/back (transit_stream_plan over the same input). 0, or -1 out of
- * memory (*out then empty). */
+/* Fills *out from the plan issue/back (transit_stream_plan over the same input, with
+ * first_ordinal). 0, or -1 out of memory (*out then empty). */
 TRANSIT_INTERNAL int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue,
                                                   const uint32_t *back, transit_stream_schedule *out);
 TRANSIT_INTERNAL void transit_stream_schedule_free(transit_stream_schedule *s);

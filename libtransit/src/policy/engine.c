@@ -342,7 +342,6 @@ void transit_policy_after_fork(void)
     free(pol.hybrid_host);
     free(pol.hybrid_device);
     transit_stream_schedule_free(&pol.hybrid_schedule);
-    free(pol.hybrid_ordinal);
     pol_mover_after_fork();
     memset(&pol, 0, sizeof pol);
     pthread_mutex_init(&pol.hybrid_lock, NULL);

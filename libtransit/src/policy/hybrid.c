@@ -63,7 +63,8 @@ static bool plan_mover(const profile_summary *p, const uint8_t *resident, transi
                                .compute_ns = p->phase_kernel_ns, .nchunks = p->n, .chunk_addr = addr,
                                .resident = resident,
                                .staging_bytes = TRANSIT_HYBRID_STAGING(transit_g.cfg.mem_limit),
-                               .htod_bps = TRANSIT_STREAM_HTOD_BPS, .dtoh_bps = TRANSIT_STREAM_DTOH_BPS};
+                               .htod_bps = TRANSIT_STREAM_HTOD_BPS, .dtoh_bps = TRANSIT_STREAM_DTOH_BPS,
+                               .first_ordinal = p->phase_ordinal};
     ok = ok && transit_stream_plan(&in, issue, back, staged_peak) == 0 &&
          transit_stream_schedule_make(&in, issue, back, out) == 0;
     for (size_t i = 0; ok && i < p->n; i++)
@@ -84,25 +85,18 @@ void pol_hybrid_plan(const profile_summary *p)
     size_t nhost = 0, ndevice = 0, caphost = 0, capdevice = 0;
     uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
     transit_stream_schedule schedule = {0};
-    uint32_t *ordinal = NULL;
     bool ok = resident && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
     for (size_t i = 0; ok && i < n; i++) {
         ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, p->chunks[i])
                          : add_chunk(&host, &nhost, &caphost, p->chunks[i]);
         by_class[resident[i] ? 0 : 1][reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
     }
-    if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases) {
-        ordinal = malloc((p->nphases + 1) * sizeof *ordinal);
-        if (!ordinal || !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
-            if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
-                transit_warn("hybrid: out of memory for its mover's plan; host chunks are read in place");
-            transit_stream_schedule_free(&schedule);
-            memset(by_class[2], 0, sizeof by_class[2]);
-            free(ordinal);
-            ordinal = NULL;
-        } else {
-            memcpy(ordinal, p->phase_ordinal, p->nphases * sizeof *ordinal);
-        }
+    if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases &&
+        !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
+        if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
+            transit_warn("hybrid: out of memory for its mover's plan; host chunks are read in place");
+        transit_stream_schedule_free(&schedule);
+        memset(by_class[2], 0, sizeof by_class[2]);
     }
     free(resident);
     if (!ok || !n) {
@@ -117,13 +111,11 @@ void pol_hybrid_plan(const profile_summary *p)
     free(pol.hybrid_host);
     free(pol.hybrid_device);
     transit_stream_schedule_free(&pol.hybrid_schedule);
-    free(pol.hybrid_ordinal);
     pol.hybrid_host = host;
     pol.hybrid_device = device;
     pol.hybrid_nhost = nhost;
     pol.hybrid_ndevice = ndevice;
     pol.hybrid_schedule = schedule;
-    pol.hybrid_ordinal = ordinal;
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
         __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
         __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
@@ -171,11 +163,9 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
      * full fill does (only a smaps reading over L evicts; the first eviction ends the hold). */
     pthread_mutex_lock(&pol.hybrid_lock);
     transit_stream_schedule schedule = pol.hybrid_schedule;
-    uint32_t *ordinal = pol.hybrid_ordinal;
     pol.hybrid_schedule = (transit_stream_schedule){0};
-    pol.hybrid_ordinal = NULL;
     pthread_mutex_unlock(&pol.hybrid_lock);
     if (schedule.streamed_bytes && e == CUDA_SUCCESS)
         __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
-    pol_mover_hand_over(&schedule, ordinal);
+    pol_mover_hand_over(&schedule);
 }

@@ -68,7 +68,7 @@ void transit_policy_launch(const transit_launch *l)
         (c->policy == TRANSIT_POLICY_PREFETCH || pol_plans_at_launches()) && pol_has_ranges(l->ordinal);
     bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
                      transit_decide_advise_at_launch(l->iteration, c->warmup_iters, l->ordinal, prev);
-    bool do_move = c->policy == TRANSIT_POLICY_HYBRID && pol_mover_active();
+    bool do_move = c->policy == TRANSIT_POLICY_HYBRID && pol_mover_starts_phase(l->ordinal);
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;

@@ -28,12 +28,10 @@ typedef struct mover {
     pthread_cond_t wake;
     int wake_ready;
     transit_stream_schedule s; /* installed */
-    uint32_t *ordinal;         /* each phase's first launch, ascending */
     CUevent *launched, *arrived;
     uint64_t *arrived_for; /* per phase: the iteration + 1 whose arrivals arrived[] follows; 0 none */
     int active;
     transit_stream_schedule next; /* handed over, not installed yet */
-    uint32_t *next_ordinal;
     int next_due;
     posted queue[MOVER_QUEUE];
     uint32_t head, tail;
@@ -62,17 +60,29 @@ static uint32_t phase_at(uint32_t ordinal)
     uint32_t lo = 0, hi = mv.s.nphases;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (mv.ordinal[mid] < ordinal)
+        if (mv.s.ordinal[mid] < ordinal)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < mv.s.nphases && mv.ordinal[lo] == ordinal ? lo : TRANSIT_STREAM_NONE;
+    return lo < mv.s.nphases && mv.s.ordinal[lo] == ordinal ? lo : TRANSIT_STREAM_NONE;
 }
 
 static bool has(const uint64_t *offsets, uint32_t q)
 {
     return offsets[q + 1] > offsets[q];
+}
+
+/* Whether the launch with this ordinal starts a phase of the installed schedule: most launches do
+ * not, and need no driver call (not even the capture check). */
+bool pol_mover_starts_phase(uint32_t ordinal)
+{
+    if (!__atomic_load_n(&mv.active, __ATOMIC_ACQUIRE))
+        return false;
+    pthread_mutex_lock(&mv.lock);
+    bool starts = mv.active && phase_at(ordinal) != TRANSIT_STREAM_NONE;
+    pthread_mutex_unlock(&mv.lock);
+    return starts;
 }
 
 void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l)
@@ -83,9 +93,9 @@ void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l)
         bool backs = has(mv.s.back_offsets, q), ins = has(mv.s.in_offsets, q);
         uint32_t w = mv.s.wait[q];
         if (backs)
-            drv->EventRecord(mv.launched[q], l->stream);
+            transit_act_record(drv, mv.launched[q], l->stream);
         if (w != TRANSIT_STREAM_NONE && mv.arrived_for[w] == l->iteration + 1) {
-            drv->StreamWaitEvent(l->stream, mv.arrived[w], 0);
+            transit_act_wait_event(drv, l->stream, mv.arrived[w]);
             transit_add(&pol.n.mover_waits, 1);
         } else if (w != TRANSIT_STREAM_NONE) {
             transit_add(&pol.n.mover_late, 1);
@@ -101,13 +111,11 @@ void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l)
     pthread_mutex_unlock(&mv.lock);
 }
 
-void pol_mover_hand_over(transit_stream_schedule *s, uint32_t *ordinal)
+void pol_mover_hand_over(transit_stream_schedule *s)
 {
     pthread_mutex_lock(&mv.lock);
     transit_stream_schedule_free(&mv.next);
-    free(mv.next_ordinal);
     mv.next = *s;
-    mv.next_ordinal = ordinal;
     mv.next_due = 1;
     wake_ready_locked();
     pthread_cond_signal(&mv.wake);
@@ -118,8 +126,7 @@ void pol_mover_hand_over(transit_stream_schedule *s, uint32_t *ordinal)
 static void destroy_events(const transit_driver_api *drv, CUevent *ev, uint32_t n)
 {
     for (uint32_t q = 0; ev && q < n; q++)
-        if (ev[q])
-            drv->EventDestroy(ev[q]);
+        transit_act_event_destroy(drv, ev[q]);
     free(ev);
 }
 
@@ -127,7 +134,7 @@ static CUevent *create_events(const transit_driver_api *drv, uint32_t n)
 {
     CUevent *ev = calloc(n + 1, sizeof *ev);
     for (uint32_t q = 0; ev && q < n; q++)
-        if (drv->EventCreate(&ev[q], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        if (transit_act_event_create(drv, &ev[q]) != CUDA_SUCCESS) {
             destroy_events(drv, ev, q);
             return NULL;
         }
@@ -140,12 +147,10 @@ static void install(const transit_driver_api *drv)
     static int warned;
     pthread_mutex_lock(&mv.lock);
     transit_stream_schedule s = mv.next;
-    uint32_t *ordinal = mv.next_ordinal;
     mv.next = (transit_stream_schedule){0};
-    mv.next_ordinal = NULL;
     mv.next_due = 0;
     pthread_mutex_unlock(&mv.lock);
-    bool events = drv->EventCreate && drv->EventDestroy && drv->EventRecord && drv->StreamWaitEvent;
+    bool events = transit_act_has_events(drv);
     CUevent *launched = events ? create_events(drv, s.nphases) : NULL;
     CUevent *arrived = events ? create_events(drv, s.nphases) : NULL;
     uint64_t *arrived_for = calloc(s.nphases + 1, sizeof *arrived_for);
@@ -154,29 +159,24 @@ static void install(const transit_driver_api *drv)
     if (!ok) {
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("hybrid: no events or streams for its mover; host chunks are read in place");
-        if (events) {
-            destroy_events(drv, launched, s.nphases);
-            destroy_events(drv, arrived, s.nphases);
-        }
+        destroy_events(drv, launched, s.nphases);
+        destroy_events(drv, arrived, s.nphases);
         free(arrived_for);
         transit_stream_schedule_free(&s);
-        free(ordinal);
         return;
     }
     pthread_mutex_lock(&mv.lock);
     transit_stream_schedule old = mv.s;
     CUevent *old_launched = mv.launched, *old_arrived = mv.arrived;
-    free(mv.ordinal);
     free(mv.arrived_for);
     mv.s = s;
-    mv.ordinal = ordinal;
     mv.launched = launched;
     mv.arrived = arrived;
     mv.arrived_for = arrived_for;
     mv.head = mv.tail = 0; /* phases posted for the old schedule */
     __atomic_store_n(&mv.active, s.nphases && s.streamed_bytes, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mv.lock);
-    destroy_events(drv, old_launched, old.nphases); /* the driver keeps a pending event until it completes */
+    destroy_events(drv, old_launched, old.nphases);
     destroy_events(drv, old_arrived, old.nphases);
     transit_stream_schedule_free(&old);
 }
@@ -187,14 +187,14 @@ static void issue(const transit_driver_api *drv, CUdevice dev, posted p)
     const transit_stream_schedule *s = &mv.s;
     uint32_t q = p.phase;
     if (has(s->back_offsets, q)) {
-        drv->StreamWaitEvent(mv.dtoh, mv.launched[q], 0);
+        transit_act_wait_event(drv, mv.dtoh, mv.launched[q]);
         for (uint64_t r = s->back_offsets[q]; r < s->back_offsets[q + 1]; r++)
             pol_prefetch_range(drv, s->back[r], dev, PREFETCH_STREAM_OUT, mv.dtoh);
     }
     if (has(s->in_offsets, q)) {
         for (uint64_t r = s->in_offsets[q]; r < s->in_offsets[q + 1]; r++)
             pol_prefetch_range(drv, s->in[r], dev, PREFETCH_STREAM_IN, mv.htod);
-        drv->EventRecord(mv.arrived[q], mv.htod);
+        transit_act_record(drv, mv.arrived[q], mv.htod);
         pthread_mutex_lock(&mv.lock);
         mv.arrived_for[q] = p.iteration + 1;
         pthread_mutex_unlock(&mv.lock);
@@ -262,8 +262,6 @@ void pol_mover_after_fork(void)
 {
     transit_stream_schedule_free(&mv.s);
     transit_stream_schedule_free(&mv.next);
-    free(mv.ordinal);
-    free(mv.next_ordinal);
     free(mv.launched);
     free(mv.arrived);
     free(mv.arrived_for);

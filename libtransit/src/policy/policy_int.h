@@ -92,13 +92,12 @@ typedef struct policy {
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
 
     /* Hybrid's placement (hybrid_lock): the chunks it puts on the host and on the device, as
-     * coalesced ranges, and its mover's schedule with each phase's first launch ordinal, planned
-     * at a profile's end and applied by the tick when due. */
+     * coalesced ranges, and its mover's schedule, planned at a profile's end and applied by the
+     * tick when due. */
     pthread_mutex_t hybrid_lock;
     transit_range *hybrid_host, *hybrid_device;
     size_t hybrid_nhost, hybrid_ndevice;
     transit_stream_schedule hybrid_schedule;
-    uint32_t *hybrid_ordinal;
     int hybrid_due;
 } policy;
 
@@ -147,8 +146,9 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
 bool pol_in_place(void);
 /* mover.c (its own lock, mv.lock, taken last and around no other) */
 bool pol_mover_active(void);
+bool pol_mover_starts_phase(uint32_t ordinal);
 void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l);
-void pol_mover_hand_over(transit_stream_schedule *s, uint32_t *ordinal);
+void pol_mover_hand_over(transit_stream_schedule *s);
 void pol_mover_wake(void);
 void pol_mover_after_fork(void);
 

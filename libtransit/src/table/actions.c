@@ -119,6 +119,32 @@ CUresult transit_act_stream_wait(const transit_driver_api *drv, CUstream stream)
     return drv->StreamSynchronize ? drv->StreamSynchronize(stream) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+bool transit_act_has_events(const transit_driver_api *drv)
+{
+    return drv->EventCreate && drv->EventDestroy && drv->EventRecord && drv->StreamWaitEvent;
+}
+
+CUresult transit_act_event_create(const transit_driver_api *drv, CUevent *event)
+{
+    return drv->EventCreate(event, CU_EVENT_DISABLE_TIMING);
+}
+
+void transit_act_event_destroy(const transit_driver_api *drv, CUevent event)
+{
+    if (event) /* the driver keeps a pending event until it completes */
+        drv->EventDestroy(event);
+}
+
+CUresult transit_act_record(const transit_driver_api *drv, CUevent event, CUstream stream)
+{
+    return drv->EventRecord(event, stream);
+}
+
+CUresult transit_act_wait_event(const transit_driver_api *drv, CUstream stream, CUevent event)
+{
+    return drv->StreamWaitEvent(stream, event, 0);
+}
+
 CUresult transit_act_current_device(const transit_driver_api *drv, CUdevice *dev)
 {
     return drv->CtxGetDevice(dev);

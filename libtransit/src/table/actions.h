@@ -29,6 +29,13 @@ bool transit_act_own_stream(const transit_driver_api *drv, CUstream *stream);
 bool transit_act_stream_idle(const transit_driver_api *drv, CUstream stream);
 CUresult transit_act_stream_query(const transit_driver_api *drv, CUstream stream);
 CUresult transit_act_stream_wait(const transit_driver_api *drv, CUstream stream);
+/* Events, for ordering TRANSIT's streams and the application's without waiting on the host
+ * (hybrid's mover); has_events: the driver gave all four calls. */
+bool transit_act_has_events(const transit_driver_api *drv);
+CUresult transit_act_event_create(const transit_driver_api *drv, CUevent *event);
+void transit_act_event_destroy(const transit_driver_api *drv, CUevent event);
+CUresult transit_act_record(const transit_driver_api *drv, CUevent event, CUstream stream);
+CUresult transit_act_wait_event(const transit_driver_api *drv, CUstream stream, CUevent event);
 CUresult transit_act_current_device(const transit_driver_api *drv, CUdevice *dev);
 /* The calling thread (the tick thread) makes the application's primary context its own, once;
  * false, with one warning, if it cannot. */
