@@ -30,6 +30,8 @@
 #define MAX_REFINEMENTS 16        /* limit mode: one-iteration windows that add to the profile */
 #define CORR_MISS_TOLERANCE 64    /* kernel records no launch callback placed before external ids go on
                                    * (a few race the enabling of kernel activity) */
+#define WINDOW_RECORDS_WAIT_MS 30000 /* a window's end waits this long at most for its kernel records... */
+#define WINDOW_RECORDS_MISSING_OK 16  /* ...and not for these few (launches that race the kind going off) */
 #define NAME_CACHE_SLOTS 4096     /* kernel-name hashes by function and name pointer */
 /* TRANSIT's external correlation ids are (iteration << 32) | ordinal. CUSTOM2, because
  * PyTorch's profiler (Kineto) pushes its own ids as CUSTOM0 and CUSTOM1. */
@@ -102,7 +104,8 @@ typedef struct recorder {
     int buffer_busy[BUFFER_COUNT];
     pthread_mutex_t pool_lock;
     pthread_mutex_t records_lock;
-    uint64_t last_flush; /* recorder thread only */
+    uint64_t last_flush;        /* recorder thread only */
+    uint64_t finalize_wait_ns;  /* recorder thread only: since when the window's end waits */
 } recorder;
 
 extern recorder rec;

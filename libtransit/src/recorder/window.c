@@ -153,6 +153,25 @@ static void retake_untimed_profile(void)
                                    "profile places migrations by kernel times, which the last window did not take");
 }
 
+/* Whether the draining window's kernel records are in. The GPU can run seconds behind the
+ * launches, and the forced flush at the window's end returns a record not yet complete without
+ * its times (CUPTI's documentation of cuptiActivityFlushAll), so the end waits for them: every
+ * launch while kernel activity was on gives one record. At most WINDOW_RECORDS_WAIT_MS. */
+static bool window_records_in(uint64_t t)
+{
+    uint64_t launched = transit_get(&rec.n.launches_profiling), recorded = transit_get(&rec.n.kernel_records);
+    if (!rec.finalize_wait_ns)
+        rec.finalize_wait_ns = t;
+    bool late = t - rec.finalize_wait_ns >= WINDOW_RECORDS_WAIT_MS * 1000000ull;
+    if (recorded + WINDOW_RECORDS_MISSING_OK < launched && !late)
+        return false;
+    if (recorded + WINDOW_RECORDS_MISSING_OK < launched)
+        transit_warn("recorder: %" PRIu64 " kernel records of the profiling window did not come in %d ms; the "
+                     "profile goes without their kernel times", launched - recorded, WINDOW_RECORDS_WAIT_MS);
+    rec.finalize_wait_ns = 0;
+    return true;
+}
+
 void transit_recorder_step(void)
 {
     rec_iteration_check();
@@ -161,10 +180,14 @@ void transit_recorder_step(void)
     check_callback_misses();
     rec_apply_activity();
     rec_steer_launch_callbacks();
-    int due = __atomic_exchange_n(&rec.finalize_due, 0, __ATOMIC_ACQ_REL);
     uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
     uint64_t t = transit_monotonic_ns();
-    if (due || ((rec.have_profiling || rec.have_um) && t - rec.last_flush >= period_ns)) {
+    bool finalizing = __atomic_load_n(&rec.finalize_due, __ATOMIC_ACQUIRE);
+    if (!finalizing) /* none due, or a re-profile opened a new window meanwhile */
+        rec.finalize_wait_ns = 0;
+    bool waiting = finalizing && !window_records_in(t);
+    int due = !waiting && __atomic_exchange_n(&rec.finalize_due, 0, __ATOMIC_ACQ_REL);
+    if (due || ((waiting || rec.have_profiling || rec.have_um) && t - rec.last_flush >= period_ns)) {
         /* A window whose consumer wants every record: the buffer still filling holds some. */
         rec_flush(due && rec_wants(TRANSIT_DEMAND_EVERY_RECORD) ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
         rec.last_flush = t;
