@@ -98,6 +98,8 @@ typedef struct profile_summary {
 char *transit_profile_build(const profile_input *in, profile_summary *summary);
 void transit_profile_summary_free(profile_summary *summary);
 int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
+size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident, size_t *out,
+                             size_t out_cap);
 typedef struct transit_stream_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;
     uint64_t nchunks; const uint64_t *chunk_addr; const uint8_t *resident;
@@ -117,7 +119,7 @@ void free(void *p);
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
           "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place",
-          "transit_stream_plan", "transit_stream_schedule_make")
+          "transit_hybrid_demote", "transit_stream_plan", "transit_stream_schedule_make")
 
 
 def _built_library(ffi: cffi.FFI):

@@ -1,5 +1,5 @@
-"""Hybrid's placement: the most reused chunks stay on the device up to its capacity
-(libtransit/src/model/hybrid.c)."""
+"""Hybrid's placement: the most reused chunks stay on the device up to its capacity; a reading
+over L sends the least reused placed chunks to the host (libtransit/src/model/hybrid.c)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,34 @@ def test_matches_a_sort_on_random_profiles(native) -> None:
         fits = rng.randrange(0, len(reuse) + 2)
         kept = sorted(range(len(reuse)), key=lambda i: (-reuse[i], i))[:fits]
         assert place(native, reuse, fits * CHUNK) == [int(i in kept) for i in range(len(reuse))]
+
+
+def demote(native, reuse: list[int], resident: list[int], excess: int) -> tuple[list[int], list[int]]:
+    """(resident after, demoted indices in the order picked)."""
+    ffi, lib = native
+    kept = ffi.new("uint8_t[]", resident or [0])
+    out = ffi.new("size_t[]", max(len(reuse), 1))
+    m = lib.transit_hybrid_demote(ffi.new("uint32_t[]", reuse or [0]), len(reuse), excess, kept, out, len(reuse))
+    return list(kept)[:len(reuse)], list(out)[:m]
+
+
+def test_demotion_takes_the_least_reused_placed_chunks_first(native) -> None:
+    # Placed: parameters (9) at 1, 4; gradients (8) at 2, 5; a moment (2) at 6. Host: 0, 3.
+    reuse = [1, 9, 8, 1, 8, 8, 2]
+    resident = [0, 1, 1, 0, 1, 1, 1]
+    # 1.5 chunks over: the moment, then the highest-addressed gradient; never a host chunk.
+    assert demote(native, reuse, resident, 3 * CHUNK // 2) == ([0, 1, 1, 0, 1, 0, 0], [6, 5])
+    assert demote(native, reuse, resident, 0) == (resident, [])
+    # More than is placed: every placed chunk, least reused first.
+    assert demote(native, reuse, resident, 100 * CHUNK) == ([0] * 7, [6, 5, 4, 2, 1])
+
+
+def test_demotion_undoes_the_placement_in_reverse(native) -> None:
+    """Placing k chunks and demoting d of them leaves the placement of k - d chunks."""
+    rng = random.Random(11)
+    for _ in range(50):
+        reuse = [rng.randrange(1, 12) for _ in range(rng.randrange(1, 200))]
+        k = rng.randrange(0, len(reuse) + 1)
+        d = rng.randrange(0, k + 1)
+        after, picked = demote(native, reuse, place(native, reuse, k * CHUNK), d * CHUNK)
+        assert after == place(native, reuse, (k - d) * CHUNK) and len(picked) == d

@@ -62,3 +62,8 @@ TRANSIT_INTERNAL uint64_t transit_decide_fill_over(uint64_t measured, uint64_t l
 {
     return measured != UINT64_MAX && measured > limit ? measured - TRANSIT_FILL_TARGET(limit) : 0;
 }
+
+TRANSIT_INTERNAL uint64_t transit_decide_demote_bytes(uint64_t measured, uint64_t limit)
+{
+    return measured != UINT64_MAX && measured > limit ? measured - TRANSIT_BOUND_TARGET(limit) : 0;
+}

@@ -35,6 +35,29 @@ TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint6
     return 0;
 }
 
+TRANSIT_INTERNAL size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident,
+                                              size_t *out, size_t out_cap)
+{
+    ranked *order = malloc((n + 1) * sizeof *order);
+    size_t m = 0;
+    if (!order)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        order[i] = (ranked){reuse[i], i};
+    qsort(order, n, sizeof *order, by_reuse);
+    uint64_t freed = 0;
+    for (size_t k = n; k-- > 0 && freed < excess && m < out_cap;) {
+        size_t i = order[k].index;
+        if (!resident[i])
+            continue;
+        resident[i] = 0;
+        out[m++] = i;
+        freed += TRANSIT_CHUNK_BYTES;
+    }
+    free(order);
+    return m;
+}
+
 TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit)
 {
     return TRANSIT_EVICT_TARGET(limit);

@@ -20,6 +20,13 @@
 /* resident[i] = 1 for the chunks (of reuse[0..n)) hybrid keeps on the device, most reused first
  * (equal reuse: lower index, i.e. address, first) up to `capacity` bytes. 0, or -1 out of memory. */
 TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
+/* Which placed chunks go to the host when a measured reading finds the device `excess` bytes over
+ * its target while hybrid holds it (what the profile does not see: PyTorch's workspaces, a new
+ * segment): the least reused first, equal reuse from the highest address (the placement's order
+ * reversed), whole chunks until `excess` is covered. Clears their resident[] and writes their
+ * indices to out[0..out_cap); returns how many. */
+TRANSIT_INTERNAL size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident,
+                                              size_t *out, size_t out_cap);
 /* The device bytes hybrid places in limit mode: the launches' target, EVICT_TARGET. */
 TRANSIT_INTERNAL uint64_t transit_hybrid_capacity(uint64_t limit);
 /* With the look-ahead mover (stream.h), the room for chunks in flight or staged: the margin

@@ -18,6 +18,12 @@ static int reuse_class(uint32_t reuse)
     return reuse <= 1 ? 0 : reuse == 2 ? 1 : reuse <= 4 ? 2 : reuse <= 8 ? 3 : 4;
 }
 
+static int by_index(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Appends chunk c to the run list (adjacent chunks coalesced); false when out of memory. */
 static bool add_chunk(transit_range **v, size_t *n, size_t *cap, uint64_t c)
 {
@@ -85,7 +91,13 @@ void pol_hybrid_plan(const profile_summary *p)
     size_t nhost = 0, ndevice = 0, caphost = 0, capdevice = 0;
     uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
     transit_stream_schedule schedule = {0};
-    bool ok = resident && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
+    uint64_t *chunk = malloc((n + 1) * sizeof *chunk);
+    uint32_t *reuse = malloc((n + 1) * sizeof *reuse);
+    bool ok = resident && chunk && reuse && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
+    if (ok) {
+        memcpy(chunk, p->chunks, n * sizeof *chunk);
+        memcpy(reuse, p->reuse, n * sizeof *reuse);
+    }
     for (size_t i = 0; ok && i < n; i++) {
         ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, p->chunks[i])
                          : add_chunk(&host, &nhost, &caphost, p->chunks[i]);
@@ -98,14 +110,19 @@ void pol_hybrid_plan(const profile_summary *p)
         transit_stream_schedule_free(&schedule);
         memset(by_class[2], 0, sizeof by_class[2]);
     }
-    free(resident);
     if (!ok || !n) {
         free(host);
         free(device);
+        free(chunk);
+        free(reuse);
+        free(resident);
+        chunk = NULL;
+        reuse = NULL;
+        resident = NULL;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("hybrid: %s; acting as advise", n ? "out of memory for its placement" : "the profile has no chunk");
         host = device = NULL;
-        nhost = ndevice = 0;
+        nhost = ndevice = n = 0;
     }
     pthread_mutex_lock(&pol.hybrid_lock);
     free(pol.hybrid_host);
@@ -116,6 +133,13 @@ void pol_hybrid_plan(const profile_summary *p)
     pol.hybrid_nhost = nhost;
     pol.hybrid_ndevice = ndevice;
     pol.hybrid_schedule = schedule;
+    free(pol.hybrid_chunk);
+    free(pol.hybrid_reuse);
+    free(pol.hybrid_resident);
+    pol.hybrid_chunk = chunk;
+    pol.hybrid_reuse = reuse;
+    pol.hybrid_resident = resident;
+    pol.hybrid_nchunks = n;
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
         __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
         __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
@@ -160,7 +184,7 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
         transit_warn_once(&warned, "hybrid: cuStreamSynchronize after placing", drv, e);
     transit_add(&pol.n.hybrid_applied, 1);
     /* The placement is in: the mover takes over, and in limit mode holds the device as advise's
-     * full fill does (only a smaps reading over L evicts; the first eviction ends the hold). */
+     * full fill does (only smaps readings decide; one over L demotes, see pol_hybrid_demote). */
     pthread_mutex_lock(&pol.hybrid_lock);
     transit_stream_schedule schedule = pol.hybrid_schedule;
     pol.hybrid_schedule = (transit_stream_schedule){0};
@@ -168,4 +192,34 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     if (schedule.streamed_bytes && e == CUDA_SUCCESS)
         __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
     pol_mover_hand_over(&schedule);
+}
+
+/* Tick thread, while hybrid holds the device: a reading `excess` bytes over the hold's target
+ * sends the least reused placed chunks to the host (read in place from then on) instead of
+ * evicting by recency, which would end the hold and take what every phase reads. False when
+ * nothing placed is left to send (limit mode's eviction then takes over). */
+bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess)
+{
+    if (transit_g.cfg.policy != TRANSIT_POLICY_HYBRID)
+        return false;
+    size_t want = (size_t)((excess + TRANSIT_CHUNK_BYTES - 1) >> TRANSIT_CHUNK_SHIFT), m = 0, nranges = 0, cap = 0;
+    size_t *picked = malloc((want + 1) * sizeof *picked);
+    transit_range *ranges = NULL;
+    pthread_mutex_lock(&pol.hybrid_lock);
+    if (picked && pol.hybrid_resident)
+        m = transit_hybrid_demote(pol.hybrid_reuse, pol.hybrid_nchunks, excess, pol.hybrid_resident, picked, want);
+    qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
+    bool ok = true;
+    for (size_t k = 0; k < m; k++) {
+        int c = reuse_class(pol.hybrid_reuse[picked[k]]);
+        transit_sub(&pol.n.hybrid_resident_by_reuse[c], TRANSIT_CHUNK_BYTES);
+        transit_add(&pol.n.hybrid_host_by_reuse[c], TRANSIT_CHUNK_BYTES);
+        ok = ok && add_chunk(&ranges, &nranges, &cap, pol.hybrid_chunk[picked[k]]);
+    }
+    pthread_mutex_unlock(&pol.hybrid_lock); /* no lock across driver calls */
+    for (size_t i = 0; ok && i < nranges; i++)
+        pol_prefetch_range(drv, ranges[i], 0, PREFETCH_DEMOTE, stream);
+    free(picked);
+    free(ranges);
+    return m > 0;
 }

@@ -47,7 +47,8 @@ typedef enum {
     PREFETCH_PLACE_HOST,
     PREFETCH_PLACE_DEVICE,
     PREFETCH_STREAM_IN, /* hybrid's mover */
-    PREFETCH_STREAM_OUT
+    PREFETCH_STREAM_OUT,
+    PREFETCH_DEMOTE /* hybrid's least reused placed chunks, for a reading over its target */
 } prefetch_purpose;
 
 /* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
@@ -99,6 +100,12 @@ typedef struct policy {
     size_t hybrid_nhost, hybrid_ndevice;
     transit_stream_schedule hybrid_schedule;
     int hybrid_due;
+    /* The profile's chunks, their reuse and where the placement keeps each (1: device), for the
+     * demotions while it holds the device (hybrid_lock). */
+    uint64_t *hybrid_chunk;
+    uint32_t *hybrid_reuse;
+    uint8_t *hybrid_resident;
+    size_t hybrid_nchunks;
 } policy;
 
 extern policy pol;
@@ -142,6 +149,7 @@ bool pol_advise_due(void);
 void pol_hybrid_plan(const profile_summary *profile);
 bool pol_hybrid_due(void);
 void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream);
+bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess);
 /* advise and hybrid read host data in place once they applied */
 bool pol_in_place(void);
 /* mover.c (its own lock, mv.lock, taken last and around no other) */
