@@ -183,13 +183,14 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     if (e != CUDA_SUCCESS)
         transit_warn_once(&warned, "hybrid: cuStreamSynchronize after placing", drv, e);
     transit_add(&pol.n.hybrid_applied, 1);
-    /* The placement is in: the mover takes over, and in limit mode holds the device as advise's
-     * full fill does (only smaps readings decide; one over L demotes, see pol_hybrid_demote). */
+    /* The placement is in: in limit mode it holds the device as advise's full fill does (only
+     * smaps readings decide; one over L demotes, see pol_hybrid_demote), with or without the
+     * mover, which takes over here. */
     pthread_mutex_lock(&pol.hybrid_lock);
     transit_stream_schedule schedule = pol.hybrid_schedule;
     pol.hybrid_schedule = (transit_stream_schedule){0};
     pthread_mutex_unlock(&pol.hybrid_lock);
-    if (schedule.streamed_bytes && e == CUDA_SUCCESS)
+    if (transit_limit_mode() && e == CUDA_SUCCESS)
         __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
     pol_mover_hand_over(&schedule);
 }
