@@ -4,6 +4,7 @@ statistics and the result file with its provenance (command, commit, device)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -515,6 +516,48 @@ def step_stats(step_times: list[float], warmup: int, settle: SettleRule | None =
     if settle is not None:
         stats["settle"] = settle.as_dict() | {"settled": settled}
     return stats
+
+
+def window_median(values: list[float], first: int, n: int) -> float | None:
+    """The median of values[first:first + n]; None when that is empty."""
+    window = values[first:first + n]
+    return statistics.median(window) if window else None
+
+
+class StepPhases:
+    """Device time of the named parts of each step (forward, backward, optimizer): CUDA events on
+    the current stream, read once the step synchronized (wall time on a CPU device). Says where a
+    step's time goes without a profiler, which would take CUPTI from TRANSIT."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.steps: list[list[tuple[str, object, object]]] = []
+
+    def _mark(self) -> object:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def begin_step(self) -> None:
+        self.steps.append([])
+
+    @contextlib.contextmanager
+    def span(self, name: str):
+        start = self._mark()
+        yield
+        self.steps[-1].append((name, start, self._mark()))
+
+    def _seconds(self, start: object, end: object) -> float:
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+    def as_dict(self, first: int, count: int) -> dict:
+        """Per part: its seconds in every step, and their median over steps first..first+count."""
+        names = list(dict.fromkeys(name for spans in self.steps for name, _, _ in spans))
+        per_step = {name: [sum(self._seconds(a, b) for n, a, b in spans if n == name) for spans in self.steps]
+                    for name in names}
+        return {"all_s": per_step, "p50_s": {name: window_median(v, first, count) for name, v in per_step.items()}}
 
 
 @dataclass

@@ -37,7 +37,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect import load_transit_stats, transit_summary
-from common import GIB, NON_ALLOCATOR_MARGIN_BYTES, SettleRule, git_commit, parse_size, write_json
+from common import (
+    GIB,
+    NON_ALLOCATOR_MARGIN_BYTES,
+    SettleRule,
+    git_commit,
+    parse_size,
+    window_median,
+    write_json,
+)
 from model import config_by_name
 
 SUMMARY_SCHEMA = "transit.bench-summary/1"
@@ -591,7 +599,16 @@ def compact_result(result: dict, rule: SettleRule | None) -> dict:
         "allocator_budget_bytes": (result.get("memory_cap") or {}).get("allocator_budget_bytes"),
         "pcie_nvml_per_step": pcie_per_step(clocks.get("pcie_counters"), first, len(window)),
         "offloaded_bytes_per_gpu": result.get("offloaded_bytes_per_gpu"),
+        "step_phases_median_s": phase_medians((result.get("step_phases_rank0") or {}).get("all_s"), first, len(window)),
     }
+
+
+def phase_medians(per_step: dict[str, list[float]] | None, first: int, n: int) -> dict | None:
+    """Rank 0's forward, backward and optimizer seconds, median over the timed steps (None for
+    runners that do not time them)."""
+    if not per_step or not n:
+        return None
+    return {part: window_median(v, first, n) for part, v in per_step.items()}
 
 
 def pcie_per_step(counters: dict | None, first: int, n: int) -> dict | None:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     GpuClocks,
     NvmlMonitor,
+    StepPhases,
     add_protocol_args,
     apply_memory_cap,
     gather_rank_facts,
@@ -225,17 +226,23 @@ def train(args: argparse.Namespace) -> dict | None:
     # Data first, outside the timed region: the global batch of each step, sliced per rank and micro-batch.
     batches = [synthetic_batch(cfg, args.seed, step, batch.global_batch) for step in range(args.steps)]
 
+    phases = StepPhases(device)
+
     def one_step(step: int) -> torch.Tensor:
         # Gradients are cleared at the start, not the end, so that the host-state count after
         # step 0 sees them (they live through backward and the optimizer step either way).
         optimizer.zero_grad(set_to_none=True)
+        phases.begin_step()
         loss_sum = torch.zeros((), device=device)
         for micro in range(batch.grad_accum):
             inputs, targets = micro_batch(batches[step], micro, data_rank, data_world, batch.local_batch, device)
-            loss = loss_fn(model(inputs), targets) / batch.grad_accum
-            loss.backward()
+            with phases.span("forward"):
+                loss = loss_fn(model(inputs), targets) / batch.grad_accum
+            with phases.span("backward"):
+                loss.backward()
             loss_sum += loss.detach()
-        optimizer.step()
+        with phases.span("optimizer"):
+            optimizer.step()
         return loss_sum
 
     clocks = GpuClocks(local_rank) if device.type == "cuda" else None
@@ -248,7 +255,7 @@ def train(args: argparse.Namespace) -> dict | None:
     dist.destroy_process_group()
     if rank != 0:
         return None
-    return result_doc(
+    result = result_doc(
         system=args.label, runner="bench/train.py", model_name=args.model, batch=batch, world=world,
         warmup=args.warmup, loop=loop, rank_facts=facts, cap=cap, settle=settle,
         config={
@@ -260,6 +267,8 @@ def train(args: argparse.Namespace) -> dict | None:
         },
     ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement,
          "gpu_clocks_rank0": clocks.as_dict() if clocks else None}
+    timing = result["step_time"]
+    return result | {"step_phases_rank0": phases.as_dict(timing["warmup_steps"], timing["measured_steps"])}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import paper
-from common import SettleRule
+from common import SettleRule, StepPhases
 
 RESULTS = REPO / "bench/results"
 
@@ -236,3 +236,30 @@ def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
     # the same rows in the same order: micro-batch 2 against 1 x 2 accumulated
     assert row["losses"]["checks"][0]["against"] == "tiny-a.r1" and row["losses"]["checks"][0]["steps"] >= 9
     assert (tmp_path / "out/cpu-smoke-raw.tar.gz").stat().st_size > 1000
+
+
+def test_step_phases_sum_each_part_per_step_and_take_the_timed_steps_median():
+    """Two micro-batches' forward and backward spans add up within their step; the median is over
+    the steps step_stats timed (here steps 1 and 2 of 3)."""
+    import time
+
+    import torch
+
+    phases = StepPhases(torch.device("cpu"))
+    waits = {"forward": 0.002, "backward": 0.004, "optimizer": 0.001}
+    for step in range(3):
+        phases.begin_step()
+        for _ in range(2):
+            for part in ("forward", "backward"):
+                with phases.span(part):
+                    time.sleep(waits[part] * (step + 1))
+        with phases.span("optimizer"):
+            time.sleep(waits["optimizer"] * (step + 1))
+    doc = phases.as_dict(first=1, count=2)
+    assert list(doc["all_s"]) == ["forward", "backward", "optimizer"]
+    for part, wait in waits.items():
+        spans = 1 if part == "optimizer" else 2
+        per_step = doc["all_s"][part]
+        assert len(per_step) == 3
+        assert all(s >= spans * wait * (i + 1) for i, s in enumerate(per_step)), (part, per_step)
+        assert doc["p50_s"][part] == statistics.median(per_step[1:3])
