@@ -17,14 +17,23 @@ static int by_reuse(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
-TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident)
+/* The chunks in placement order, most reused first; NULL out of memory. */
+static ranked *rank_by_reuse(const uint32_t *reuse, size_t n)
 {
     ranked *order = malloc((n + 1) * sizeof *order);
     if (!order)
-        return -1;
+        return NULL;
     for (size_t i = 0; i < n; i++)
         order[i] = (ranked){reuse[i], i};
     qsort(order, n, sizeof *order, by_reuse);
+    return order;
+}
+
+TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident)
+{
+    ranked *order = rank_by_reuse(reuse, n);
+    if (!order)
+        return -1;
     uint64_t held = 0;
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k].index;
@@ -38,13 +47,10 @@ TRANSIT_INTERNAL int transit_hybrid_place(const uint32_t *reuse, size_t n, uint6
 TRANSIT_INTERNAL size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident,
                                               size_t *out, size_t out_cap)
 {
-    ranked *order = malloc((n + 1) * sizeof *order);
+    ranked *order = rank_by_reuse(reuse, n);
     size_t m = 0;
     if (!order)
         return 0;
-    for (size_t i = 0; i < n; i++)
-        order[i] = (ranked){reuse[i], i};
-    qsort(order, n, sizeof *order, by_reuse);
     uint64_t freed = 0;
     for (size_t k = n; k-- > 0 && freed < excess && m < out_cap;) {
         size_t i = order[k].index;

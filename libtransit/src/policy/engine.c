@@ -339,8 +339,6 @@ void transit_policy_after_fork(void)
     transit_ranges_destroy(pol.fresh);
     transit_attrib_destroy(pol.attrib);
     transit_chunks_destroy(pol.chunks);
-    free(pol.hybrid_host);
-    free(pol.hybrid_device);
     free(pol.hybrid_chunk);
     free(pol.hybrid_reuse);
     free(pol.hybrid_resident);

@@ -44,6 +44,21 @@ static bool add_chunk(transit_range **v, size_t *n, size_t *cap, uint64_t c)
     return true;
 }
 
+/* hybrid_lock held: the placement's chunks on the device (on_device) or the host, as coalesced
+ * ranges in address order; NULL when there are none or memory ran out (nothing is then moved). */
+static transit_range *placed_ranges(bool on_device, size_t *n)
+{
+    transit_range *v = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < pol.hybrid_nchunks; i++)
+        if (pol.hybrid_resident[i] == on_device && !add_chunk(&v, n, &cap, pol.hybrid_chunk[i])) {
+            free(v);
+            *n = 0;
+            return NULL;
+        }
+    return v;
+}
+
 /* What the device can hold: L less the launches' margin in limit mode; the device less
  * TRANSIT_PHYS_MARGIN in physical mode. */
 static uint64_t placement_capacity(void)
@@ -87,8 +102,6 @@ void pol_hybrid_plan(const profile_summary *p)
     static int warned, warned_mover;
     size_t n = p->n;
     uint8_t *resident = malloc(n + 1);
-    transit_range *host = NULL, *device = NULL;
-    size_t nhost = 0, ndevice = 0, caphost = 0, capdevice = 0;
     uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
     transit_stream_schedule schedule = {0};
     uint64_t *chunk = malloc((n + 1) * sizeof *chunk);
@@ -98,11 +111,8 @@ void pol_hybrid_plan(const profile_summary *p)
         memcpy(chunk, p->chunks, n * sizeof *chunk);
         memcpy(reuse, p->reuse, n * sizeof *reuse);
     }
-    for (size_t i = 0; ok && i < n; i++) {
-        ok = resident[i] ? add_chunk(&device, &ndevice, &capdevice, p->chunks[i])
-                         : add_chunk(&host, &nhost, &caphost, p->chunks[i]);
+    for (size_t i = 0; ok && i < n; i++)
         by_class[resident[i] ? 0 : 1][reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
-    }
     if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases &&
         !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
         if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
@@ -111,8 +121,6 @@ void pol_hybrid_plan(const profile_summary *p)
         memset(by_class[2], 0, sizeof by_class[2]);
     }
     if (!ok || !n) {
-        free(host);
-        free(device);
         free(chunk);
         free(reuse);
         free(resident);
@@ -121,17 +129,10 @@ void pol_hybrid_plan(const profile_summary *p)
         resident = NULL;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("hybrid: %s; acting as advise", n ? "out of memory for its placement" : "the profile has no chunk");
-        host = device = NULL;
-        nhost = ndevice = n = 0;
+        n = 0;
     }
     pthread_mutex_lock(&pol.hybrid_lock);
-    free(pol.hybrid_host);
-    free(pol.hybrid_device);
     transit_stream_schedule_free(&pol.hybrid_schedule);
-    pol.hybrid_host = host;
-    pol.hybrid_device = device;
-    pol.hybrid_nhost = nhost;
-    pol.hybrid_ndevice = ndevice;
     pol.hybrid_schedule = schedule;
     free(pol.hybrid_chunk);
     free(pol.hybrid_reuse);
@@ -164,14 +165,9 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     if (!__atomic_exchange_n(&pol.hybrid_due, 0, __ATOMIC_ACQ_REL))
         return;
     pol_advise_all(drv, dev); /* once: later allocations are advised as they come */
+    size_t nhost = 0, ndevice = 0;
     pthread_mutex_lock(&pol.hybrid_lock);
-    size_t nhost = pol.hybrid_nhost, ndevice = pol.hybrid_ndevice;
-    transit_range *host = nhost ? malloc(nhost * sizeof *host) : NULL;
-    transit_range *device = ndevice ? malloc(ndevice * sizeof *device) : NULL;
-    if (host)
-        memcpy(host, pol.hybrid_host, nhost * sizeof *host);
-    if (device)
-        memcpy(device, pol.hybrid_device, ndevice * sizeof *device);
+    transit_range *host = placed_ranges(0, &nhost), *device = placed_ranges(1, &ndevice);
     pthread_mutex_unlock(&pol.hybrid_lock); /* no lock across driver calls */
     for (size_t i = 0; host && i < nhost && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
         pol_prefetch_range(drv, host[i], dev, PREFETCH_PLACE_HOST, stream);
@@ -201,15 +197,14 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
  * nothing placed is left to send (limit mode's eviction then takes over). */
 bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess)
 {
-    if (transit_g.cfg.policy != TRANSIT_POLICY_HYBRID)
-        return false;
     size_t want = (size_t)((excess + TRANSIT_CHUNK_BYTES - 1) >> TRANSIT_CHUNK_SHIFT), m = 0, nranges = 0, cap = 0;
-    size_t *picked = malloc((want + 1) * sizeof *picked);
     transit_range *ranges = NULL;
     pthread_mutex_lock(&pol.hybrid_lock);
-    if (picked && pol.hybrid_resident)
+    size_t *picked = pol.hybrid_resident ? malloc((want + 1) * sizeof *picked) : NULL; /* none unless hybrid placed */
+    if (picked)
         m = transit_hybrid_demote(pol.hybrid_reuse, pol.hybrid_nchunks, excess, pol.hybrid_resident, picked, want);
-    qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
+    if (m)
+        qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
     bool ok = true;
     for (size_t k = 0; k < m; k++) {
         int c = reuse_class(pol.hybrid_reuse[picked[k]]);

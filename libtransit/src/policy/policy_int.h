@@ -92,16 +92,12 @@ typedef struct policy {
     int rss_calibrated;
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
 
-    /* Hybrid's placement (hybrid_lock): the chunks it puts on the host and on the device, as
-     * coalesced ranges, and its mover's schedule, planned at a profile's end and applied by the
-     * tick when due. */
+    /* Hybrid's placement (hybrid_lock), planned at a profile's end and applied by the tick when
+     * due: the profile's chunks, their reuse and where it keeps each (1: device; demotions clear
+     * it), and its mover's schedule. */
     pthread_mutex_t hybrid_lock;
-    transit_range *hybrid_host, *hybrid_device;
-    size_t hybrid_nhost, hybrid_ndevice;
     transit_stream_schedule hybrid_schedule;
     int hybrid_due;
-    /* The profile's chunks, their reuse and where the placement keeps each (1: device), for the
-     * demotions while it holds the device (hybrid_lock). */
     uint64_t *hybrid_chunk;
     uint32_t *hybrid_reuse;
     uint8_t *hybrid_resident;
