@@ -43,13 +43,15 @@ def step(micro_batches: int) -> list[tuple[str, list[int]]]:
 
 
 def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 2,
-          events: list[tuple[int, int, int, int]] = (), stray: int = 0, summary=None) -> dict:
+          events: list[tuple[int, int, int, int]] = (), stray: int = 0, summary=None,
+          kernels: list[tuple[str, list[int]]] | None = None) -> dict:
     ffi, lib = native
-    names = ["fwd", "bwd", "adam"]
+    kernels = kernels or step(micro_batches)
+    names = list(dict.fromkeys(name for name, _ in kernels))
     launches, refs = [], []
     t = 1_000_000
     for it in range(1, iterations + 1):
-        for ordinal, (name, ptrs) in enumerate(step(micro_batches)):
+        for ordinal, (name, ptrs) in enumerate(kernels):
             start, end = (t, t + KERNEL_NS) if timed else (0, 0)
             t += KERNEL_NS + 100
             refs += [(p, len(launches)) for p in ptrs + ([stray] if stray else [])]
@@ -101,6 +103,28 @@ def test_reuse_counts_the_phases_that_touch_a_chunk(native) -> None:
     assert reuse_of(doc, ACTIVATIONS) == {16}
     assert reuse_of(doc, GRADS) == {9}
     assert reuse_of(doc, MOMENTS) == {1}
+
+
+FUSED_ADAM = "void at::native::multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<4>>"
+
+
+def test_a_tensor_cut_between_multi_tensor_launches_is_touched_once(native) -> None:
+    """A fused optimizer's tensor list split over two launches: the moments' base pointer is in
+    both, and the second is the tensor's tail, not a second use (reuse stays 1)."""
+    split = step(2)[:-1] + [(FUSED_ADAM, [PARAMS[0], GRADS[0], MOMENTS[0]])] * 2
+    doc = build(native, kernels=split)
+    assert reuse_of(doc, MOMENTS) == {1}
+    assert reuse_of(doc, GRADS) == {9}
+    assert doc["scan"]["pointers_carried"] == 2 * 3  # two iterations, three pointers each
+
+
+def test_other_kernels_back_to_back_read_their_data_again(native) -> None:
+    """The same rule does not apply to other kernels: two launches of one optimizer kernel that
+    is not multi-tensor are two uses."""
+    twice = step(2)[:-1] + [("adam", [PARAMS[0], GRADS[0], MOMENTS[0]])] * 2
+    doc = build(native, kernels=twice)
+    assert reuse_of(doc, MOMENTS) == {2}
+    assert doc["scan"]["pointers_carried"] == 0
 
 
 def test_a_pointer_extends_to_its_allocation_end(native) -> None:

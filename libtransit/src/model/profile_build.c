@@ -9,6 +9,10 @@
 #include <string.h>
 
 #define RENDER_START_BYTES (1u << 20)
+/* PyTorch's multi-tensor kernels (foreach ops, fused optimizers) split a tensor list over
+ * launches; a tensor cut between two launches has its base pointer in both (design-notes.md,
+ * "Multi-tensor kernels"). */
+#define MULTI_TENSOR_KERNEL "multi_tensor_apply_kernel"
 
 static int cvec_push(cvec *c, uint64_t lo, uint64_t hi)
 {
@@ -185,25 +189,79 @@ static int make_phases(build *b, iteration *it, uint64_t number)
     return 0;
 }
 
+static bool is_multi_tensor(const profile_input *in, uint32_t name)
+{
+    return name < in->nnames && in->names[name] && strstr(in->names[name], MULTI_TENSOR_KERNEL);
+}
+
+static int by_launch_addr(const void *a, const void *b)
+{
+    const profile_ref *x = a, *y = b;
+    if (x->launch != y->launch)
+        return (x->launch > y->launch) - (x->launch < y->launch);
+    return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+/* The multi-tensor launches' pointers, sorted by launch and address (n 0 when there are none). */
+static int multi_tensor_refs(const profile_input *in, profile_ref **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    for (uint64_t i = 0; i < in->nrefs; i++) {
+        const profile_ref *r = &in->refs[i];
+        if (r->launch >= in->nlaunches || !is_multi_tensor(in, in->launches[r->launch].name))
+            continue;
+        if (!*out && !(*out = malloc(in->nrefs * sizeof **out)))
+            return -1;
+        (*out)[(*n)++] = *r;
+    }
+    if (*n)
+        qsort(*out, *n, sizeof **out, by_launch_addr);
+    return 0;
+}
+
+/* A multi-tensor launch's pointer that the launch just before it, of the same kernel, also
+ * held: the tail of a tensor cut between the two, not a second use. */
+static bool carried_over(const profile_input *in, const profile_ref *mt, size_t nmt, const profile_ref *r)
+{
+    const profile_launch *l = &in->launches[r->launch];
+    if (!nmt || !r->launch || !is_multi_tensor(in, l->name))
+        return false;
+    const profile_launch *prev = &in->launches[r->launch - 1];
+    if (prev->name != l->name || prev->iteration != l->iteration || prev->ordinal + 1 != l->ordinal)
+        return false;
+    profile_ref key = {.addr = r->addr, .launch = r->launch - 1};
+    return bsearch(&key, mt, nmt, sizeof *mt, by_launch_addr) != NULL;
+}
+
 /* The launches' parameter pointers become their phases' touched chunks. */
 static int add_pointer_touches(build *b)
 {
     const profile_input *in = b->in;
-    for (uint64_t i = 0; i < in->nrefs; i++) {
+    profile_ref *mt;
+    size_t nmt;
+    if (multi_tensor_refs(in, &mt, &nmt))
+        return -1;
+    int rc = 0;
+    for (uint64_t i = 0; i < in->nrefs && !rc; i++) {
         const profile_ref *r = &in->refs[i];
         int64_t j = floor_index(b->ptrs, b->nptrs, r->addr);
         if (j < 0 || b->ptrs[j] != r->addr || r->launch >= in->nlaunches)
             continue; /* outside every allocation: counted by pointer_extents */
+        if (carried_over(in, mt, nmt, r)) {
+            b->refs_carried++;
+            continue;
+        }
         const profile_launch *l = &in->launches[r->launch];
         if (l->iteration < in->first_iteration || l->iteration >= in->first_iteration + in->iterations)
             continue;
         iteration *it = &b->it[l->iteration - in->first_iteration];
         if (l->ordinal >= it->nordinals || it->phase_of[l->ordinal] == NO_PHASE)
             continue;
-        if (cvec_push(&it->touch[it->phase_of[l->ordinal]], CHUNK(r->addr), CHUNK(b->ptr_end[j] - 1)))
-            return -1;
+        rc = cvec_push(&it->touch[it->phase_of[l->ordinal]], CHUNK(r->addr), CHUNK(b->ptr_end[j] - 1));
     }
-    return 0;
+    free(mt);
+    return rc;
 }
 
 /* The iteration and phase an event's GPU time falls in: the last whose first kernel began at or
@@ -417,11 +475,11 @@ static void render(jbuf *j, const build *b)
               "\"records\": %u, \"names\": %u}, \"dropped\": {\"launches\": %" PRIu64 ", \"pointers\": %" PRIu64
               ", \"records\": %" PRIu64 ", \"pointers_outside_allocations\": %" PRIu64
               ", \"records_outside_iterations\": %" PRIu64 "}, \"scan\": {\"pointers\": %" PRIu64
-              ", \"launches_unread\": %" PRIu64 "}, \"window\": {\"first_iteration\": %" PRIu64
+              ", \"pointers_carried\": %" PRIu64 ", \"launches_unread\": %" PRIu64 "}, \"window\": {\"first_iteration\": %" PRIu64
               ", \"iterations\": %u}, \"allocations\": [",
               TRANSIT_CHUNK_BYTES, PROFILE_MAX_PHASES, PROFILE_MAX_LAUNCHES, PROFILE_MAX_REFS, PROFILE_MAX_EVENTS,
               PROFILE_MAX_NAMES, in->dropped_launches, in->dropped_refs, in->dropped_events, b->refs_outside,
-              b->events_outside, in->nrefs, in->unread_launches, in->first_iteration, in->iterations);
+              b->events_outside, in->nrefs, b->refs_carried, in->unread_launches, in->first_iteration, in->iterations);
     for (uint64_t a = 0; a < in->nallocs; a++)
         jb_printf(j, a ? ", [%" PRIu64 ", %" PRIu64 "]" : "[%" PRIu64 ", %" PRIu64 "]", in->allocs[a].addr,
                   in->allocs[a].bytes);
