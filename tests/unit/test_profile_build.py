@@ -191,6 +191,21 @@ def test_migrations_go_to_the_phase_they_began_in(native) -> None:
     assert table["dtoh_bytes"][row] == 1 * MiB and table["allocation"][row] == 2
 
 
+def test_records_touch_only_what_no_pointer_names(native) -> None:
+    """A record's GPU time can fall in a later launch's phase: a chunk the pointers name keeps
+    their phases (the moments' HtoD during the backward adds no use); a chunk no pointer names
+    (the activations here) is touched where its record began."""
+    t_bwd = 1_000_000 + (17 + 5) * 1_100 + 10  # iteration 2, ordinal 5
+    blind = [(name, [p for p in ptrs if p != ACTIVATIONS[0]]) for name, ptrs in step(2)]
+    events = [(t_bwd, MOMENTS[0], 4 * CHUNK, HTOD), (t_bwd, ACTIVATIONS[0], CHUNK, FAULT)]
+    doc = build(native, kernels=blind, events=events)
+    assert reuse_of(doc, MOMENTS) == {1}
+    table = doc["chunks"]
+    assert table["reuse"][table["chunk"].index(ACTIVATIONS[0] // CHUNK)] == 1
+    assert 5 in [q for q, t in enumerate(doc["iterations"][1]["phases"]["touch"])
+                 if t and t[0] <= ACTIVATIONS[0] // CHUNK <= t[-1]]
+
+
 def test_file_documents_its_bounds(native) -> None:
     doc = build(native, iterations=1)
     assert doc["chunk_bytes"] == CHUNK

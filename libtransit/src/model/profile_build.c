@@ -294,10 +294,48 @@ static uint64_t event_last_chunk(const profile_event *e)
     return CHUNK(e->addr) + TRANSIT_MAX(e->chunks, 1u) - 1;
 }
 
+/* Every chunk the iteration's pointers touched, sorted and joined (n 0 when none or out of memory:
+ * then every record counts as a touch). */
+static cvec pointer_cover(const iteration *it)
+{
+    cvec all = {0};
+    for (uint32_t q = 0; q < it->nphases; q++)
+        for (size_t k = 0; k < it->touch[q].n; k++)
+            if (cvec_push(&all, it->touch[q].v[k].lo, it->touch[q].v[k].hi)) {
+                free(all.v);
+                return (cvec){0};
+            }
+    cvec_merge(&all);
+    return all;
+}
+
+/* Pushes the parts of chunks [lo, hi] that `cover` (sorted, joined) leaves out. */
+static int push_uncovered(cvec *touch, const cvec *cover, uint64_t lo, uint64_t hi)
+{
+    size_t k = 0;
+    while (k < cover->n && cover->v[k].hi < lo)
+        k++;
+    for (; lo <= hi && k < cover->n && cover->v[k].lo <= hi; k++) {
+        if (cover->v[k].lo > lo && cvec_push(touch, lo, cover->v[k].lo - 1))
+            return -1;
+        if (cover->v[k].hi >= hi)
+            return 0;
+        lo = cover->v[k].hi + 1;
+    }
+    return lo <= hi ? cvec_push(touch, lo, hi) : 0;
+}
+
+/* Migration records: bytes per iteration and phase, and touches of what no pointer covers. A
+ * chunk the pointers name takes its phases from them alone: a record's GPU time can fall in the
+ * next launch's phase (design-notes.md, "Touches from records"). */
 static int add_events(build *b)
 {
     const profile_input *in = b->in;
-    for (uint64_t i = 0; i < in->nevents; i++) {
+    cvec *cover = calloc(in->iterations + 1, sizeof *cover);
+    int rc = cover ? 0 : -1;
+    for (uint32_t i = 0; cover && i < in->iterations; i++)
+        cover[i] = pointer_cover(&b->it[i]);
+    for (uint64_t i = 0; i < in->nevents && !rc; i++) {
         const profile_event *e = &in->events[i];
         uint32_t n, q;
         if (!place_event(b, e->start_ns, &n, &q)) {
@@ -312,10 +350,13 @@ static int add_events(build *b)
         default: it->remote += e->bytes; break;
         }
         /* A DtoH migration is an eviction, not a use. */
-        if (e->kind != PROFILE_DTOH && cvec_push(&it->touch[q], CHUNK(e->addr), event_last_chunk(e)))
-            return -1;
+        if (e->kind != PROFILE_DTOH)
+            rc = push_uncovered(&it->touch[q], &cover[n], CHUNK(e->addr), event_last_chunk(e));
     }
-    return 0;
+    for (uint32_t i = 0; cover && i < in->iterations; i++)
+        free(cover[i].v);
+    free(cover);
+    return rc;
 }
 
 /* Appends c to the growing array *v (false when out of memory; *v stays valid). */
