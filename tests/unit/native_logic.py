@@ -17,7 +17,7 @@ from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
-           "base/host_residency.c", "model/profile_build.c", "model/hybrid.c", "model/stream.c",
+           "base/host_residency.c", "model/profile_build.c", "model/multi_tensor.c", "model/hybrid.c", "model/stream.c",
            "base/json.c")
 
 CDEF = """
