@@ -10,11 +10,6 @@
  * "Multi-tensor kernels"). */
 #define MULTI_TENSOR_KERNEL "multi_tensor_apply_kernel"
 
-static bool is_multi_tensor(const profile_input *in, uint32_t name)
-{
-    return name < in->nnames && in->names[name] && strstr(in->names[name], MULTI_TENSOR_KERNEL);
-}
-
 static int by_launch_addr(const void *a, const void *b)
 {
     const profile_ref *x = a, *y = b;
@@ -28,27 +23,35 @@ int transit_multi_tensor_refs(const profile_input *in, profile_ref **out, size_t
 {
     *out = NULL;
     *n = 0;
-    for (uint64_t i = 0; i < in->nrefs; i++) {
+    bool *multi = calloc(in->nnames + 1, sizeof *multi); /* per kernel name, decided once */
+    if (!multi)
+        return -1;
+    for (uint64_t k = 0; k < in->nnames; k++)
+        multi[k] = in->names[k] && strstr(in->names[k], MULTI_TENSOR_KERNEL);
+    int rc = 0;
+    for (uint64_t i = 0; i < in->nrefs && !rc; i++) {
         const profile_ref *r = &in->refs[i];
-        if (r->launch >= in->nlaunches || !is_multi_tensor(in, in->launches[r->launch].name))
+        uint32_t name = r->launch < in->nlaunches ? in->launches[r->launch].name : UINT32_MAX;
+        if (name >= in->nnames || !multi[name])
             continue;
         if (!*out && !(*out = malloc(in->nrefs * sizeof **out)))
-            return -1;
-        (*out)[(*n)++] = *r;
+            rc = -1;
+        else
+            (*out)[(*n)++] = *r;
     }
+    free(multi);
     if (*n)
         qsort(*out, *n, sizeof **out, by_launch_addr);
-    return 0;
+    return rc;
 }
 
-/* A multi-tensor launch's pointer that the launch just before it, of the same kernel, also
- * held: the tail of a tensor cut between the two, not a second use. */
+/* A pointer that the launch just before r's, of the same kernel, also held among the multi-tensor
+ * pointers (so both launches are multi-tensor): the tail of a tensor cut between the two. */
 bool transit_carried_over(const profile_input *in, const profile_ref *mt, size_t nmt, const profile_ref *r)
 {
-    const profile_launch *l = &in->launches[r->launch];
-    if (!nmt || !r->launch || !is_multi_tensor(in, l->name))
+    if (!nmt || !r->launch)
         return false;
-    const profile_launch *prev = &in->launches[r->launch - 1];
+    const profile_launch *l = &in->launches[r->launch], *prev = &in->launches[r->launch - 1];
     if (prev->name != l->name || prev->iteration != l->iteration || prev->ordinal + 1 != l->ordinal)
         return false;
     profile_ref key = {.addr = r->addr, .launch = r->launch - 1};

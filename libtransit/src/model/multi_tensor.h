@@ -13,8 +13,8 @@
  * n 0 when there are none); -1 when out of memory. */
 int transit_multi_tensor_refs(const profile_input *in, profile_ref **out, size_t *n);
 
-/* Whether r, a pointer of a multi-tensor launch, was also held by the launch just before it of
- * the same kernel (mt, nmt: transit_multi_tensor_refs): the tail of a tensor cut between the two. */
+/* Whether r was also held by the launch just before its own, of the same kernel, among the
+ * multi-tensor pointers (mt, nmt: transit_multi_tensor_refs): a cut tensor's tail. */
 bool transit_carried_over(const profile_input *in, const profile_ref *mt, size_t nmt, const profile_ref *r);
 
 #endif

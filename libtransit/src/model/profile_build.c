@@ -246,19 +246,15 @@ static uint64_t event_last_chunk(const profile_event *e)
     return CHUNK(e->addr) + TRANSIT_MAX(e->chunks, 1u) - 1;
 }
 
-/* Every chunk the iteration's pointers touched, sorted and joined (n 0 when none or out of memory:
- * then every record counts as a touch). */
-static cvec pointer_cover(const iteration *it)
+/* Every chunk the iteration's pointers touched, sorted and joined, into *all; -1 when out of memory. */
+static int pointer_cover(const iteration *it, cvec *all)
 {
-    cvec all = {0};
     for (uint32_t q = 0; q < it->nphases; q++)
         for (size_t k = 0; k < it->touch[q].n; k++)
-            if (cvec_push(&all, it->touch[q].v[k].lo, it->touch[q].v[k].hi)) {
-                free(all.v);
-                return (cvec){0};
-            }
-    cvec_merge(&all);
-    return all;
+            if (cvec_push(all, it->touch[q].v[k].lo, it->touch[q].v[k].hi))
+                return -1;
+    cvec_merge(all);
+    return 0;
 }
 
 /* Pushes the parts of chunks [lo, hi] that `cover` (sorted, joined) leaves out. */
@@ -285,8 +281,8 @@ static int add_events(build *b)
     const profile_input *in = b->in;
     cvec *cover = calloc(in->iterations + 1, sizeof *cover);
     int rc = cover ? 0 : -1;
-    for (uint32_t i = 0; cover && i < in->iterations; i++)
-        cover[i] = pointer_cover(&b->it[i]);
+    for (uint32_t i = 0; !rc && i < in->iterations; i++)
+        rc = pointer_cover(&b->it[i], &cover[i]);
     for (uint64_t i = 0; i < in->nevents && !rc; i++) {
         const profile_event *e = &in->events[i];
         uint32_t n, q;

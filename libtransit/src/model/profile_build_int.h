@@ -45,7 +45,7 @@ typedef struct build {
     uint64_t *c_htod, *c_dtoh, *c_faults, *c_remote, *c_reuse;
     int64_t *c_alloc, *c_first, *c_last;
     uint64_t refs_outside, events_outside;
-    uint64_t refs_carried; /* multi-tensor pointers that are a cut tensor's tail (carried_over) */
+    uint64_t refs_carried; /* multi-tensor pointers that are a cut tensor's tail (transit_carried_over) */
 } build;
 
 /* The chunk table's numbers and reuse and the last iteration's phases, copied out. */
