@@ -39,7 +39,7 @@ class Template:
     compute_ns: list[int]
     first_launch: list[int]
     launches: int
-    chunk_reuse: dict[int, int]  # chunk number -> distinct phases of this iteration that touch it
+    chunk_reuse: dict[int, int]  # chunk number -> the most distinct phases of one profiled iteration touching it
     window: int  # iterations the profile's window took: replay's warm-up
     largest_launch_bytes: int  # the largest working set of a phase of one launch
     largest_launch: int  # that phase's launch ordinal
@@ -64,8 +64,9 @@ def load_profile(path: Path) -> dict:
 def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     """Profiled iteration `index` of the window (the first by default: in profiles built before the
     window's last kernel bounded it, the last iteration's final phase also holds the drain
-    iteration's records). compute_s, when given, is spread over the phases in proportion to their
-    recorded kernel time."""
+    iteration's records). A chunk's reuse is the profile's (its busiest profiled iteration's) where
+    that is higher than this iteration's, as libtransit places by it. compute_s, when given, is
+    spread over the phases in proportion to their recorded kernel time."""
     it = doc["iterations"][index]
     ph = it["phases"]
     offsets, touch, sizes = [0], [], []
@@ -78,6 +79,10 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
         for lo, hi in zip(ranges[::2], ranges[1::2]):
             for c in range(lo, hi + 1):
                 reuse[c] = reuse.get(c, 0) + 1
+    table = doc.get("chunks", {})  # hand-made profiles may leave the derived table out
+    for c, r in zip(table.get("chunk", ()), table.get("reuse", ())):
+        if c in reuse:
+            reuse[c] = max(reuse[c], r)
     kernel_ns = ph["kernel_ns"]
     total = sum(kernel_ns)
     if compute_s is not None:

@@ -44,14 +44,16 @@ def step(micro_batches: int) -> list[tuple[str, list[int]]]:
 
 def build(native, iterations: int = 2, timed: bool = True, micro_batches: int = 2,
           events: list[tuple[int, int, int, int]] = (), stray: int = 0, summary=None,
-          kernels: list[tuple[str, list[int]]] | None = None) -> dict:
+          kernels: list[tuple[str, list[int]]] | None = None,
+          later: list[tuple[str, list[int]]] | None = None) -> dict:
+    """later: the kernels of the iterations after the first, when they differ from `kernels`."""
     ffi, lib = native
     kernels = kernels or step(micro_batches)
-    names = list(dict.fromkeys(name for name, _ in kernels))
+    names = list(dict.fromkeys(name for name, _ in kernels + (later or [])))
     launches, refs = [], []
     t = 1_000_000
     for it in range(1, iterations + 1):
-        for ordinal, (name, ptrs) in enumerate(kernels):
+        for ordinal, (name, ptrs) in enumerate(kernels if it == 1 or later is None else later):
             start, end = (t, t + KERNEL_NS) if timed else (0, 0)
             t += KERNEL_NS + 100
             refs += [(p, len(launches)) for p in ptrs + ([stray] if stray else [])]
@@ -204,6 +206,20 @@ def test_records_touch_only_what_no_pointer_names(native) -> None:
     assert table["reuse"][table["chunk"].index(ACTIVATIONS[0] // CHUNK)] == 1
     assert 5 in [q for q, t in enumerate(doc["iterations"][1]["phases"]["touch"])
                  if t and t[0] <= ACTIVATIONS[0] // CHUNK <= t[-1]]
+
+
+def test_reuse_is_the_busiest_iterations(native) -> None:
+    """The caching allocator can put another tensor at a chunk in the next iteration: activations
+    every micro-batch used in iteration 1 sit, in iteration 2, in a chunk only the optimizer reads.
+    The chunk keeps iteration 1's reuse, so that no placement sends it to the host."""
+    moved = [(name, [p for p in ptrs if p != ACTIVATIONS[0]]) for name, ptrs in step(2)]
+    moved[-1] = ("adam", moved[-1][1] + [ACTIVATIONS[0]])
+    doc = build(native, later=moved)
+    assert reuse_of(doc, ACTIVATIONS) == {16}
+    assert reuse_of(doc, MOMENTS) == {1}
+    table = doc["chunks"]
+    row = table["chunk"].index(ACTIVATIONS[0] // CHUNK)
+    assert table["first_phase"][row] == table["last_phase"][row] == 16  # the last iteration's phases
 
 
 def test_file_documents_its_bounds(native) -> None:

@@ -377,17 +377,30 @@ static int chunk_table(build *b)
             col[j] += part;
         }
     }
-    /* Reuse: the distinct phases of the last profiled iteration that touch the chunk. */
-    const iteration *last = in->iterations ? &b->it[in->iterations - 1] : NULL;
-    for (uint32_t q = 0; last && q < last->nphases; q++)
-        for (size_t r = 0; r < last->touch[q].n; r++)
-            for (uint64_t c = last->touch[q].v[r].lo; c <= last->touch[q].v[r].hi; c++) {
-                int64_t j = floor_index(b->chunks, m, c);
-                b->c_reuse[j]++;
-                if (b->c_first[j] < 0)
-                    b->c_first[j] = q;
-                b->c_last[j] = q;
-            }
+    /* Reuse: the most distinct phases of one profiled iteration that touch the chunk. The caching
+     * allocator can put another tensor at a chunk from one iteration to the next, so a chunk is as
+     * reused as its busiest iteration shows. First and last phase: the last iteration's. */
+    uint64_t *count = calloc(k, 8);
+    if (!count)
+        return -1;
+    for (uint32_t i = 0; i < in->iterations; i++) {
+        const iteration *it = &b->it[i];
+        bool last = i + 1 == in->iterations;
+        memset(count, 0, k * 8);
+        for (uint32_t q = 0; q < it->nphases; q++)
+            for (size_t r = 0; r < it->touch[q].n; r++)
+                for (uint64_t c = it->touch[q].v[r].lo; c <= it->touch[q].v[r].hi; c++) {
+                    int64_t j = floor_index(b->chunks, m, c);
+                    count[j]++;
+                    if (last && b->c_first[j] < 0)
+                        b->c_first[j] = q;
+                    if (last)
+                        b->c_last[j] = q;
+                }
+        for (size_t j = 0; j < m; j++)
+            b->c_reuse[j] = TRANSIT_MAX(b->c_reuse[j], count[j]);
+    }
+    free(count);
     return 0;
 }
 
