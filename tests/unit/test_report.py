@@ -228,6 +228,7 @@ def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.Captur
         (["-u", "root", "-S", "now", "-E", "now-2days"], "-S now is after -E now-2days"),
         (["1", "--ranks", "0"], "--ranks '0': give 'all' or how many top ranks to show"),
         (["1", "--sort", "speed"], "--sort 'speed': give one of peak, spill, htod"),
+        (["1", "--compute-s", "0"], "--compute-s 0.0 is not a time; give a positive number of seconds"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str],
@@ -858,3 +859,37 @@ def test_stats_files_of_both_versions_of_the_contract(tmp_path: Path, capsys: py
     out = run_json(capsys, str(job(tmp_path, 2, final)))
     assert out["partial"] is False and out["warnings"] == []
     assert [r["written_unix"] for r in out["ranks"]] == [r["end_unix"] for r in out["ranks"]]
+
+
+def test_a_ranks_profile_is_replayed_beside_what_it_measured(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 0 kept a profile (test_replay's model at L = 25 MiB, base): the report's prediction is
+    replay's steady iteration, the measurement its timeline's last iteration and its step median."""
+    from test_replay import LIMIT_BYTES, profile, rows
+
+    def base_at_l(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"].update(policy="base", limit_bytes=LIMIT_BYTES)
+
+    directory = job(tmp_path, 2, change=base_at_l)
+    stats_file = next(directory.glob("rank0.*.json"))
+    kept = profile(tmp_path).rename(stats_file.with_name(stats_file.name.removesuffix(".json") + ".profile.json.gz"))
+    steady = rows(kept, "base", "--compute-s", "0.006")[-1]
+    out = run_json(capsys, str(directory), "--compute-s", "0.006")
+    (p,) = out["predictions"]
+    assert (p["rank"], p["policy"], p["look_ahead"]) == ("0", "base", False)
+    assert (p["htod_bytes"], p["dtoh_bytes"], p["step_s"]) == (steady["htod_bytes"], steady["dtoh_bytes"],
+                                                               steady["step_s"])
+    assert (p["measured_htod_bytes"], p["measured_dtoh_bytes"], p["measured_step_s"]) == (
+        synthetic.GIB // 4, synthetic.GIB // 8, 1.5)
+    text = run_text(capsys, str(directory), "--compute-s", "0.006")
+    assert re.search(r"Replay of rank 0's profile \(base\): a step [0-9.]+ s \(kernels 0.006 s", text)
+    assert run_json(capsys, str(directory))["predictions"][0]["step_s"] is None
+
+
+def test_an_unreadable_profile_is_a_named_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = job(tmp_path, 1)
+    stats_file = next(directory.glob("rank0.*.json"))
+    stats_file.with_name(stats_file.name.removesuffix(".json") + ".profile.json.gz").write_bytes(b"\x1f\x8b cut")
+    out = run_json(capsys, str(directory))
+    assert out["predictions"] == [] and codes(out["warnings"]) == ["unreadable-profile"]
+    assert out["ranks"][0]["rank"] == 0

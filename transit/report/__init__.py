@@ -12,6 +12,7 @@ Modules, one concern each:
   thresholds.py  every threshold the notes and colours judge by
   notes.py       advice and warnings for the user, driven by those thresholds
   render.py      the text report of one job: header, tables coloured by threshold, notes
+  predict.py     what replay over a rank's profile predicts for its steady iteration, beside the measured
   summary.py     the one-line-per-job list
   as_json.py     --json (schema "transit.report/1"; every key is documented in docs/report.md)
   plots.py       --plot DIR: the PNGs
@@ -38,6 +39,7 @@ from transit.report.jobs import DEFAULT_SINCE, JOB_ID_FORMS, Job, jobs_named, jo
 from transit.report.load import SlurmJobs, StatsFiles, StepFiles, SubmitLines, job_id_of
 from transit.report.notes import notes
 from transit.report.plots import write_plots
+from transit.report.predict import predictions
 from transit.report.render import DEFAULT_TOP, SORT_METRICS, View, render
 from transit.report.summary import LIST_SCHEMA, render_list, summary
 
@@ -47,8 +49,11 @@ PIPE_WIDTH = 132
 EXIT_SHOWN, EXIT_NO_STATS = 0, 1
 
 
-def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None) -> Report:
-    """Read a job's stats and step files (and Slurm's facts about it, unless known) into a Report."""
+def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None,
+                predict_compute_s: float | None = None, predict: bool = False) -> Report:
+    """Read a job's stats and step files (and Slurm's facts about it, unless known) into a Report;
+    with `predict`, replay the ranks' profiles (predict_compute_s: an iteration's kernel time
+    without offload, for the predicted step)."""
     directory = job.directory
     rank_files, warnings = StatsFiles(directory).load() if directory else ([], [])
     steps, step_warnings = StepFiles(directory).load() if directory else ([], [])
@@ -61,8 +66,12 @@ def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None)
         facts = next((f for f in known[job_id] if f.job_id == job_id), None)
         warnings += [] if facts else [SlurmJobs.unknown(job_id, answered)]
     default_policy = slurm.plugstack_arguments().get("policy") if use_slurm else None
-    return build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
-                        [*job.warnings, *warnings, *step_warnings], now_unix)
+    report = build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
+                          [*job.warnings, *warnings, *step_warnings], now_unix)
+    if predict:
+        report.predictions, replay_warnings = predictions(report.ranks, predict_compute_s)
+        report.warnings += replay_warnings
+    return report
 
 
 def _view(ranks: str, sort: str | None) -> View:
@@ -97,11 +106,14 @@ def _jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(args: argparse.Namespace) -> int:
     view = _view(args.ranks, args.sort)
+    if args.compute_s is not None and not 0 < args.compute_s < float("inf"):
+        raise UsageError(f"--compute-s {args.compute_s} is not a time; give a positive number of seconds")
     jobs = _jobs(args)
     if len(jobs) == 1 and not args.user:
         return _one(jobs[0], args, view)
-    if args.plot:
-        raise UsageError(f"--plot draws one job, and these are {len(jobs)}: give one job id or directory")
+    for given, name in ((args.plot, "--plot draws"), (args.compute_s, "--compute-s predicts")):
+        if given:
+            raise UsageError(f"{name} one job, and these are {len(jobs)}: give one job id or directory")
     reports = []
     for job in track(jobs, description="reading stats", console=_console(args.no_color, stderr=True),
                      disable=not sys.stderr.isatty(), transient=True):
@@ -119,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _one(job: Job, args: argparse.Namespace, view: View) -> int:
-    report = load_report(job, use_slurm=not args.no_slurm)
+    report = load_report(job, use_slurm=not args.no_slurm, predict_compute_s=args.compute_s, predict=True)
     found = notes(report)
     if args.plot:
         written, skipped = write_plots(report, Path(args.plot))
@@ -167,6 +179,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sort", metavar="METRIC",
                         help=f"order ranks by METRIC, highest first: {', '.join(SORT_METRICS)} (default: step for "
                         "the top ranks, rank order for all)")
+    parser.add_argument("--compute-s", type=float, metavar="S",
+                        help="one job: the kernel time of an iteration without offload (e.g. the uncapped run's "
+                        "step), for the step time that replay over the ranks' profiles (TRANSIT_PROFILE=1) "
+                        "predicts; without it only their bytes are predicted")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (see docs/report.md)")
     parser.add_argument("--plot", metavar="DIR", help="also write PNG plots of the job into DIR")
     parser.add_argument("--no-color", action="store_true", help="plain text, no colours")

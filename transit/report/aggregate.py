@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transit import slurm
 from transit.report.load import (
@@ -33,6 +33,9 @@ from transit.report.load import (
 from transit.report.thresholds import SMALL_MIGRATION_BYTES
 from transit.report.units import compact_ranges, format_age, rank_list
 from transit.slurm import JobFacts
+
+if TYPE_CHECKING:
+    from transit.report.predict import Prediction
 
 # Migration size buckets of the stats schema, with the size each one stays under.
 HISTOGRAM_BUCKETS: dict[str, float] = {
@@ -103,6 +106,7 @@ class RankRow:
     advise_calls: int = _from("advise.calls", 0)
     advise_errors: int = _from("advise.errors", 0)
     hybrid_applied: int = _from("hybrid.applied", 0)
+    hybrid_planned_streamed_bytes: int = _from("hybrid.mover.planned_streamed_bytes", 0)
     hybrid_by_reuse: dict[str, dict[str, int]] = field(
         default_factory=dict, metadata={"path": "hybrid.by_reuse"}
     )
@@ -583,6 +587,7 @@ class Report:
     steps: list[StepFile] = field(default_factory=list)
     no_stats_reason: str | None = None
     now_unix: float = 0.0
+    predictions: list[Prediction] = field(default_factory=list)  # replay over the ranks' profiles
 
     @property
     def partial(self) -> bool:

@@ -53,6 +53,7 @@ def report_json(report: Report, notes: list[Note]) -> dict[str, Any]:
         "nodes": [_totals(node) for node in report.nodes],
         "totals": _totals(report.job),
         "iterations": asdict(report.iterations),
+        "predictions": [asdict(prediction) for prediction in report.predictions],
         "notes": [asdict(note) for note in notes],
         "warnings": [asdict(warning) for warning in report.warnings],
     }

@@ -390,8 +390,8 @@ def _iterations(report: Report) -> Text:
 
 
 def _hybrid_placement(report: Report) -> Text | None:
-    """Where hybrid placed the data, summed over its ranks, by reuse class (the phases of an
-    iteration that touch a 2 MiB chunk): kept on the GPU, or left on the host and read in place,
+    """Where hybrid placed the data, summed over its ranks, by reuse class (the most phases of one
+    profiled iteration that touch a 2 MiB chunk): kept on the GPU, or left on the host and read in place,
     or streamed in and back by its mover (a part of the host bytes in the stats file)."""
     placed: dict[str, dict[str, int]] = {}
     for row in report.ranks:
@@ -413,8 +413,27 @@ def _hybrid_placement(report: Report) -> Text | None:
     streamed = (f"; streamed in and back each iteration by its mover, {side('streamed_bytes')}"
                 if any(where["streamed_bytes"] for where in placed.values()) else "")
     return Text.assemble(("Hybrid placement: ", "bold"), f"on the GPU {side('resident_bytes')}; on the host, "
-                         f"read in place, {side('host_bytes')}{streamed}; reuse: the phases of an iteration that "
-                         "touch a 2 MiB chunk")
+                         f"read in place, {side('host_bytes')}{streamed}; reuse: the most phases of one profiled "
+                         "iteration that touch a 2 MiB chunk")
+
+
+def _predictions(report: Report) -> list[Text]:
+    """Per rank with a profile: replay's steady iteration against the measured one."""
+    lines = []
+    for p in report.predictions:
+        model = f"{p.policy} with its mover's plan" if p.look_ahead else p.policy
+        step = (f"a step {format_seconds(p.step_s)} (kernels {format_seconds(p.compute_s)}, --compute-s)"
+                if p.step_s is not None else "a step: give --compute-s")
+        measured = (f"{format_seconds(p.measured_step_s)} measured (p50)" if p.measured_step_s is not None
+                    else "no step measured")
+        moved = f"HtoD {format_bytes(p.htod_bytes)}, DtoH {format_bytes(p.dtoh_bytes)}"
+        if p.measured_htod_bytes is not None and p.measured_dtoh_bytes is not None:
+            moved += (f" against {format_bytes(p.measured_htod_bytes)} and {format_bytes(p.measured_dtoh_bytes)} "
+                      "in the last iteration")
+        lines.append(Text.assemble((f"Replay of rank {p.rank}'s profile ", "bold"), f"({model}): {step}, against "
+                                   f"{measured}; {moved}; read in place {format_bytes(p.zero_copy_bytes)}, streamed "
+                                   f"{format_bytes(p.streamed_bytes)} each way per iteration"))
+    return lines
 
 
 def _notes(notes: list[Note]) -> list[Text]:
@@ -461,6 +480,8 @@ def render(report: Report, notes: list[Note], console: Console, view: View | Non
         console.print(_iterations(report))
         if placement := _hybrid_placement(report):
             console.print(placement)
+        for line in _predictions(report):
+            console.print(line)
         console.print()
         for line in _notes(notes):
             console.print(line)
