@@ -31,6 +31,7 @@ from transit.report.thresholds import SMALL_MIGRATION_SHARE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
+PROFILES = FIXTURES / "profile"
 DOCS = REPO / "docs" / "report.md"
 TICKS_DIR = FIXTURES / "report" / "ticks-h200"  # a real stats file and its TRANSIT_TICK_LOG CSV
 JOBS = FIXTURES / "report" / "jobs"  # hand-made step files and partial stats, from the contracts
@@ -893,3 +894,21 @@ def test_an_unreadable_profile_is_a_named_warning(tmp_path: Path, capsys: pytest
     out = run_json(capsys, str(directory))
     assert out["predictions"] == [] and codes(out["warnings"]) == ["unreadable-profile"]
     assert out["ranks"][0]["rank"] == 0
+
+
+def test_hybrids_h200_run_is_replayed_with_its_movers_plan(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Hybrid at global batch 64, micro-batch 8, L = 25.5 GiB on the H200 (49f6d8b; the stats file and
+    profile as written, the profile without its per-kernel durations): its mover planned to stream,
+    so replay runs its plan. It reads the optimizer's moments in place (15.14 GB: AdamW's two fp32
+    states of the 1.89B parameters) and streams the rest of the overflow; the run measured its mover's
+    0.40 GB each way in its last iteration and 19.1 s a step."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    for suffix in (".json", ".profile.json.gz"):
+        (directory / f"rank0.vm.967{suffix}").write_bytes((PROFILES / f"h200-gb64-mb8-hybrid{suffix}").read_bytes())
+    (p,) = run_json(capsys, str(directory), "--compute-s", "5.02")["predictions"]
+    assert (p["policy"], p["look_ahead"]) == ("hybrid", True)
+    assert p["zero_copy_bytes"] == pytest.approx(15_142_371_328, rel=0.01)
+    assert p["htod_bytes"] == p["dtoh_bytes"] == p["streamed_bytes"] > 0
+    assert (p["measured_htod_bytes"], p["measured_step_s"]) == (396_361_728, 19.110751)
