@@ -98,6 +98,13 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
                     largest_launch=firsts[largest] if largest is not None else 0)
 
 
+def check_limit(t: Template, limit: int, named: str) -> None:
+    """L must hold the largest working set of one launch, or nothing can run within it."""
+    if limit < t.largest_launch_bytes:
+        raise UsageError(f"{named} is below the working set of the profile's largest kernel (launch "
+                         f"{t.largest_launch}, {t.largest_launch_bytes / GIB:.2f} GiB): it cannot run within L")
+
+
 def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: dict[str, float],
            look_ahead: bool = False) -> list[dict]:
     """Per counted iteration: what replay.c predicts (look_ahead: hybrid with its mover's stream plan)."""
@@ -184,9 +191,7 @@ def main(args: argparse.Namespace) -> int:
     limit = _native.parse_size(args.limit)
     doc = load_profile(args.profile)
     t = template(doc, args.compute_s)
-    if limit < t.largest_launch_bytes:
-        raise UsageError(f"--limit {args.limit} is below the working set of the profile's largest kernel (launch "
-                         f"{t.largest_launch}, {t.largest_launch_bytes / GIB:.2f} GiB): it cannot run within L")
+    check_limit(t, limit, f"--limit {args.limit}")
     rows = replay(t, args.policy, limit, args.iterations, rates, args.look_ahead)
     against = measured(args.against) if args.against else {}
     for row in rows:

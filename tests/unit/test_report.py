@@ -912,3 +912,16 @@ def test_hybrids_h200_run_is_replayed_with_its_movers_plan(tmp_path: Path,
     assert p["zero_copy_bytes"] == pytest.approx(15_142_371_328, rel=0.01)
     assert p["htod_bytes"] == p["dtoh_bytes"] == p["streamed_bytes"] > 0
     assert (p["measured_htod_bytes"], p["measured_step_s"]) == (396_361_728, 19.110751)
+
+
+def test_a_profile_larger_than_the_ranks_l_is_a_named_warning(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from test_replay import MiB, profile
+
+    directory = job(tmp_path, 1, change=lambda rank, stats: stats["config"].update(limit_bytes=4 * MiB))
+    stats_file = next(directory.glob("rank0.*.json"))
+    profile(tmp_path).rename(stats_file.with_name(stats_file.name.removesuffix(".json") + ".profile.json.gz"))
+    out = run_json(capsys, str(directory))
+    (warning,) = out["warnings"]
+    assert out["predictions"] == [] and warning["code"] == "unreadable-profile"
+    assert "the rank's L (4194304 bytes) is below the working set of the profile's largest kernel" in warning["message"]

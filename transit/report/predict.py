@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from transit.report.aggregate import RankRow
 
 PROFILE_SUFFIX = ".profile.json.gz"
-UNREPLAYABLE_PROFILE = "unreadable-profile"
+UNREADABLE_PROFILE = "unreadable-profile"
 # Replay takes about a second a profile: a job whose every rank kept one is predicted for the first few.
 PREDICTED_RANKS = 8
 
@@ -58,13 +58,11 @@ def predict(row: RankRow, compute_s: float | None) -> tuple[Prediction | None, R
     look_ahead = row.policy == "hybrid" and row.hybrid_planned_streamed_bytes > 0
     try:
         t = replay.template(replay.load_profile(path), compute_s)
-        if row.limit_bytes < t.largest_launch_bytes:
-            raise UsageError(f"L ({row.limit_bytes} bytes) is below the working set of its largest kernel "
-                             f"({t.largest_launch_bytes} bytes)")
+        replay.check_limit(t, row.limit_bytes, f"the rank's L ({row.limit_bytes} bytes)")
         steady = replay.replay(t, row.policy, row.limit_bytes, replay.DEFAULT_ITERATIONS, replay.DEFAULT_RATES_GBPS,
                                look_ahead)[-1]
     except (UsageError, OSError, KeyError, TypeError, ValueError) as exc:
-        return None, ReportWarning(UNREPLAYABLE_PROFILE, f"cannot replay {path.name}: {exc}; the rank is reported "
+        return None, ReportWarning(UNREADABLE_PROFILE, f"cannot replay {path.name}: {exc}; the rank is reported "
                                    "without its prediction", str(path))
     last = _last_iteration(row)
     return Prediction(
