@@ -1,5 +1,5 @@
 /* hybrid.h - the hybrid policy's placement, a pure function of the warm-up profile: each 2 MiB
- * chunk's reuse is the number of distinct phases of the iteration that touch it (profile_build.c).
+ * chunk's reuse is the most distinct phases of one profiled iteration that touch it (profile_build.c).
  * The most reused chunks stay on the device up to its capacity; the rest live on the host and
  * are read in place (zero-copy). Parameters and gradients, touched by every micro-batch, stay;
  * optimizer moments, touched once per step, go: the host then holds what is used least, where
