@@ -32,10 +32,11 @@ for _ in range(5):
     layers += [torch.nn.Linear(4096, 4096), torch.nn.GELU()]
 model = torch.nn.Sequential(*layers).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-x = torch.randn(256, 4096, device="cuda")
+# fp32 and an input that needs its gradient, so that the backward reads every weight (under
+# autocast the fp32 weights are read only by the cast and the optimizer)
+x = torch.randn(256, 4096, device="cuda", requires_grad=True)
 for step in range(int(sys.argv[1])):
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = (model(x) - x).pow(2).mean()
+    loss = (model(x) - x.detach()).pow(2).mean()
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 torch.cuda.synchronize()
 """
