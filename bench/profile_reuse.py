@@ -8,19 +8,21 @@ and, for hybrid's placement at the profile's L by each rule (the last iteration'
 libtransit placed before f9f4a38, and the busiest iteration's, as it places since), the host set
 by reuse class and how often each iteration's phases touch it outside the optimizer, split into
 phases that run a GEMM or attention kernel (whose operands a kernel reads again per output tile
-when they are read in place) and the rest. The placement is model/hybrid.c's rule: the most
-reused chunks, equal reuse by address, on the device up to EVICT_TARGET (L less L/32).
+when they are read in place) and the rest. The placement and its capacity are libtransit's own
+(transit_hybrid_place, transit_hybrid_capacity), called through cffi.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import sys
 from collections import Counter
 from pathlib import Path
+
+from transit import _native, replay
+from transit.errors import UsageError
 
 CLASSES = ((1, "1"), (2, "2"), (4, "3-4"), (8, "5-8"))  # the stats' reuse classes; above: "9+"
 GEMM_MARKS = ("nvjet", "gemm", "cutlass", "xmma", "flash", "sdpa", "fmha")  # kernel-name parts, lower case
@@ -52,9 +54,14 @@ def phase_kinds(doc: dict, iteration: dict) -> list[str]:
     return kinds
 
 
-def host_set(reuse: dict[int, int], capacity: int, chunk_bytes: int) -> set[int]:
-    order = sorted(reuse, key=lambda c: (-reuse[c], c))
-    return set(order[capacity // chunk_bytes:])
+def host_set(reuse: dict[int, int], capacity: int) -> set[int]:
+    """The chunks libtransit's placement leaves on the host at this capacity."""
+    chunks = sorted(reuse)
+    ffi, lib = _native.ffi, _native.lib()
+    resident = ffi.new("uint8_t[]", len(chunks) + 1)
+    if lib.transit_hybrid_place(ffi.new("uint32_t[]", [reuse[c] for c in chunks]), len(chunks), capacity, resident):
+        raise MemoryError("transit_hybrid_place: out of memory")
+    return {c for i, c in enumerate(chunks) if not resident[i]}
 
 
 def touches(doc: dict, host: set[int]) -> list[dict[str, int]]:
@@ -80,11 +87,11 @@ def analyse(doc: dict) -> dict:
             if a != b:
                 moves[f"{a} -> {b}"] += 1
     limit = doc["config"]["limit_bytes"]
-    capacity = limit - limit // 32
+    capacity = _native.lib().transit_hybrid_capacity(limit)
     rules = {"last": per_iteration[-1], "busiest": {c: max(it.get(c, 0) for it in per_iteration) for c in chunks}}
     placements = {}
     for name, reuse in rules.items():
-        host = host_set({c: reuse.get(c, 0) for c in chunks}, capacity, doc["chunk_bytes"])
+        host = host_set({c: reuse.get(c, 0) for c in chunks}, capacity)
         by_class = Counter(reuse_class(reuse.get(c, 0)) for c in host)
         placements[name] = {"host_bytes_by_reuse": {k: n * doc["chunk_bytes"] for k, n in sorted(by_class.items())},
                             "touches_outside_optimizer": touches(doc, host)}
@@ -108,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("profile", type=Path, help="a rank*.profile.json.gz of two or more profiled iterations")
     p.add_argument("--json", action="store_true", help="print JSON (schema transit.profile-reuse/1)")
     args = p.parse_args(argv)
-    doc = json.loads(gzip.decompress(args.profile.read_bytes()))
-    if len(doc.get("iterations", [])) < 2 or "kernel_name" not in doc["iterations"][0]:
+    try:
+        doc = replay.load_profile(args.profile)
+    except UsageError as exc:
+        print(f"profile_reuse: {exc}", file=sys.stderr)
+        return 2
+    if len(doc["iterations"]) < 2 or "kernel_name" not in doc["iterations"][0]:
         print(f"profile_reuse: {args.profile} needs two profiled iterations with their kernel_name arrays",
               file=sys.stderr)
         return 2

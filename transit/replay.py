@@ -133,16 +133,23 @@ def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: di
     return [{"iteration": t.window + 1 + i, **{f: getattr(out[i], f) for f in fields}} for i in range(iterations)]
 
 
+# A stats timeline's cumulative counters, by the name their per-iteration deltas take.
+TIMELINE_COUNTERS = {"htod_bytes": "htod_bytes", "dtoh_bytes": "dtoh_bytes", "faults": "gpu_page_faults",
+                     "seconds": "t"}
+
+
+def iteration_deltas(timeline: list[dict]) -> dict[int, dict]:
+    """Per iteration of a stats file's timeline: the migrations CUPTI recorded (the counters it has)."""
+    return {e["iteration"]: {name: e[key] - p[key] for name, key in TIMELINE_COUNTERS.items() if key in e and key in p}
+            for p, e in itertools.pairwise(timeline)}
+
+
 def measured(stats_path: Path) -> dict[int, dict]:
-    """Per iteration of a stats file's timeline: the migrations CUPTI recorded."""
+    """iteration_deltas of a stats file's timeline."""
     try:
-        doc = json.loads(stats_path.read_text())
-        timeline = doc["timeline"]
+        return iteration_deltas(json.loads(stats_path.read_text())["timeline"])
     except (OSError, ValueError, KeyError, TypeError):
         raise UsageError(f"--against {stats_path}: not a TRANSIT stats file with a timeline") from None
-    return {e["iteration"]: {"htod_bytes": e["htod_bytes"] - p["htod_bytes"], "dtoh_bytes": e["dtoh_bytes"] - p["dtoh_bytes"],
-                             "faults": e["gpu_page_faults"] - p["gpu_page_faults"], "seconds": e["t"] - p["t"]}
-            for p, e in itertools.pairwise(timeline)}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

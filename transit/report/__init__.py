@@ -49,11 +49,8 @@ PIPE_WIDTH = 132
 EXIT_SHOWN, EXIT_NO_STATS = 0, 1
 
 
-def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None,
-                predict_compute_s: float | None = None, predict: bool = False) -> Report:
-    """Read a job's stats and step files (and Slurm's facts about it, unless known) into a Report;
-    with `predict`, replay the ranks' profiles (predict_compute_s: an iteration's kernel time
-    without offload, for the predicted step)."""
+def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None) -> Report:
+    """Read a job's stats and step files (and Slurm's facts about it, unless known) into a Report."""
     directory = job.directory
     rank_files, warnings = StatsFiles(directory).load() if directory else ([], [])
     steps, step_warnings = StepFiles(directory).load() if directory else ([], [])
@@ -66,12 +63,8 @@ def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None,
         facts = next((f for f in known[job_id] if f.job_id == job_id), None)
         warnings += [] if facts else [SlurmJobs.unknown(job_id, answered)]
     default_policy = slurm.plugstack_arguments().get("policy") if use_slurm else None
-    report = build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
-                          [*job.warnings, *warnings, *step_warnings], now_unix)
-    if predict:
-        report.predictions, replay_warnings = predictions(report.ranks, predict_compute_s)
-        report.warnings += replay_warnings
-    return report
+    return build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
+                        [*job.warnings, *warnings, *step_warnings], now_unix)
 
 
 def _view(ranks: str, sort: str | None) -> View:
@@ -131,7 +124,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _one(job: Job, args: argparse.Namespace, view: View) -> int:
-    report = load_report(job, use_slurm=not args.no_slurm, predict_compute_s=args.compute_s, predict=True)
+    report = load_report(job, use_slurm=not args.no_slurm)
+    # one job only: replay takes about a second a profile (predict.py)
+    report.predictions, replay_warnings = predictions(report.ranks, args.compute_s)
+    report.warnings += replay_warnings
     found = notes(report)
     if args.plot:
         written, skipped = write_plots(report, Path(args.plot))

@@ -45,6 +45,11 @@ class ReportWarning:
     path: str | None = None
 
 
+def beside(stats_path: Path, suffix: str) -> Path:
+    """A file libtransit writes beside a stats file: rank<R>.<host>.<pid><suffix>."""
+    return stats_path.with_name(stats_path.name.removesuffix(".json") + suffix)
+
+
 def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -155,7 +160,7 @@ class TickLogs:
 
     @classmethod
     def read(cls, stats_path: Path) -> tuple[TickLog | None, ReportWarning | None]:
-        path = stats_path.with_name(stats_path.name.removesuffix(".json") + TICK_LOG_SUFFIX)
+        path = beside(stats_path, TICK_LOG_SUFFIX)
         if not path.exists():
             return None, None
         try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from transit import replay
 from transit.errors import UsageError
-from transit.report.load import ReportWarning
+from transit.report.load import ReportWarning, beside
 
 if TYPE_CHECKING:
     from transit.report.aggregate import RankRow
@@ -45,14 +45,9 @@ class Prediction:
     measured_dtoh_bytes: int | None
 
 
-def profile_of(stats_file: str) -> Path:
-    path = Path(stats_file)
-    return path.with_name(path.name.removesuffix(".json") + PROFILE_SUFFIX)
-
-
 def predict(row: RankRow, compute_s: float | None) -> tuple[Prediction | None, ReportWarning | None]:
     """The rank's prediction, nothing when it left no profile, or why its profile cannot be replayed."""
-    path = profile_of(row.file)
+    path = beside(Path(row.file), PROFILE_SUFFIX)
     if not row.file or not path.exists() or row.policy is None or row.limit_bytes is None:
         return None, None
     look_ahead = row.policy == "hybrid" and row.hybrid_planned_streamed_bytes > 0
@@ -64,7 +59,11 @@ def predict(row: RankRow, compute_s: float | None) -> tuple[Prediction | None, R
     except (UsageError, OSError, KeyError, TypeError, ValueError) as exc:
         return None, ReportWarning(UNREADABLE_PROFILE, f"cannot replay {path.name}: {exc}; the rank is reported "
                                    "without its prediction", str(path))
-    last = _last_iteration(row)
+    try:
+        deltas = replay.iteration_deltas(row.timeline)
+    except (KeyError, TypeError):  # a timeline without the counters: nothing measured to set beside
+        deltas = {}
+    last = deltas[max(deltas)] if deltas else {}
     return Prediction(
         rank=row.label, profile=str(path), policy=row.policy, look_ahead=look_ahead,
         htod_bytes=steady["htod_bytes"], dtoh_bytes=steady["dtoh_bytes"], zero_copy_bytes=steady["zero_copy_bytes"],
@@ -84,13 +83,3 @@ def predictions(rows: list[RankRow], compute_s: float | None) -> tuple[list[Pred
         warnings += [warning] if warning else []
     return found, warnings
 
-
-def _last_iteration(row: RankRow) -> dict[str, int]:
-    """The migrations of the rank's last whole iteration (its timeline's last two entries)."""
-    if len(row.timeline) < 2:
-        return {}
-    before, last = row.timeline[-2], row.timeline[-1]
-    try:
-        return {key: int(last[key]) - int(before[key]) for key in ("htod_bytes", "dtoh_bytes")}
-    except (KeyError, TypeError, ValueError):
-        return {}

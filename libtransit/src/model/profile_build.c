@@ -392,10 +392,11 @@ static int chunk_table(build *b)
                 for (uint64_t c = it->touch[q].v[r].lo; c <= it->touch[q].v[r].hi; c++) {
                     int64_t j = floor_index(b->chunks, m, c);
                     count[j]++;
-                    if (last && b->c_first[j] < 0)
-                        b->c_first[j] = q;
-                    if (last)
+                    if (last) {
+                        if (b->c_first[j] < 0)
+                            b->c_first[j] = q;
                         b->c_last[j] = q;
+                    }
                 }
         for (size_t j = 0; j < m; j++)
             b->c_reuse[j] = TRANSIT_MAX(b->c_reuse[j], count[j]);
