@@ -17,7 +17,8 @@ from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
-           "base/host_residency.c", "model/profile_build.c", "model/multi_tensor.c", "model/hybrid.c", "model/stream.c",
+           "base/host_residency.c", "model/profile_build.c", "model/profile_render.c", "model/profile_summary.c",
+           "model/multi_tensor.c", "model/kernel_kind.c", "model/hybrid.c", "model/stream.c",
            "base/json.c")
 
 CDEF = """
@@ -91,14 +92,16 @@ typedef struct profile_input {
     uint64_t unread_launches;
 } profile_input;
 typedef struct profile_summary {
-    uint64_t *chunks; uint32_t *reuse; size_t n;
+    uint64_t *chunks; uint32_t *reuse, *launches, *rereading; size_t n;
     uint32_t nphases; uint32_t *phase_ordinal; uint64_t *phase_kernel_ns; uint64_t *touch_offsets;
     transit_range *touch;
 } profile_summary;
 char *transit_profile_build(const profile_input *in, profile_summary *summary);
 void transit_profile_summary_free(profile_summary *summary);
-int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
-size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident, size_t *out,
+uint64_t transit_hybrid_cost(uint32_t reuse, uint32_t launches, uint32_t rereading_launches);
+bool transit_kernel_rereads(const char *name);
+int transit_hybrid_place(const uint64_t *cost, size_t n, uint64_t capacity, uint8_t *resident);
+size_t transit_hybrid_demote(const uint64_t *cost, size_t n, uint64_t excess, uint8_t *resident, size_t *out,
                              size_t out_cap);
 typedef struct transit_stream_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;
@@ -118,7 +121,7 @@ void free(void *p);
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
-          "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_hybrid_place",
+          "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_kernel_rereads", "transit_hybrid_place",
           "transit_hybrid_demote", "transit_stream_plan", "transit_stream_schedule_make")
 
 

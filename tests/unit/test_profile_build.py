@@ -222,6 +222,58 @@ def test_reuse_is_the_busiest_iterations(native) -> None:
     assert table["first_phase"][row] == table["last_phase"][row] == 16  # the last iteration's phases
 
 
+def column_of(doc: dict, column: str, region: tuple[int, int]) -> set[int]:
+    table = doc["chunks"]
+    by_chunk = dict(zip(table["chunk"], table[column]))
+    return {by_chunk[c] for c in chunks(region)}
+
+
+GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"  # cuBLAS's, as the H200 profiles name it
+
+
+def test_launches_count_each_launch_once_and_gemms_apart(native) -> None:
+    """Per chunk, the launches that touch it and those of them that re-read their operands: a
+    GEMM's weights and activations; an elementwise kernel given one pointer twice reads once."""
+    ffi, lib = native
+    kernels = [(GEMM, [PARAMS[0], ACTIVATIONS[0]])] * 3 + [("copy", [PARAMS[0], PARAMS[0]])] * 2
+    kernels += [("adam", [PARAMS[0], GRADS[0], MOMENTS[0]])]
+    summary = ffi.new("profile_summary *")
+    doc = build(native, kernels=kernels, summary=summary)
+    try:
+        assert column_of(doc, "launches", PARAMS) == {6} and column_of(doc, "rereading_launches", PARAMS) == {3}
+        assert column_of(doc, "launches", ACTIVATIONS) == {3}
+        assert column_of(doc, "rereading_launches", ACTIVATIONS) == {3}
+        assert column_of(doc, "launches", MOMENTS) == {1} and column_of(doc, "rereading_launches", MOMENTS) == {0}
+        row = doc["chunks"]["chunk"].index(PARAMS[0] // CHUNK)
+        assert (summary.launches[row], summary.rereading[row]) == (6, 3)
+    finally:
+        lib.transit_profile_summary_free(summary)
+
+
+def test_launches_are_counted_where_phases_hold_several(native) -> None:
+    """9,601 launches in 4,096 phases: the parameters' reuse counts phases, their launches every
+    one of the 9,601; the moments, one optimizer launch, are 1 either way."""
+    doc = build(native, micro_batches=1200)
+    assert reuse_of(doc, PARAMS) == {4096} and column_of(doc, "launches", PARAMS) == {9601}
+    assert column_of(doc, "launches", MOMENTS) == {1}
+
+
+def test_launches_are_the_busiest_iterations(native) -> None:
+    moved = [(name, [p for p in ptrs if p != ACTIVATIONS[0]]) for name, ptrs in step(2)]
+    doc = build(native, later=moved)
+    assert column_of(doc, "launches", ACTIVATIONS) == {16}
+
+
+def test_kernel_kinds(native) -> None:
+    _, lib = native
+    rereading = [GEMM, "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7",
+                 "_ZN7cutlass6KernelINS_4gemm6kernel", "void flash_fwd_kernel<Flash_fwd_kernel_traits>"]
+    once = ["_ZN2at6native29vectorized_elementwise_kernelILi8ENS0_15CUDAFunctor_addIN3c108BFloat16EEE", FUSED_ADAM,
+            "_ZN2at6native13reduce_kernelILi512ELi1E"]
+    assert [bool(lib.transit_kernel_rereads(n.encode())) for n in rereading] == [True] * 4
+    assert [bool(lib.transit_kernel_rereads(n.encode())) for n in once] == [False] * 3
+
+
 def test_file_documents_its_bounds(native) -> None:
     doc = build(native, iterations=1)
     assert doc["chunk_bytes"] == CHUNK

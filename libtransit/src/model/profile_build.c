@@ -1,11 +1,10 @@
 /* profile_build.c - the profile's aggregation: raw launches, parameter pointers and unified memory
- * records in, the transit.profile/1 fields out (see profile.h, docs/profile.md). Pure. */
+ * records in, the transit.profile/1 fields out (profile_render.c; see profile.h, docs/profile.md). Pure. */
 #include "profile_build_int.h"
 #include "chunks.h"
+#include "kernel_kind.h"
 #include "multi_tensor.h"
-#include "json.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,33 +185,45 @@ static int make_phases(build *b, iteration *it, uint64_t number)
     return 0;
 }
 
-/* The launches' parameter pointers become their phases' touched chunks. */
-static int add_pointer_touches(build *b)
+typedef enum { REF_TOUCHES, REF_CARRIED, REF_OUTSIDE } ref_kind;
+
+/* What a parameter pointer touches: its iteration (index into b->it), its launch's phase and its
+ * extent's chunks [*lo, *hi]. REF_CARRIED for a cut tensor's tail; REF_OUTSIDE for a pointer in no
+ * allocation (counted by pointer_extents) or a launch outside the window's phases. */
+static ref_kind ref_touch(const build *b, const profile_ref *mt, size_t nmt, const profile_ref *r, uint32_t *itn,
+                          uint32_t *phase, uint64_t *lo, uint64_t *hi)
 {
     const profile_input *in = b->in;
-    profile_ref *mt;
-    size_t nmt;
-    if (transit_multi_tensor_refs(in, &mt, &nmt))
-        return -1;
+    int64_t j = floor_index(b->ptrs, b->nptrs, r->addr);
+    if (j < 0 || b->ptrs[j] != r->addr || r->launch >= in->nlaunches)
+        return REF_OUTSIDE;
+    if (transit_carried_over(in, mt, nmt, r))
+        return REF_CARRIED;
+    const profile_launch *l = &in->launches[r->launch];
+    if (l->iteration < in->first_iteration || l->iteration >= in->first_iteration + in->iterations)
+        return REF_OUTSIDE;
+    *itn = (uint32_t)(l->iteration - in->first_iteration);
+    const iteration *it = &b->it[*itn];
+    if (l->ordinal >= it->nordinals || it->phase_of[l->ordinal] == NO_PHASE)
+        return REF_OUTSIDE;
+    *phase = it->phase_of[l->ordinal];
+    *lo = CHUNK(r->addr);
+    *hi = CHUNK(b->ptr_end[j] - 1);
+    return REF_TOUCHES;
+}
+
+/* The launches' parameter pointers become their phases' touched chunks. */
+static int add_pointer_touches(build *b, const profile_ref *mt, size_t nmt)
+{
     int rc = 0;
-    for (uint64_t i = 0; i < in->nrefs && !rc; i++) {
-        const profile_ref *r = &in->refs[i];
-        int64_t j = floor_index(b->ptrs, b->nptrs, r->addr);
-        if (j < 0 || b->ptrs[j] != r->addr || r->launch >= in->nlaunches)
-            continue; /* outside every allocation: counted by pointer_extents */
-        if (transit_carried_over(in, mt, nmt, r)) {
-            b->refs_carried++;
-            continue;
-        }
-        const profile_launch *l = &in->launches[r->launch];
-        if (l->iteration < in->first_iteration || l->iteration >= in->first_iteration + in->iterations)
-            continue;
-        iteration *it = &b->it[l->iteration - in->first_iteration];
-        if (l->ordinal >= it->nordinals || it->phase_of[l->ordinal] == NO_PHASE)
-            continue;
-        rc = cvec_push(&it->touch[it->phase_of[l->ordinal]], CHUNK(r->addr), CHUNK(b->ptr_end[j] - 1));
+    for (uint64_t i = 0; i < b->in->nrefs && !rc; i++) {
+        uint32_t n, q;
+        uint64_t lo, hi;
+        ref_kind k = ref_touch(b, mt, nmt, &b->in->refs[i], &n, &q, &lo, &hi);
+        b->refs_carried += k == REF_CARRIED;
+        if (k == REF_TOUCHES)
+            rc = cvec_push(&b->it[n].touch[q], lo, hi);
     }
-    free(mt);
     return rc;
 }
 
@@ -351,7 +362,8 @@ static int chunk_table(build *b)
     size_t k = m + 1;
     if (!(b->c_htod = calloc(k, 8)) || !(b->c_dtoh = calloc(k, 8)) || !(b->c_faults = calloc(k, 8)) ||
         !(b->c_remote = calloc(k, 8)) || !(b->c_reuse = calloc(k, 8)) || !(b->c_alloc = calloc(k, 8)) ||
-        !(b->c_first = calloc(k, 8)) || !(b->c_last = calloc(k, 8)))
+        !(b->c_first = calloc(k, 8)) || !(b->c_last = calloc(k, 8)) || !(b->c_launches = calloc(k, 8)) ||
+        !(b->c_rereading = calloc(k, 8)))
         return -1;
     for (size_t i = 0; i < m; i++) {
         uint64_t lo = all[i] << TRANSIT_CHUNK_SHIFT;
@@ -405,118 +417,47 @@ static int chunk_table(build *b)
     return 0;
 }
 
-/* ---- rendering ---- */
-
-static void u64_array(jbuf *j, const uint64_t *v, size_t n)
-{
-    jb_printf(j, "[");
-    for (size_t i = 0; i < n; i++)
-        jb_printf(j, i ? ", %" PRIu64 : "%" PRIu64, v[i]);
-    jb_printf(j, "]");
-}
-
-static void i64_array(jbuf *j, const int64_t *v, size_t n)
-{
-    jb_printf(j, "[");
-    for (size_t i = 0; i < n; i++)
-        jb_printf(j, i ? ", %" PRId64 : "%" PRId64, v[i]);
-    jb_printf(j, "]");
-}
-
-static void render_iteration(jbuf *j, const build *b, uint32_t i)
+/* Per chunk, the most launches of one profiled iteration whose pointers reach it, and of those the
+ * launches of kernels that re-read their operands (kernel_kind.h): what reading the chunk in place
+ * costs, where its reuse counts phases of about a dozen launches each (design-notes.md, "Hybrid
+ * at global batch 64 once reuse is the busiest iteration's"). */
+static int launch_counts(build *b, const profile_ref *mt, size_t nmt)
 {
     const profile_input *in = b->in;
-    const iteration *it = &b->it[i];
-    jb_printf(j,
-              "{\"iteration\": %" PRIu64 ", \"kernels\": %u, \"timed\": %s, \"span_ns\": %" PRIu64
-              ", \"kernel_ns\": %" PRIu64 ", \"htod_bytes\": %" PRIu64 ", \"dtoh_bytes\": %" PRIu64
-              ", \"gpu_page_faults\": %" PRIu64 ", \"remote_map_bytes\": %" PRIu64 ", \"kernel_name\": [",
-              in->first_iteration + i, it->kernels, it->timed ? "true" : "false", it->t1 - it->t0, it->kernel_ns,
-              it->htod, it->dtoh, it->faults, it->remote);
-    for (uint32_t o = 0; o < it->nordinals; o++) {
-        const profile_launch *l = it->by_ordinal[o] ? &in->launches[it->by_ordinal[o] - 1] : NULL;
-        jb_printf(j, o ? ", %" PRId64 : "%" PRId64, l ? (int64_t)l->name : (int64_t)-1);
+    size_t m = b->nchunks, per = (size_t)in->iterations * (m + 1);
+    uint32_t *launches = calloc(per + 1, sizeof *launches), *rereading = calloc(per + 1, sizeof *rereading);
+    uint64_t *last = calloc(m + 1, sizeof *last); /* launch index + 1 that counted the chunk last */
+    bool *rereads = calloc(in->nnames + 1, sizeof *rereads);
+    int rc = launches && rereading && last && rereads ? 0 : -1;
+    for (uint64_t k = 0; !rc && k < in->nnames; k++)
+        rereads[k] = transit_kernel_rereads(in->names[k]);
+    for (uint64_t i = 0; !rc && i < in->nrefs; i++) {
+        const profile_ref *r = &in->refs[i];
+        uint32_t n, q;
+        uint64_t lo, hi;
+        if (ref_touch(b, mt, nmt, r, &n, &q, &lo, &hi) != REF_TOUCHES)
+            continue;
+        uint32_t name = in->launches[r->launch].name;
+        bool gemm = name < in->nnames && rereads[name];
+        for (uint64_t c = lo; c <= hi; c++) {
+            int64_t j = floor_index(b->chunks, m, c);
+            if (j < 0 || b->chunks[j] != c || last[j] == (uint64_t)r->launch + 1)
+                continue; /* one launch, several pointers into the chunk: one read */
+            last[j] = (uint64_t)r->launch + 1;
+            launches[(size_t)n * (m + 1) + (size_t)j]++;
+            rereading[(size_t)n * (m + 1) + (size_t)j] += gemm;
+        }
     }
-    jb_printf(j, "], \"kernel_duration_ns\": [");
-    for (uint32_t o = 0; o < it->nordinals; o++) {
-        const profile_launch *l = it->by_ordinal[o] ? &in->launches[it->by_ordinal[o] - 1] : NULL;
-        uint64_t d = l && l->start_ns && l->end_ns >= l->start_ns ? l->end_ns - l->start_ns : 0;
-        jb_printf(j, o ? ", %" PRIu64 : "%" PRIu64, d);
-    }
-    jb_printf(j, "], \"phases\": {\"first_ordinal\": ");
-    u64_array(j, it->phase_first, it->nphases);
-    jb_printf(j, ", \"start_ns\": [");
-    for (uint32_t q = 0; q < it->nphases; q++)
-        jb_printf(j, q ? ", %" PRIu64 : "%" PRIu64, it->phase_start[q] ? it->phase_start[q] - it->t0 : 0);
-    jb_printf(j, "], \"end_ns\": [");
-    for (uint32_t q = 0; q < it->nphases; q++)
-        jb_printf(j, q ? ", %" PRIu64 : "%" PRIu64, it->phase_end[q] ? it->phase_end[q] - it->t0 : 0);
-    jb_printf(j, "], \"kernel_ns\": ");
-    u64_array(j, it->phase_kernel_ns, it->nphases);
-    jb_printf(j, ", \"htod_bytes\": ");
-    u64_array(j, it->phase_htod, it->nphases);
-    jb_printf(j, ", \"dtoh_bytes\": ");
-    u64_array(j, it->phase_dtoh, it->nphases);
-    jb_printf(j, ", \"gpu_page_faults\": ");
-    u64_array(j, it->phase_faults, it->nphases);
-    jb_printf(j, ", \"touch\": [");
-    for (uint32_t q = 0; q < it->nphases; q++) {
-        jb_printf(j, q ? ", [" : "[");
-        for (size_t r = 0; r < it->touch[q].n; r++)
-            jb_printf(j, r ? ", %" PRIu64 ", %" PRIu64 : "%" PRIu64 ", %" PRIu64, it->touch[q].v[r].lo,
-                      it->touch[q].v[r].hi);
-        jb_printf(j, "]");
-    }
-    jb_printf(j, "]}}");
-}
-
-static void render(jbuf *j, const build *b)
-{
-    const profile_input *in = b->in;
-    jb_printf(j,
-              "\"chunk_bytes\": %llu, \"phases_max\": %u, \"bounds\": {\"launches\": %u, \"pointers\": %u, "
-              "\"records\": %u, \"names\": %u}, \"dropped\": {\"launches\": %" PRIu64 ", \"pointers\": %" PRIu64
-              ", \"records\": %" PRIu64 ", \"pointers_outside_allocations\": %" PRIu64
-              ", \"records_outside_iterations\": %" PRIu64 "}, \"scan\": {\"pointers\": %" PRIu64
-              ", \"pointers_carried\": %" PRIu64 ", \"launches_unread\": %" PRIu64 "}, \"window\": {\"first_iteration\": %" PRIu64
-              ", \"iterations\": %u}, \"allocations\": [",
-              TRANSIT_CHUNK_BYTES, PROFILE_MAX_PHASES, PROFILE_MAX_LAUNCHES, PROFILE_MAX_REFS, PROFILE_MAX_EVENTS,
-              PROFILE_MAX_NAMES, in->dropped_launches, in->dropped_refs, in->dropped_events, b->refs_outside,
-              b->events_outside, in->nrefs, b->refs_carried, in->unread_launches, in->first_iteration, in->iterations);
-    for (uint64_t a = 0; a < in->nallocs; a++)
-        jb_printf(j, a ? ", [%" PRIu64 ", %" PRIu64 "]" : "[%" PRIu64 ", %" PRIu64 "]", in->allocs[a].addr,
-                  in->allocs[a].bytes);
-    jb_printf(j, "], \"kernel_names\": [");
-    for (uint64_t k = 0; k < in->nnames; k++) {
-        jb_str(j, in->names[k]);
-        jb_printf(j, ", ");
-    }
-    jb_trim_comma(j);
-    jb_printf(j, "], \"iterations\": [");
-    for (uint32_t i = 0; i < in->iterations; i++) {
-        render_iteration(j, b, i);
-        jb_printf(j, ", ");
-    }
-    jb_trim_comma(j);
-    jb_printf(j, "], \"chunks\": {\"chunk\": ");
-    u64_array(j, b->chunks, b->nchunks);
-    jb_printf(j, ", \"allocation\": ");
-    i64_array(j, b->c_alloc, b->nchunks);
-    jb_printf(j, ", \"htod_bytes\": ");
-    u64_array(j, b->c_htod, b->nchunks);
-    jb_printf(j, ", \"dtoh_bytes\": ");
-    u64_array(j, b->c_dtoh, b->nchunks);
-    jb_printf(j, ", \"gpu_page_faults\": ");
-    u64_array(j, b->c_faults, b->nchunks);
-    jb_printf(j, ", \"remote_map_bytes\": ");
-    u64_array(j, b->c_remote, b->nchunks);
-    jb_printf(j, ", \"reuse\": ");
-    u64_array(j, b->c_reuse, b->nchunks);
-    jb_printf(j, ", \"first_phase\": ");
-    i64_array(j, b->c_first, b->nchunks);
-    jb_printf(j, ", \"last_phase\": ");
-    i64_array(j, b->c_last, b->nchunks);
-    jb_printf(j, "}");
+    for (uint32_t n = 0; !rc && n < in->iterations; n++)
+        for (size_t j = 0; j < m; j++) {
+            b->c_launches[j] = TRANSIT_MAX(b->c_launches[j], launches[(size_t)n * (m + 1) + j]);
+            b->c_rereading[j] = TRANSIT_MAX(b->c_rereading[j], rereading[(size_t)n * (m + 1) + j]);
+        }
+    free(launches);
+    free(rereading);
+    free(last);
+    free(rereads);
+    return rc;
 }
 
 static void free_build(build *b)
@@ -548,18 +489,23 @@ static void free_build(build *b)
     free(b->c_alloc);
     free(b->c_first);
     free(b->c_last);
+    free(b->c_launches);
+    free(b->c_rereading);
 }
 
 TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_summary *summary)
 {
     build b = {.in = in};
     char *text = NULL;
+    profile_ref *mt = NULL; /* the multi-tensor launches' pointers */
+    size_t nmt = 0;
     if (!(b.it = calloc(in->iterations + 1, sizeof *b.it)) || pointer_extents(&b))
         goto out;
     for (uint32_t i = 0; i < in->iterations; i++)
         if (make_phases(&b, &b.it[i], in->first_iteration + i))
             goto out;
-    if (add_pointer_touches(&b) || add_events(&b) || chunk_table(&b))
+    if (transit_multi_tensor_refs(in, &mt, &nmt) || add_pointer_touches(&b, mt, nmt) || add_events(&b) ||
+        chunk_table(&b) || launch_counts(&b, mt, nmt))
         goto out;
     if (summary)
         profile_summarize(&b, summary);
@@ -567,7 +513,7 @@ TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_su
         jbuf j = {malloc(cap), 0, cap, 0};
         if (!j.p)
             goto out;
-        render(&j, &b);
+        profile_render(&j, &b);
         if (!j.overflow) {
             text = j.p;
             break;
@@ -575,6 +521,7 @@ TRANSIT_INTERNAL char *transit_profile_build(const profile_input *in, profile_su
         free(j.p);
     }
 out:
+    free(mt);
     free_build(&b);
     return text;
 }

@@ -3,6 +3,7 @@
 #ifndef TRANSIT_PROFILE_BUILD_INT_H
 #define TRANSIT_PROFILE_BUILD_INT_H
 
+#include "json.h"
 #include "profile_data.h"
 
 #include <stddef.h>
@@ -43,11 +44,14 @@ typedef struct build {
     uint64_t *chunks;   /* every chunk touched or migrated, sorted */
     size_t nchunks;
     uint64_t *c_htod, *c_dtoh, *c_faults, *c_remote, *c_reuse;
+    uint64_t *c_launches, *c_rereading; /* launch_counts */
     int64_t *c_alloc, *c_first, *c_last;
     uint64_t refs_outside, events_outside;
     uint64_t refs_carried; /* multi-tensor pointers that are a cut tensor's tail (transit_carried_over) */
 } build;
 
+/* Renders the fields (profile_render.c). */
+void profile_render(jbuf *j, const build *b);
 /* The chunk table's numbers and reuse and the last iteration's phases, copied out. */
 void profile_summarize(const build *b, profile_summary *out);
 
