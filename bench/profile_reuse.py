@@ -8,11 +8,10 @@ and, for hybrid's placement at the profile's L by each rule (the last iteration'
 libtransit placed before f9f4a38, and the busiest iteration's, as it places since), the host set
 by reuse class and how often each iteration's phases touch it outside the optimizer, split into
 phases that run a GEMM or attention kernel (whose operands a kernel reads again per output tile
-when they are read in place) and the rest. Where the profile's chunk table counts launches, also
-the placement by in-place cost, as libtransit places since it counts them, with the host set's
-launches. The placement, its cost, its capacity and the kernel kinds are libtransit's own
-(transit_hybrid_place, transit_hybrid_cost, transit_hybrid_capacity, transit_kernel_rereads),
-called through cffi.
+when they are read in place) and the rest; where the profile's chunk table counts launches, also
+the host set's launches and those of GEMM or attention kernels. The placement, its capacity and
+the kernel kinds are libtransit's own (transit_hybrid_place, transit_hybrid_capacity,
+transit_kernel_rereads), called through cffi.
 """
 
 from __future__ import annotations
@@ -58,12 +57,12 @@ def phase_kinds(doc: dict, iteration: dict) -> list[str]:
     return kinds
 
 
-def host_set(cost: dict[int, int], capacity: int) -> set[int]:
-    """The chunks libtransit's placement leaves on the host at this capacity (cost: transit_hybrid_cost)."""
-    chunks = sorted(cost)
+def host_set(reuse: dict[int, int], capacity: int) -> set[int]:
+    """The chunks libtransit's placement leaves on the host at this capacity."""
+    chunks = sorted(reuse)
     ffi, lib = _native.ffi, _native.lib()
     resident = ffi.new("uint8_t[]", len(chunks) + 1)
-    if lib.transit_hybrid_place(ffi.new("uint64_t[]", [cost[c] for c in chunks] or 1), len(chunks), capacity, resident):
+    if lib.transit_hybrid_place(ffi.new("uint32_t[]", [reuse[c] for c in chunks]), len(chunks), capacity, resident):
         raise MemoryError("transit_hybrid_place: out of memory")
     return {c for i, c in enumerate(chunks) if not resident[i]}
 
@@ -90,19 +89,15 @@ def analyse(doc: dict) -> dict:
             a, b = reuse_class(before.get(c, 0)), reuse_class(after.get(c, 0))
             if a != b:
                 moves[f"{a} -> {b}"] += 1
-    lib = _native.lib()
     limit = doc["config"]["limit_bytes"]
-    capacity = lib.transit_hybrid_capacity(limit)
-    busiest = {c: max(it.get(c, 0) for it in per_iteration) for c in chunks}
+    capacity = _native.lib().transit_hybrid_capacity(limit)
+    rules = {"last": per_iteration[-1], "busiest": {c: max(it.get(c, 0) for it in per_iteration) for c in chunks}}
     table = doc["chunks"]
     launches = {c: (n, g) for c, n, g in zip(table["chunk"], table.get("launches", ()),
                                               table.get("rereading_launches", ()))}
-    rules = {"last": (per_iteration[-1], {}), "busiest": (busiest, {})}
-    if launches:
-        rules["cost"] = (busiest, launches)
     placements = {}
-    for name, (reuse, counts) in rules.items():
-        host = host_set({c: lib.transit_hybrid_cost(reuse.get(c, 0), *counts.get(c, (0, 0))) for c in chunks}, capacity)
+    for name, reuse in rules.items():
+        host = host_set({c: reuse.get(c, 0) for c in chunks}, capacity)
         by_class = Counter(reuse_class(reuse.get(c, 0)) for c in host)
         placements[name] = {"host_bytes_by_reuse": {k: n * doc["chunk_bytes"] for k, n in sorted(by_class.items())},
                             "touches_outside_optimizer": touches(doc, host)}
@@ -116,11 +111,9 @@ def analyse(doc: dict) -> dict:
 def render(result: dict) -> str:
     lines = [f"{result['chunks']} chunks; reuse class changes between consecutive profiled iterations:"]
     lines += [f"  {move}: {n}" for move, n in result["class_changes"].items()]
-    rules = {"last": "the last iteration's reuse", "busiest": "the busiest iteration's reuse",
-             "cost": "in-place cost (launches, then reuse)"}
     for name, p in result["placements"].items():
         host = ", ".join(f"{k}: {v / 2**30:.2f} GiB" for k, v in p["host_bytes_by_reuse"].items())
-        lines.append(f"hybrid by {rules[name]}, host set {host}")
+        lines.append(f"hybrid by the {name} iteration's reuse, host set {host}")
         if "host_launches" in p:
             lines.append(f"  its chunks' launches (busiest iteration): {p['host_launches']['all']}, "
                          f"{p['host_launches']['rereading']} of GEMM or attention kernels")

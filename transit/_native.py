@@ -52,7 +52,7 @@ size_t transit_alloc_clip(uint64_t addr, uint64_t bytes, transit_range *out, siz
 typedef struct transit_replay_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch;
     const uint64_t *compute_ns; const uint32_t *first_launch; uint32_t launches;
-    uint64_t nchunks; const uint64_t *chunk_addr; const uint64_t *chunk_cost;
+    uint64_t nchunks; const uint64_t *chunk_addr; const uint32_t *chunk_reuse;
 } transit_replay_input;
 typedef struct transit_replay_params {
     int policy; uint64_t limit; uint32_t warmup; uint32_t iterations;
@@ -65,8 +65,7 @@ typedef struct transit_replay_iteration {
 int transit_replay_run(const transit_replay_input *in, const transit_replay_params *params,
                        transit_replay_iteration *out, char *err, size_t errlen);
 /* hybrid's placement (libtransit/src/model/hybrid.h) */
-uint64_t transit_hybrid_cost(uint32_t reuse, uint32_t launches, uint32_t rereading_launches);
-int transit_hybrid_place(const uint64_t *cost, size_t n, uint64_t capacity, uint8_t *resident);
+int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
 uint64_t transit_hybrid_capacity(uint64_t limit);
 /* the profile's kernel kinds (libtransit/src/model/kernel_kind.h) */
 bool transit_kernel_rereads(const char *name);

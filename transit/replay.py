@@ -40,9 +40,6 @@ class Template:
     first_launch: list[int]
     launches: int
     chunk_reuse: dict[int, int]  # chunk number -> the most distinct phases of one profiled iteration touching it
-    # chunk number -> (launches, launches of operand re-reading kernels) of its busiest profiled
-    # iteration, where the profile's chunk table counts them
-    chunk_launches: dict[int, tuple[int, int]]
     window: int  # iterations the profile's window took: replay's warm-up
     largest_launch_bytes: int  # the largest working set of a phase of one launch
     largest_launch: int  # that phase's launch ordinal
@@ -68,8 +65,7 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     """Profiled iteration `index` of the window (the first by default: in profiles built before the
     window's last kernel bounded it, the last iteration's final phase also holds the drain
     iteration's records). A chunk's reuse is the profile's (its busiest profiled iteration's) where
-    that is higher than this iteration's, and its launch counts the chunk table's, as libtransit
-    ranks it for hybrid's placement (transit_hybrid_cost). compute_s, when given, is
+    that is higher than this iteration's, as libtransit places by it. compute_s, when given, is
     spread over the phases in proportion to their recorded kernel time."""
     it = doc["iterations"][index]
     ph = it["phases"]
@@ -87,8 +83,6 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     for c, r in zip(table.get("chunk", ()), table.get("reuse", ())):
         if c in reuse:
             reuse[c] = max(reuse[c], r)
-    launches = {c: (n, g) for c, n, g in zip(table.get("chunk", ()), table.get("launches", ()),
-                                              table.get("rereading_launches", ())) if c in reuse}
     kernel_ns = ph["kernel_ns"]
     total = sum(kernel_ns)
     if compute_s is not None:
@@ -99,8 +93,7 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     single = [q for q in range(len(sizes)) if ends[q] - firsts[q] == 1]
     largest = max(single, key=sizes.__getitem__, default=None)
     return Template(phases=len(firsts), touch_offsets=offsets, touch=touch, compute_ns=kernel_ns,
-                    first_launch=firsts, launches=it["kernels"], chunk_reuse=reuse, chunk_launches=launches,
-                    window=doc["window"]["iterations"],
+                    first_launch=firsts, launches=it["kernels"], chunk_reuse=reuse, window=doc["window"]["iterations"],
                     largest_launch_bytes=sizes[largest] if largest is not None else 0,
                     largest_launch=firsts[largest] if largest is not None else 0)
 
@@ -123,8 +116,7 @@ def replay(t: Template, policy: str, limit: int, iterations: int, rates_gbps: di
         "compute_ns": ffi.new("uint64_t[]", t.compute_ns or 1),
         "first_launch": ffi.new("uint32_t[]", t.first_launch or 1),
         "chunk_addr": ffi.new("uint64_t[]", [c << CHUNK_SHIFT for c in chunks] or 1),
-        "chunk_cost": ffi.new("uint64_t[]", [lib.transit_hybrid_cost(t.chunk_reuse[c], *t.chunk_launches.get(c, (0, 0)))
-                                             for c in chunks] or 1),
+        "chunk_reuse": ffi.new("uint32_t[]", [t.chunk_reuse[c] for c in chunks] or 1),
     }
     inp = ffi.new("transit_replay_input *", dict(keep, nphases=t.phases, launches=t.launches, nchunks=len(chunks)))
     params = ffi.new("transit_replay_params *", {

@@ -92,16 +92,15 @@ typedef struct profile_input {
     uint64_t unread_launches;
 } profile_input;
 typedef struct profile_summary {
-    uint64_t *chunks; uint32_t *reuse, *launches, *rereading; size_t n;
+    uint64_t *chunks; uint32_t *reuse; size_t n;
     uint32_t nphases; uint32_t *phase_ordinal; uint64_t *phase_kernel_ns; uint64_t *touch_offsets;
     transit_range *touch;
 } profile_summary;
 char *transit_profile_build(const profile_input *in, profile_summary *summary);
 void transit_profile_summary_free(profile_summary *summary);
-uint64_t transit_hybrid_cost(uint32_t reuse, uint32_t launches, uint32_t rereading_launches);
 bool transit_kernel_rereads(const char *name);
-int transit_hybrid_place(const uint64_t *cost, size_t n, uint64_t capacity, uint8_t *resident);
-size_t transit_hybrid_demote(const uint64_t *cost, size_t n, uint64_t excess, uint8_t *resident, size_t *out,
+int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
+size_t transit_hybrid_demote(const uint32_t *reuse, size_t n, uint64_t excess, uint8_t *resident, size_t *out,
                              size_t out_cap);
 typedef struct transit_stream_input {
     uint32_t nphases; const uint64_t *touch_offsets; const transit_range *touch; const uint64_t *compute_ns;

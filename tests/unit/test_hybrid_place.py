@@ -1,8 +1,5 @@
-"""Hybrid's placement: the chunks costliest to read in place stay on the device up to its capacity;
-a reading over L sends the cheapest placed chunks to the host (libtransit/src/model/hybrid.c). A
-chunk's cost ranks the launches of GEMM and attention kernels that touch it, then all its launches,
-then its reuse (phases); the tests that give reuse alone rank by reuse, as profiles without launch
-counts do."""
+"""Hybrid's placement: the most reused chunks stay on the device up to its capacity; a reading
+over L sends the least reused placed chunks to the host (libtransit/src/model/hybrid.c)."""
 
 from __future__ import annotations
 
@@ -19,20 +16,10 @@ def native(tmp_path_factory):
     return native_logic.load(tmp_path_factory.mktemp("hybrid"))
 
 
-def costs(native, reuse: list[int], launches: list[int] | None = None,
-          rereading: list[int] | None = None):
-    ffi, lib = native
-    launches = launches or [0] * len(reuse)
-    rereading = rereading or [0] * len(reuse)
-    return ffi.new("uint64_t[]", [lib.transit_hybrid_cost(r, n, g) for r, n, g in zip(reuse, launches, rereading)]
-                   or [0])
-
-
-def place(native, reuse: list[int], capacity: int, launches: list[int] | None = None,
-          rereading: list[int] | None = None) -> list[int]:
+def place(native, reuse: list[int], capacity: int) -> list[int]:
     ffi, lib = native
     resident = ffi.new("uint8_t[]", max(len(reuse), 1))
-    assert lib.transit_hybrid_place(costs(native, reuse, launches, rereading), len(reuse), capacity, resident) == 0
+    assert lib.transit_hybrid_place(ffi.new("uint32_t[]", reuse), len(reuse), capacity, resident) == 0
     return list(resident)[:len(reuse)]
 
 
@@ -41,28 +28,6 @@ def test_most_reused_stay_and_ties_go_by_address(native) -> None:
     # then the lower-addressed gradient.
     reuse = [1, 9, 8, 1, 9, 8, 9]
     assert place(native, reuse, 4 * CHUNK) == [0, 1, 1, 0, 1, 0, 1]
-
-
-def test_gemm_operands_stay_before_elementwise_data_however_reused(native) -> None:
-    # Global batch 64 at micro-batch 8: the moments (one launch a step) cannot hold all the
-    # overflow. An activation chunk, 3 phases but 2 GEMM launches, stays; of the gradients (9
-    # elementwise launches in 9 phases) and the fp32 weights (17 launches in 9 phases: the casts
-    # and the optimizer), the gradient goes: fewer launches.
-    reuse = [1, 1, 3, 9, 9]
-    launches = [1, 1, 6, 9, 17]
-    rereading = [0, 0, 2, 0, 0]
-    assert place(native, reuse, 2 * CHUNK, launches, rereading) == [0, 0, 1, 0, 1]
-    # By reuse alone the activation would have gone instead.
-    assert place(native, reuse, 2 * CHUNK) == [0, 0, 0, 1, 1]
-
-
-def test_cost_order(native) -> None:
-    _, lib = native
-    cost = lib.transit_hybrid_cost
-    assert cost(2, 2, 1) > cost(40, 400, 0)  # any GEMM launch outranks every elementwise-only chunk
-    assert cost(2, 3, 1) > cost(2, 2, 1) > cost(1, 2, 1)  # then launches, then phases
-    assert cost(5, 0, 0) == cost(5, 5, 0)  # a chunk only records name: its phases stand in for launches
-    assert cost(3, 1 << 30, 0) > cost(3, (1 << 21) - 2, 0)  # counts saturate, they do not wrap
 
 
 def test_capacity_counts_whole_chunks(native) -> None:
@@ -86,7 +51,7 @@ def demote(native, reuse: list[int], resident: list[int], excess: int) -> tuple[
     ffi, lib = native
     kept = ffi.new("uint8_t[]", resident or [0])
     out = ffi.new("size_t[]", max(len(reuse), 1))
-    m = lib.transit_hybrid_demote(costs(native, reuse), len(reuse), excess, kept, out, len(reuse))
+    m = lib.transit_hybrid_demote(ffi.new("uint32_t[]", reuse or [0]), len(reuse), excess, kept, out, len(reuse))
     return list(kept)[:len(reuse)], list(out)[:m]
 
 

@@ -234,20 +234,12 @@ GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"  # cuBLAS's, as the H200
 def test_launches_count_each_launch_once_and_gemms_apart(native) -> None:
     """Per chunk, the launches that touch it and those of them that re-read their operands: a
     GEMM's weights and activations; an elementwise kernel given one pointer twice reads once."""
-    ffi, lib = native
     kernels = [(GEMM, [PARAMS[0], ACTIVATIONS[0]])] * 3 + [("copy", [PARAMS[0], PARAMS[0]])] * 2
     kernels += [("adam", [PARAMS[0], GRADS[0], MOMENTS[0]])]
-    summary = ffi.new("profile_summary *")
-    doc = build(native, kernels=kernels, summary=summary)
-    try:
-        assert column_of(doc, "launches", PARAMS) == {6} and column_of(doc, "rereading_launches", PARAMS) == {3}
-        assert column_of(doc, "launches", ACTIVATIONS) == {3}
-        assert column_of(doc, "rereading_launches", ACTIVATIONS) == {3}
-        assert column_of(doc, "launches", MOMENTS) == {1} and column_of(doc, "rereading_launches", MOMENTS) == {0}
-        row = doc["chunks"]["chunk"].index(PARAMS[0] // CHUNK)
-        assert (summary.launches[row], summary.rereading[row]) == (6, 3)
-    finally:
-        lib.transit_profile_summary_free(summary)
+    doc = build(native, kernels=kernels)
+    assert column_of(doc, "launches", PARAMS) == {6} and column_of(doc, "rereading_launches", PARAMS) == {3}
+    assert column_of(doc, "launches", ACTIVATIONS) == {3} and column_of(doc, "rereading_launches", ACTIVATIONS) == {3}
+    assert column_of(doc, "launches", MOMENTS) == {1} and column_of(doc, "rereading_launches", MOMENTS) == {0}
 
 
 def test_launches_are_counted_where_phases_hold_several(native) -> None:

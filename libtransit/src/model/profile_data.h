@@ -54,13 +54,13 @@ typedef struct profile_input {
     uint64_t unread_launches; /* launches whose parameter sizes the driver did not give */
 } profile_input;
 
-/* The chunk table as numbers: every chunk touched or migrated (number = address / 2 MiB), its
- * reuse and its launch counts (the chunk table's `launches` and `rereading_launches`); and the last profiled iteration's phases (hybrid's mover plans over them): each one's
+/* The chunk table as numbers: every chunk touched or migrated (number = address / 2 MiB) and its
+ * reuse; and the last profiled iteration's phases (hybrid's mover plans over them): each one's
  * first launch ordinal, kernel time (0 untimed) and touched chunks as 2 MiB aligned ranges.
  * Malloc'd (transit_profile_summary_free); n 0 when out of memory. */
 typedef struct profile_summary {
     uint64_t *chunks;
-    uint32_t *reuse, *launches, *rereading;
+    uint32_t *reuse;
     size_t n;
     uint32_t nphases;
     uint32_t *phase_ordinal;

@@ -36,17 +36,13 @@ void profile_summarize(const build *b, profile_summary *out)
 {
     out->chunks = malloc((b->nchunks + 1) * sizeof *out->chunks);
     out->reuse = malloc((b->nchunks + 1) * sizeof *out->reuse);
-    out->launches = malloc((b->nchunks + 1) * sizeof *out->launches);
-    out->rereading = malloc((b->nchunks + 1) * sizeof *out->rereading);
-    if (!out->chunks || !out->reuse || !out->launches || !out->rereading || summarize_phases(b, out)) {
+    if (!out->chunks || !out->reuse || summarize_phases(b, out)) {
         transit_profile_summary_free(out);
         return;
     }
     for (size_t i = 0; i < b->nchunks; i++) {
         out->chunks[i] = b->chunks[i];
         out->reuse[i] = (uint32_t)b->c_reuse[i];
-        out->launches[i] = (uint32_t)b->c_launches[i];
-        out->rereading[i] = (uint32_t)b->c_rereading[i];
     }
     out->n = b->nchunks;
 }
@@ -55,8 +51,6 @@ TRANSIT_INTERNAL void transit_profile_summary_free(profile_summary *s)
 {
     free(s->chunks);
     free(s->reuse);
-    free(s->launches);
-    free(s->rereading);
     free(s->phase_ordinal);
     free(s->phase_kernel_ns);
     free(s->touch_offsets);

@@ -146,7 +146,7 @@ static int place(replay *r, transit_replay_iteration *it)
 {
     const transit_replay_input *in = r->in;
     uint8_t *resident = malloc(in->nchunks + 1);
-    if (!resident || transit_hybrid_place(in->chunk_cost, in->nchunks, transit_hybrid_capacity(r->p->limit), resident) ||
+    if (!resident || transit_hybrid_place(in->chunk_reuse, in->nchunks, transit_hybrid_capacity(r->p->limit), resident) ||
         (r->p->look_ahead && plan_streams(r, resident))) {
         free(resident);
         return -1;

@@ -13,9 +13,8 @@
  *              iteration passed without moves, the device is filled towards FILL_TARGET with host
  *              chunks in address order (transit_decide_fill_*);
  *   hybrid   - as base until the profile is built (the window's drain ends: iteration warmup + 2
- *              begins placed); then the chunks costliest to read in place are on the device up to
- *              its capacity (transit_hybrid_place), the rest on the host, read in place; nothing
- *              migrates.
+ *              begins placed); then the most reused chunks are on the device up to its capacity
+ *              (transit_hybrid_place), the rest on the host, read in place; nothing migrates.
  *              With look_ahead, hybrid's mover (stream.h, as libtransit runs it in limit mode):
  *              the host chunks the stream plan picks cross PCIe in and back once per iteration,
  *              behind the compute, staged in the TRANSIT_HYBRID_STAGING margin under L, instead
@@ -38,11 +37,10 @@ typedef struct transit_replay_input {
     const uint64_t *compute_ns;    /* each phase's kernel time */
     const uint32_t *first_launch;  /* each phase's first launch ordinal */
     uint32_t launches;             /* launches in the iteration */
-    /* Every chunk some phase touches, by address, with its in-place cost (transit_hybrid_cost:
-     * hybrid's placement). */
+    /* Every chunk some phase touches, by address, with its reuse (hybrid's placement). */
     uint64_t nchunks;
     const uint64_t *chunk_addr;
-    const uint64_t *chunk_cost;
+    const uint32_t *chunk_reuse;
 } transit_replay_input;
 
 typedef struct transit_replay_params {

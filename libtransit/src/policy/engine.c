@@ -341,7 +341,6 @@ void transit_policy_after_fork(void)
     transit_chunks_destroy(pol.chunks);
     free(pol.hybrid_chunk);
     free(pol.hybrid_reuse);
-    free(pol.hybrid_cost);
     free(pol.hybrid_resident);
     transit_stream_schedule_free(&pol.hybrid_schedule);
     pol_mover_after_fork();

@@ -1,5 +1,5 @@
 /* hybrid.c - the hybrid policy in the live engine: at the end of each profiling window the
- * placement is planned from the profile's in-place costs (model/hybrid.c), and in limit mode its mover's
+ * placement is planned from the profile's reuse (model/hybrid.c), and in limit mode its mover's
  * schedule from the profile's phases (model/stream.c); the tick thread applies the placement, off
  * the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
  * the host prefetched there, those placed on the device prefetched to it, on TRANSIT's own
@@ -104,12 +104,9 @@ void pol_hybrid_plan(const profile_summary *p)
     uint8_t *resident = malloc(n + 1);
     uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
     transit_stream_schedule schedule = {0};
-    uint64_t *chunk = malloc((n + 1) * sizeof *chunk), *cost = malloc((n + 1) * sizeof *cost);
+    uint64_t *chunk = malloc((n + 1) * sizeof *chunk);
     uint32_t *reuse = malloc((n + 1) * sizeof *reuse);
-    bool ok = resident && chunk && reuse && cost;
-    for (size_t i = 0; ok && i < n; i++)
-        cost[i] = transit_hybrid_cost(p->reuse[i], p->launches[i], p->rereading[i]);
-    ok = ok && transit_hybrid_place(cost, n, placement_capacity(), resident) == 0;
+    bool ok = resident && chunk && reuse && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
     if (ok) {
         memcpy(chunk, p->chunks, n * sizeof *chunk);
         memcpy(reuse, p->reuse, n * sizeof *reuse);
@@ -126,11 +123,9 @@ void pol_hybrid_plan(const profile_summary *p)
     if (!ok || !n) {
         free(chunk);
         free(reuse);
-        free(cost);
         free(resident);
         chunk = NULL;
         reuse = NULL;
-        cost = NULL;
         resident = NULL;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("hybrid: %s; acting as advise", n ? "out of memory for its placement" : "the profile has no chunk");
@@ -141,11 +136,9 @@ void pol_hybrid_plan(const profile_summary *p)
     pol.hybrid_schedule = schedule;
     free(pol.hybrid_chunk);
     free(pol.hybrid_reuse);
-    free(pol.hybrid_cost);
     free(pol.hybrid_resident);
     pol.hybrid_chunk = chunk;
     pol.hybrid_reuse = reuse;
-    pol.hybrid_cost = cost;
     pol.hybrid_resident = resident;
     pol.hybrid_nchunks = n;
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
@@ -199,7 +192,7 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
 }
 
 /* Tick thread, while hybrid holds the device: a reading `excess` bytes over the hold's target
- * sends the cheapest placed chunks to the host (read in place from then on) instead of
+ * sends the least reused placed chunks to the host (read in place from then on) instead of
  * evicting by recency, which would end the hold and take what every phase reads. False when
  * nothing placed is left to send (limit mode's eviction then takes over). */
 bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess)
@@ -209,7 +202,7 @@ bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t 
     pthread_mutex_lock(&pol.hybrid_lock);
     size_t *picked = pol.hybrid_resident ? malloc((want + 1) * sizeof *picked) : NULL; /* none unless hybrid placed */
     if (picked)
-        m = transit_hybrid_demote(pol.hybrid_cost, pol.hybrid_nchunks, excess, pol.hybrid_resident, picked, want);
+        m = transit_hybrid_demote(pol.hybrid_reuse, pol.hybrid_nchunks, excess, pol.hybrid_resident, picked, want);
     if (m)
         qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
     bool ok = true;

@@ -287,7 +287,7 @@ void transit_policy_tick(void)
             over = pol_excess_now(0, false);
         if (over && fill_held && transit_act_own_stream(drv, &pol.evict_stream) &&
             pol_hybrid_demote(drv, pol.evict_stream, transit_decide_demote_bytes(measured, transit_g.cfg.mem_limit)))
-            over = 0; /* hybrid's hold goes on: its cheapest chunks left instead */
+            over = 0; /* hybrid's hold goes on: its least reused chunks left instead */
         bool evicting = pol_evict_due(fill_held) || over, advising = pol_advise_due();
         if ((evicting || room) && transit_act_own_stream(drv, &pol.evict_stream))
             pol_evict(drv, pol.evict_stream, over, fill_held, 0);

@@ -6,9 +6,8 @@
  *              and merged (ranges.c), are prefetched before each later launch of that ordinal;
  *   advise   - at the middle of the first iteration after warm-up, every managed allocation (and
  *              every later one) gets SetAccessedBy(device): host data is read in place;
- *   hybrid   - at the end of the profile's window the chunks costliest to read in place are
- *              placed on the device, the rest on the host, read in place or streamed by its
- *              mover (model/hybrid.h).
+ *   hybrid   - at the end of the profile's window the most reused chunks are placed on the
+ *              device, the rest on the host, read in place (model/hybrid.h).
  * In limit mode every policy also keeps TRANSIT's estimate of device-resident bytes, and the
  * measured bound, at or under L by evicting the least recently migrated chunks. */
 #ifndef TRANSIT_POLICY_H

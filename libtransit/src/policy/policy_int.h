@@ -48,7 +48,7 @@ typedef enum {
     PREFETCH_PLACE_DEVICE,
     PREFETCH_STREAM_IN, /* hybrid's mover */
     PREFETCH_STREAM_OUT,
-    PREFETCH_DEMOTE /* hybrid's cheapest placed chunks, for a reading over its target */
+    PREFETCH_DEMOTE /* hybrid's least reused placed chunks, for a reading over its target */
 } prefetch_purpose;
 
 /* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
@@ -93,15 +93,13 @@ typedef struct policy {
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
 
     /* Hybrid's placement (hybrid_lock), planned at a profile's end and applied by the tick when
-     * due: the profile's chunks, their reuse (the stats' classes), their in-place cost (the
-     * placement's and demotion's order) and where it keeps each (1: device; demotions clear it),
-     * and its mover's schedule. */
+     * due: the profile's chunks, their reuse and where it keeps each (1: device; demotions clear
+     * it), and its mover's schedule. */
     pthread_mutex_t hybrid_lock;
     transit_stream_schedule hybrid_schedule;
     int hybrid_due;
     uint64_t *hybrid_chunk;
     uint32_t *hybrid_reuse;
-    uint64_t *hybrid_cost;
     uint8_t *hybrid_resident;
     size_t hybrid_nchunks;
 } policy;
