@@ -49,7 +49,11 @@ def test_written_at_exit_without_gpu(cudart, clean_env, tmp_path) -> None:
 
 @pytest.mark.parametrize(("sig", "reason"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
 def test_written_on_signal(cudart, clean_env, tmp_path, sig, reason) -> None:
-    code = CALL_CUDA.format(cudart=cudart) + "; print('ready', flush=True); import time; time.sleep(60)"
+    # Short sleeps, not one of 60 s: CPython loses a SIGINT that lands after its last check and before
+    # the sleep's syscall (its handler ran, KeyboardInterrupt waits out the sleep; 2 in 3000 runs on
+    # 2 busy cores, with or without libtransit). The next sleep's call raises it.
+    code = (CALL_CUDA.format(cudart=cudart) + "; print('ready', flush=True); import time\n"
+            "for _ in range(1200): time.sleep(0.05)")
     p = run_py(code, env_for(clean_env, tmp_path))
     assert p.stdout.readline().strip() == "ready"
     p.send_signal(sig)
