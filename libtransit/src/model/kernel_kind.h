@@ -8,8 +8,8 @@
 #include <stdbool.h>
 
 /* Whether the kernel is a GEMM or an attention kernel (cuBLAS's nvjet, CUTLASS, cuDNN's flash
- * SDPA, ...): it reads an operand again for every output tile, so an operand read in place
- * crosses PCIe many times per launch, where an elementwise kernel reads it once. */
+ * SDPA, ...): it reads an operand again for every output tile, so an operand read in place can
+ * cross PCIe many times per launch, where an elementwise kernel reads it once. */
 TRANSIT_INTERNAL bool transit_kernel_rereads(const char *name);
 
 #endif
