@@ -15,8 +15,15 @@ from transit import _native
 CALL_CUDA = "import ctypes; c=ctypes.c_void_p(); rc=ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 4096)"
 
 
-def run_py(code: str, env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+# The child's SIGINT and SIGTERM as a Python program started from a terminal has them, whatever the
+# test process passes on (a test run in the background inherits SIGINT ignored).
+DEFAULT_SIGNALS = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                   "signal.signal(signal.SIGTERM, signal.SIG_DFL)")
+IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
+
+
+def run_py(code: str, env: dict[str, str], signals: str = DEFAULT_SIGNALS, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"{signals}; {code}"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -61,6 +68,19 @@ def test_written_on_signal(cudart, clean_env, tmp_path, sig, reason) -> None:
     assert p.returncode != 0
     doc = only_stats_file(tmp_path)
     assert doc["time"]["exit_reason"] == reason
+
+
+def test_an_ignored_signal_stays_ignored(cudart, clean_env, tmp_path) -> None:
+    """A process that ignores SIGINT (a background job of a script) runs on through one, and its
+    statistics are the exit's, not frozen at the signal."""
+    code = CALL_CUDA.format(cudart=cudart) + "; print('ready', flush=True); import sys; sys.stdin.readline()"
+    p = run_py(code, env_for(clean_env, tmp_path), signals=IGNORE_SIGINT, stdin=subprocess.PIPE)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert p.poll() is None and list(tmp_path.iterdir()) == []
+    p.communicate("\n", timeout=30)
+    assert p.returncode == 0 and only_stats_file(tmp_path)["time"]["exit_reason"] == "exit"
 
 
 def test_no_file_without_cuda_call(clean_env, tmp_path) -> None:

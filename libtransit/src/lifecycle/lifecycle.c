@@ -196,14 +196,21 @@ static void on_signal(int sig, siginfo_t *info, void *uctx)
     transit_stats_write(life.exit_reason);
     if (prev->sa_flags & SA_SIGINFO) {
         prev->sa_sigaction(sig, info, uctx);
-    } else if (prev->sa_handler == SIG_IGN) {
-        return;
     } else if (prev->sa_handler != SIG_DFL) {
         prev->sa_handler(sig); /* e.g. Python's: it raises KeyboardInterrupt, exit follows */
     } else {
         sigaction(sig, prev, NULL);
         raise(sig);
     }
+}
+
+/* Takes over sig, unless the process ignores it (a background job's SIGINT): an ignored signal
+ * ends nothing, so it must not write the final statistics either. */
+static void take_over(int sig, const struct sigaction *sa, struct sigaction *previous)
+{
+    sigaction(sig, NULL, previous);
+    if ((previous->sa_flags & SA_SIGINFO) || previous->sa_handler != SIG_IGN)
+        sigaction(sig, sa, previous);
 }
 
 static void install_exit_handlers(void)
@@ -218,8 +225,8 @@ static void install_exit_handlers(void)
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &life.previous_term);
-    sigaction(SIGINT, &sa, &life.previous_int);
+    take_over(SIGTERM, &sa, &life.previous_term);
+    take_over(SIGINT, &sa, &life.previous_int);
 }
 
 /* ---- activation ---- */
