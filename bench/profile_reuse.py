@@ -67,12 +67,13 @@ def host_set(reuse: dict[int, int], capacity: int) -> set[int]:
     return {c for i, c in enumerate(chunks) if not resident[i]}
 
 
-def touches(doc: dict, host: set[int]) -> list[dict[str, int]]:
-    """Per profiled iteration: touches of host chunks by phase kind, the optimizer's left out."""
+def touches(doc: dict, kinds: list[list[str]], host: set[int]) -> list[dict[str, int]]:
+    """Per profiled iteration: touches of host chunks by phase kind (kinds: phase_kinds of each
+    iteration), the optimizer's left out."""
     out = []
-    for iteration in doc["iterations"]:
+    for iteration, iteration_kinds in zip(doc["iterations"], kinds):
         count: Counter[str] = Counter()
-        for kind, ranges in zip(phase_kinds(doc, iteration), iteration["phases"]["touch"]):
+        for kind, ranges in zip(iteration_kinds, iteration["phases"]["touch"]):
             if kind != "optimizer":
                 count[kind] += len(phase_chunks(ranges) & host)
         out.append({"iteration": iteration["iteration"], "gemm": count["gemm"], "other": count["other"]})
@@ -95,12 +96,13 @@ def analyse(doc: dict) -> dict:
     table = doc["chunks"]
     launches = {c: (n, g) for c, n, g in zip(table["chunk"], table.get("launches", ()),
                                               table.get("rereading_launches", ()))}
+    kinds = [phase_kinds(doc, iteration) for iteration in doc["iterations"]]
     placements = {}
     for name, reuse in rules.items():
         host = host_set({c: reuse.get(c, 0) for c in chunks}, capacity)
         by_class = Counter(reuse_class(reuse.get(c, 0)) for c in host)
         placements[name] = {"host_bytes_by_reuse": {k: n * doc["chunk_bytes"] for k, n in sorted(by_class.items())},
-                            "touches_outside_optimizer": touches(doc, host)}
+                            "touches_outside_optimizer": touches(doc, kinds, host)}
         if launches:
             placements[name]["host_launches"] = {"all": sum(launches.get(c, (0, 0))[0] for c in host),
                                                  "rereading": sum(launches.get(c, (0, 0))[1] for c in host)}

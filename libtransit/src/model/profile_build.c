@@ -439,13 +439,13 @@ static int launch_counts(build *b, const profile_ref *mt, size_t nmt)
             continue;
         uint32_t name = in->launches[r->launch].name;
         bool gemm = name < in->nnames && rereads[name];
-        for (uint64_t c = lo; c <= hi; c++) {
-            int64_t j = floor_index(b->chunks, m, c);
-            if (j < 0 || b->chunks[j] != c || last[j] == (uint64_t)r->launch + 1)
+        int64_t first = floor_index(b->chunks, m, lo);
+        for (size_t j = first < 0 ? 0 : (size_t)first; j < m && b->chunks[j] <= hi; j++) {
+            if (b->chunks[j] < lo || last[j] == (uint64_t)r->launch + 1)
                 continue; /* one launch, several pointers into the chunk: one read */
             last[j] = (uint64_t)r->launch + 1;
-            launches[(size_t)n * (m + 1) + (size_t)j]++;
-            rereading[(size_t)n * (m + 1) + (size_t)j] += gemm;
+            launches[(size_t)n * (m + 1) + j]++;
+            rereading[(size_t)n * (m + 1) + j] += gemm;
         }
     }
     for (uint32_t n = 0; !rc && n < in->iterations; n++)
