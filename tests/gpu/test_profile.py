@@ -100,3 +100,32 @@ def test_migrations_in_the_profile_match_the_records(profiled) -> None:
     window_htod = sum(it["htod_bytes"] for it in prof["iterations"])
     assert 0 < window_htod <= stats["migrations"]["htod"]["bytes"]
     assert sum(prof["chunks"]["htod_bytes"]) >= window_htod
+
+
+STEADY_ITERATION = 6
+STEADY_STEPS = 12
+
+
+def test_a_steady_iteration_is_observed_not_planned_from(tmp_path: Path) -> None:
+    """TRANSIT_PROFILE_STEADY: hybrid (which plans from every full window) profiles the steady
+    iteration asked for, writes it apart, and does not plan again: the same kernels as the warm-up's
+    iterations, all timed."""
+    env = dict(os.environ, TRANSIT_PROFILE="1", TRANSIT_WARMUP_ITERS=str(WARMUP),
+               TRANSIT_PROFILE_STEADY=str(STEADY_ITERATION),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "hybrid", "--mem-limit", "1G", "--out",
+                        str(tmp_path), "--", sys.executable, "-c", TRAIN, str(STEADY_STEPS)], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+    (stats_file,) = [p for p in tmp_path.glob("*.json")]
+    stats = json.loads(stats_file.read_text())
+    warm = json.loads(gzip.decompress(next(tmp_path.glob("*[0-9].profile.json.gz")).read_bytes()))
+    (steady_file,) = list(tmp_path.glob("*.steady.profile.json.gz"))
+    steady = json.loads(gzip.decompress(steady_file.read_bytes()))
+    assert warm["steady"] is False and steady["steady"] is True and steady["complete"] is True
+    assert steady["window"] == {"first_iteration": STEADY_ITERATION, "iterations": 1}
+    (it,) = steady["iterations"]
+    assert it["iteration"] == STEADY_ITERATION and it["timed"] is True
+    assert it["kernel_name"] == warm["iterations"][-1]["kernel_name"]
+    assert all(d > 0 for d in it["kernel_duration_ns"])
+    assert stats["hybrid"]["plans"] == 1, stats["hybrid"]

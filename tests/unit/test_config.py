@@ -116,6 +116,12 @@ def test_environment_check_reads_like_libtransit() -> None:
     with pytest.raises(UsageError, match="TRANSIT_TICK_LOG is on but TRANSIT_OUT is not set"):
         _native.env_check({"TRANSIT_TICK_LOG": "1"})
     _native.env_check({"TRANSIT_TICK_LOG": "1", "TRANSIT_OUT": "/tmp/x"})
+    with pytest.raises(UsageError) as exc:
+        _native.env_check({"TRANSIT_PROFILE_STEADY": "8", "TRANSIT_OUT": "/tmp/x"})
+    assert str(exc.value) == ("TRANSIT_PROFILE_STEADY=8 needs TRANSIT_PROFILE=1 (the steady profile is written beside "
+                              "the warm-up one); set TRANSIT_PROFILE=1, or TRANSIT_PROFILE_STEADY=0")
+    _native.env_check({"TRANSIT_PROFILE_STEADY": "8", "TRANSIT_PROFILE": "1", "TRANSIT_OUT": "/tmp/x"})
+    _native.env_check({"TRANSIT_PROFILE_STEADY": "0"})
 
 
 def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -139,6 +145,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_CUPTI_DETACH", "later", "true/false"),
      ("TRANSIT_TICK_LOG", "often", "true/false"),
      ("TRANSIT_HYBRID_MOVER", "sometimes", "true/false"),
+     ("TRANSIT_PROFILE_STEADY", "later", "from 1 to 1000000"),
      ("TRANSIT_PREFETCH_GAP", "lots", "from 4K to 1G")],
 )
 def test_bad_environment_stops_before_cuda_work(cudart, clean_env, var: str, value: str,

@@ -51,6 +51,7 @@ static const transit_var vars[] = {
     {"TRANSIT_CUPTI_DETACH", VAR_BOOL, FIELD(cupti_detach), 0, 0, NULL},
     {"TRANSIT_TICK_LOG", VAR_BOOL, FIELD(tick_log), 0, 0, NULL},
     {"TRANSIT_PROFILE", VAR_BOOL, FIELD(profile), 0, 0, NULL},
+    {"TRANSIT_PROFILE_STEADY", VAR_UINT, FIELD(profile_steady), 1, 1000000, "off"},
     {"TRANSIT_HYBRID_MOVER", VAR_BOOL, FIELD(hybrid_mover), 0, 0, NULL},
     {"TRANSIT_STATS_INTERVAL", VAR_UINT, FIELD(stats_interval_s), TRANSIT_MIN_STATS_INTERVAL_S,
      TRANSIT_MAX_STATS_INTERVAL_S, "at exit only"},
@@ -475,6 +476,12 @@ static int load(transit_config *cfg, lookup_fn lookup, void *ctx, char *err, siz
     if (cfg->profile && !cfg->out_dir[0]) {
         snprintf(err, errlen, "TRANSIT_PROFILE is on but TRANSIT_OUT is not set; set TRANSIT_OUT to the "
                               "directory for the profile, or TRANSIT_PROFILE=0");
+        return -1;
+    }
+    if (cfg->profile_steady && !cfg->profile) {
+        snprintf(err, errlen, "TRANSIT_PROFILE_STEADY=%u needs TRANSIT_PROFILE=1 (the steady profile is written "
+                              "beside the warm-up one); set TRANSIT_PROFILE=1, or TRANSIT_PROFILE_STEADY=0",
+                 cfg->profile_steady);
         return -1;
     }
     if (cfg->tick_log && !cfg->out_dir[0]) {

@@ -29,6 +29,9 @@ typedef struct transit_config {
                                  * the stats file (needs TRANSIT_OUT) */
     bool profile;               /* TRANSIT_PROFILE: bool (default off): the warm-up profile beside the stats
                                  * file, rank<R>.<host>.<pid>.profile.json.gz (needs TRANSIT_OUT) */
+    unsigned profile_steady;    /* TRANSIT_PROFILE_STEADY: an iteration, 1..1000000, or 0 (default: off): that
+                                 * steady iteration (or the first after it with no other window open) is
+                                 * observed, rank<R>.<host>.<pid>.steady.profile.json.gz (needs TRANSIT_PROFILE) */
     bool hybrid_mover;          /* TRANSIT_HYBRID_MOVER: bool (default on): hybrid's look-ahead mover in
                                  * limit mode; off: its host chunks are all read in place */
     unsigned stats_interval_s;  /* TRANSIT_STATS_INTERVAL: seconds between refreshes of a running process's

@@ -29,6 +29,11 @@ typedef struct transit_um_record {
     bool evicted_by_driver; /* a DtoH the driver chose (cause EVICTION), not TRANSIT */
 } transit_um_record;
 
+/* A profiling window: the warm-up's (and a re-profile's) full one, which the policies plan from;
+ * a one-iteration refinement of it; or the one steady iteration TRANSIT_PROFILE_STEADY asks for,
+ * observed and written, never planned from. */
+typedef enum { TRANSIT_WINDOW_FULL, TRANSIT_WINDOW_REFINE, TRANSIT_WINDOW_STEADY } transit_window_kind;
+
 /* The sink. Threads: launch on launching threads; kernel and um_record on CUPTI's buffer thread
  * (or any flushing thread); profile_begin, profile_end and iteration on the recorder's thread or
  * the thread that noticed an iteration mark. */
@@ -37,12 +42,14 @@ typedef struct transit_sink {
     /* A kernel record: GPU times and its launch's ordinal (UINT32_MAX outside the window). */
     void (*kernel)(uint32_t corr, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
     void (*um_record)(const transit_um_record *r);
-    /* A profiling window opens at iteration `first` (refine: a one-iteration refinement), and
-     * ends after its records were flushed (max_launches: most launches in one of its iterations;
-     * timed: it took kernel times); the end says whether another refinement is worth its time. */
-    void (*profile_begin)(uint64_t first, bool refine);
+    /* A profiling window of `kind` opens at iteration `first`, and ends after its records were
+     * flushed (max_launches: most launches in one of its iterations; timed: it took kernel
+     * times); the end says whether another refinement is worth its time. A steady window has no
+     * profile_end: nothing decides from it. */
+    void (*profile_begin)(uint64_t first, transit_window_kind kind);
     bool (*profile_end)(uint32_t max_launches, bool timed);
-    /* After profile_end, outside the recorder's locks (slow work may go here). */
+    /* After profile_end (or a steady window's end), outside the recorder's locks (slow work may
+     * go here). */
     void (*window_closed)(void);
     /* The iteration count moved to `iteration` (launches: in the one that ended). */
     void (*iteration)(uint64_t iteration, uint32_t launches);

@@ -275,11 +275,15 @@ void transit_policy_um_record(const transit_um_record *r)
     transit_profile_event(kinds[r->kind], r->start_ns, r->addr, r->value);
 }
 
-void transit_policy_profile_begin(uint64_t first, bool refine)
+void transit_policy_profile_begin(uint64_t first, transit_window_kind kind)
 {
-    store_begin(refine);
-    if (!refine)
-        transit_profile_window_begin(first, transit_g.cfg.warmup_iters);
+    if (kind == TRANSIT_WINDOW_STEADY) {
+        transit_profile_window_begin(first, 1, true);
+    } else {
+        store_begin(kind == TRANSIT_WINDOW_REFINE);
+        if (kind == TRANSIT_WINDOW_FULL)
+            transit_profile_window_begin(first, transit_g.cfg.warmup_iters, false);
+    }
     pol_publish_demand();
 }
 

@@ -64,7 +64,7 @@ typedef struct transit_policy_snap {
 void transit_policy_launch(const transit_launch *l);
 void transit_policy_kernel(uint32_t corr, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
 void transit_policy_um_record(const transit_um_record *r);
-void transit_policy_profile_begin(uint64_t first, bool refine);
+void transit_policy_profile_begin(uint64_t first, transit_window_kind kind);
 bool transit_policy_profile_end(uint32_t max_launches, bool timed);
 void transit_policy_window_closed(void);
 /* At each iteration mark: limit mode's measured bound, the highest reading since the previous

@@ -38,6 +38,7 @@ typedef struct function_params {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     int state;
+    bool steady; /* TRANSIT_PROFILE_STEADY's window: written apart, never planned from */
     uint64_t first;
     uint32_t iterations;
     profile_launch *launches;
@@ -64,13 +65,14 @@ bool transit_profile_collecting(void)
     return __atomic_load_n(&pf.state, __ATOMIC_ACQUIRE) == COLLECTING;
 }
 
-void transit_profile_window_begin(uint64_t first, uint32_t iterations)
+void transit_profile_window_begin(uint64_t first, uint32_t iterations, bool steady)
 {
     if (!transit_g.cfg.profile && transit_g.cfg.policy != TRANSIT_POLICY_HYBRID)
         return;
     pthread_mutex_lock(&lock);
     /* hybrid re-plans from every new profile (the kernel sequence changed) */
-    if (pf.state == IDLE || (pf.state == DONE && transit_g.cfg.policy == TRANSIT_POLICY_HYBRID)) {
+    if (pf.state == IDLE || (pf.state == DONE && (steady || transit_g.cfg.policy == TRANSIT_POLICY_HYBRID))) {
+        pf.steady = steady;
         pf.first = first;
         pf.iterations = iterations;
         pf.corr = calloc(CORR_SLOTS, sizeof *pf.corr);
@@ -342,27 +344,28 @@ void transit_profile_window_end(bool complete)
         pthread_mutex_unlock(&lock);
         return;
     }
+    bool steady = pf.steady;
     take_collected(&in, &names);
     __atomic_store_n(&pf.state, DONE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     profile_alloc *allocs = managed_allocations(&in.nallocs);
     in.allocs = allocs;
-    bool hybrid = transit_g.cfg.policy == TRANSIT_POLICY_HYBRID;
+    bool hybrid = transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && !steady;
     profile_summary summary = {0};
     char *body = names ? transit_profile_build(&in, hybrid ? &summary : NULL) : NULL;
     if (hybrid) /* its placement comes from the window it profiled */
         pol_hybrid_plan(&summary);
     transit_profile_summary_free(&summary);
     jbuf h = {head, 0, sizeof head, 0};
-    jb_printf(&h, "{\"schema\": \"transit.profile/1\", \"version\": \"%s\", \"complete\": %s, ", TRANSIT_VERSION,
-              complete ? "true" : "false");
+    jb_printf(&h, "{\"schema\": \"transit.profile/1\", \"version\": \"%s\", \"complete\": %s, \"steady\": %s, ",
+              TRANSIT_VERSION, complete ? "true" : "false", steady ? "true" : "false");
     transit_state_identity_json(&h);
     transit_state_config_json(&h);
     if (!transit_g.cfg.profile || !transit_g.cfg.out_dir[0]) {
         /* collected for hybrid alone: nothing to write */
     } else if (!body || h.overflow) {
         transit_warn("profile: out of memory building it; no profile is written");
-    } else if (!transit_out_path(path, sizeof path, ".profile.json.gz")) {
+    } else if (!transit_out_path(path, sizeof path, steady ? ".steady.profile.json.gz" : ".profile.json.gz")) {
         if (write_gz(path, head, body))
             transit_warn("profile: cannot write %s (zlib missing or the directory not writable)", path);
         else if (transit_g.cfg.verbose)

@@ -19,8 +19,9 @@
 
 /* ---- the collector (profile.c) ---- */
 
-/* The recorder opens its first full profiling window of `iterations` from `first`. */
-void transit_profile_window_begin(uint64_t first, uint32_t iterations);
+/* The recorder opens its first full profiling window of `iterations` from `first`, or the steady
+ * one (TRANSIT_PROFILE_STEADY), written as rank<R>.<host>.<pid>.steady.profile.json.gz. */
+void transit_profile_window_begin(uint64_t first, uint32_t iterations, bool steady);
 /* True while the window collects for the profile: kernel times are then needed. */
 bool transit_profile_collecting(void);
 /* A managed allocation (the scan's bounds). */

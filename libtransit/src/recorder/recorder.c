@@ -131,7 +131,7 @@ void transit_recorder_snapshot(transit_recorder_snap *s)
         .htod_hist = rec.htod_hist,
         .dtoh_hist = rec.dtoh_hist,
         .profiling = rec.have_profiling,
-        .refining = __atomic_load_n(&rec.win_refine, __ATOMIC_RELAXED) && window_open,
+        .refining = __atomic_load_n(&rec.win_kind, __ATOMIC_RELAXED) == TRANSIT_WINDOW_REFINE && window_open,
         .unified_memory = rec.have_um,
         .detached = __atomic_load_n(&rec.detached, __ATOMIC_ACQUIRE),
         .um_silent = __atomic_load_n(&rec.um_silent, __ATOMIC_ACQUIRE),

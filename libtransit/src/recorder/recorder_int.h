@@ -64,7 +64,8 @@ typedef struct recorder {
     /* The profiling window (win_lock; phase, begin and end are also read racily at launches). */
     pthread_mutex_t win_lock;
     int win_phase;
-    int win_refine;  /* the window refines the profile */
+    int win_kind;    /* transit_window_kind */
+    int steady_taken; /* TRANSIT_PROFILE_STEADY's window was opened */
     int win_untimed; /* the last full window took no kernel times: nothing needed them then */
     uint64_t win_begin, win_end, drain_until;
     uint32_t win_max_launches;
@@ -120,7 +121,7 @@ int rec_get_state(void);
 void rec_set_state(transit_recorder_state s, const char *why);
 /* window.c */
 int rec_in_window(uint64_t iteration);
-void rec_open_window(uint64_t begin, bool refine);
+void rec_open_window(uint64_t begin, transit_window_kind kind);
 void rec_iteration_check(void);
 uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal);
 /* session.c */

@@ -243,23 +243,24 @@ void rec_apply_activity(void)
  * hook) marks the iterations: the callbacks then go off, and "kernels" and the detector's count
  * stop there. When something needs them again (limit mode's managed
  * total came near L) they come back, and a new profile is taken: the launches' ordinals restart
- * at the next iteration. */
+ * at the next iteration. A window opened meanwhile (a steady one) brings them back for itself: it
+ * begins at the next iteration. */
 void rec_steer_launch_callbacks(void)
 {
     const transit_cupti_api *api = transit_cupti(NULL);
     transit_iter_method m = transit_iteration_method();
-    bool needed = rec_wants(TRANSIT_DEMAND_LAUNCHES), back = false;
+    bool demanded = rec_wants(TRANSIT_DEMAND_LAUNCHES), back = false;
+    bool needed = demanded || __atomic_load_n(&rec.win_phase, __ATOMIC_ACQUIRE) != WINDOW_DONE;
     pthread_mutex_lock(&rec.control_lock);
     bool held = rec_get_state() == TRANSIT_RECORDER_CUPTI; /* not given up meanwhile (transit_recorder_yield) */
-    if (held && !rec.launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK) &&
-        __atomic_load_n(&rec.win_phase, __ATOMIC_ACQUIRE) == WINDOW_DONE) {
+    if (held && !rec.launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK)) {
         rec_set_launch_callbacks(api, 0);
         __atomic_store_n(&rec.launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
     } else if (held && rec.launches_off_at && needed && rec_attached_locked(api)) {
         rec_set_launch_callbacks(api, 1);
         __atomic_store_n(&rec.launches_off_at, 0, __ATOMIC_RELEASE);
         transit_add(&rec.n.launch_callbacks_back, 1);
-        back = true;
+        back = demanded;
     }
     pthread_mutex_unlock(&rec.control_lock);
     if (back)
@@ -388,7 +389,7 @@ void rec_start_cupti(void)
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
     __atomic_store_n(&rec.want_external, transit_g.cfg.external_correlation, __ATOMIC_RELAXED);
     pthread_mutex_lock(&rec.win_lock);
-    rec_open_window(1, false); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
+    rec_open_window(1, TRANSIT_WINDOW_FULL); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
     pthread_mutex_unlock(&rec.win_lock);
     rec_set_state(TRANSIT_RECORDER_CUPTI, NULL);
     if (rec.activity_ok)

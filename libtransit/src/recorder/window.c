@@ -16,23 +16,39 @@ int rec_in_window(uint64_t iteration)
            iteration < __atomic_load_n(&rec.win_end, __ATOMIC_RELAXED);
 }
 
-/* win_lock held. A refinement window lasts one iteration; a full one gives the new profile its
- * refinements anew. */
-void rec_open_window(uint64_t begin, bool refine)
+/* win_lock held. Refinement and steady windows last one iteration; a full one gives the new
+ * profile its refinements anew. */
+void rec_open_window(uint64_t begin, transit_window_kind kind)
 {
-    __atomic_store_n(&rec.win_refine, refine, __ATOMIC_RELAXED);
-    if (!refine) {
+    __atomic_store_n(&rec.win_kind, (int)kind, __ATOMIC_RELAXED);
+    if (kind == TRANSIT_WINDOW_FULL) {
         __atomic_store_n(&rec.n.refine_windows, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&rec.win_untimed, 0, __ATOMIC_RELEASE);
     }
     rec.win_begin = begin;
-    rec.win_end = begin + (refine ? 1 : transit_g.cfg.warmup_iters);
+    rec.win_end = begin + (kind == TRANSIT_WINDOW_FULL ? transit_g.cfg.warmup_iters : 1);
     rec.win_max_launches = 0;
     __atomic_store_n(&rec.finalize_due, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&rec.win_phase, WINDOW_COLLECTING, __ATOMIC_RELEASE);
     __atomic_store_n(&rec.want_profiling, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&rec.want_um, 1, __ATOMIC_RELAXED);
-    rec.sink->profile_begin(begin, refine);
+    rec.sink->profile_begin(begin, kind);
+}
+
+static bool window_is(transit_window_kind kind)
+{
+    return __atomic_load_n(&rec.win_kind, __ATOMIC_RELAXED) == (int)kind;
+}
+
+/* win_lock held, no window open: TRANSIT_PROFILE_STEADY's iteration (or, when a window was open
+ * then, the first one after it) is observed once. */
+static void open_steady_window(uint64_t now)
+{
+    uint64_t asked = transit_g.cfg.profile_steady;
+    if (!asked || rec.steady_taken || now + 1 < asked)
+        return;
+    rec.steady_taken = 1;
+    rec_open_window(now + 1, TRANSIT_WINDOW_STEADY);
 }
 
 /* The iteration count moved from `seen` to `now`; `launches` ran in iteration `seen`. */
@@ -40,17 +56,20 @@ static void window_advance(uint64_t seen, uint64_t now, uint32_t launches)
 {
     pthread_mutex_lock(&rec.win_lock);
     if (now < seen) { /* a more explicit iteration source took over and counts from 0 */
-        rec_open_window(now + 1, false);
+        rec_open_window(now + 1, TRANSIT_WINDOW_FULL);
+    } else if (rec.win_phase == WINDOW_DONE) {
+        open_steady_window(now);
     } else if (rec.win_phase == WINDOW_COLLECTING) {
         if (seen >= rec.win_begin && seen < rec.win_end) {
-            transit_add(&rec.n.profiled_iterations, 1);
+            if (!window_is(TRANSIT_WINDOW_STEADY)) /* the policies' profiles: what they plan from */
+                transit_add(&rec.n.profiled_iterations, 1);
             rec.win_max_launches = TRANSIT_MAX(rec.win_max_launches, launches);
         }
         if (now >= rec.win_end) {
             __atomic_store_n(&rec.win_phase, WINDOW_DRAINING, __ATOMIC_RELEASE);
             rec.drain_until = now + 1; /* one more iteration for late records; migrations still on */
             __atomic_store_n(&rec.want_profiling, 0, __ATOMIC_RELAXED);
-            if (!rec.win_refine && !__atomic_load_n(&rec.have_profiling, __ATOMIC_ACQUIRE)) {
+            if (window_is(TRANSIT_WINDOW_FULL) && !__atomic_load_n(&rec.have_profiling, __ATOMIC_ACQUIRE)) {
                 __atomic_store_n(&rec.win_untimed, 1, __ATOMIC_RELEASE);
                 transit_add(&rec.n.untimed_windows, 1);
             }
@@ -68,9 +87,9 @@ void transit_recorder_reprofile(const char *why)
         return;
     pthread_mutex_lock(&rec.win_lock);
     /* A refinement window would add the new sequence's ranges to the old profile: replaced. */
-    if ((rec.win_phase == WINDOW_DONE || rec.win_refine) && transit_get(&rec.n.reprofiles) < MAX_REPROFILES) {
+    if ((rec.win_phase == WINDOW_DONE || window_is(TRANSIT_WINDOW_REFINE)) && transit_get(&rec.n.reprofiles) < MAX_REPROFILES) {
         transit_add(&rec.n.reprofiles, 1);
-        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, false);
+        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, TRANSIT_WINDOW_FULL);
         opened = 1;
     }
     pthread_mutex_unlock(&rec.win_lock);
@@ -113,15 +132,20 @@ static void finish_window(void)
     }
     __atomic_store_n(&rec.win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     __atomic_store_n(&rec.want_um, 0, __ATOMIC_RELAXED);
+    if (window_is(TRANSIT_WINDOW_STEADY)) {
+        pthread_mutex_unlock(&rec.win_lock);
+        rec.sink->window_closed();
+        return;
+    }
     /* Under win_lock (then the policies' profile lock, the order open_window takes them), so that
      * a re-profile cannot open its window between this one's end and the profile it builds. */
-    bool learning = rec.sink->profile_end(rec.win_max_launches, rec.win_refine || !rec.win_untimed);
+    bool learning = rec.sink->profile_end(rec.win_max_launches, window_is(TRANSIT_WINDOW_REFINE) || !rec.win_untimed);
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after its eviction: one-iteration windows add those to the profile while they still
      * find much, and not while nothing acts at launches (docs/design-notes.md, "Refinements"). */
     if (learning && rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS) {
         transit_add(&rec.n.refine_windows, 1);
-        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, true);
+        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, TRANSIT_WINDOW_REFINE);
     }
     pthread_mutex_unlock(&rec.win_lock);
     rec.sink->window_closed();
