@@ -67,6 +67,13 @@ def host_set(reuse: dict[int, int], capacity: int) -> set[int]:
     return {c for i, c in enumerate(chunks) if not resident[i]}
 
 
+def busiest_reuse(doc: dict) -> dict[int, int]:
+    """Per chunk touched in the profile, its reuse in its busiest profiled iteration (libtransit's rule)."""
+    per_iteration = [Counter(c for ranges in it["phases"]["touch"] for c in phase_chunks(ranges))
+                     for it in doc["iterations"]]
+    return {c: max(it.get(c, 0) for it in per_iteration) for c in set().union(*per_iteration)}
+
+
 def touches(doc: dict, kinds: list[list[str]], host: set[int]) -> list[dict[str, int]]:
     """Per profiled iteration: touches of host chunks by phase kind (kinds: phase_kinds of each
     iteration), the optimizer's left out."""
@@ -92,7 +99,7 @@ def analyse(doc: dict) -> dict:
                 moves[f"{a} -> {b}"] += 1
     limit = doc["config"]["limit_bytes"]
     capacity = _native.lib().transit_hybrid_capacity(limit)
-    rules = {"last": per_iteration[-1], "busiest": {c: max(it.get(c, 0) for it in per_iteration) for c in chunks}}
+    rules = {"last": per_iteration[-1], "busiest": busiest_reuse(doc)}
     table = doc["chunks"]
     launches = {c: (n, g) for c, n, g in zip(table["chunk"], table.get("launches", ()),
                                               table.get("rereading_launches", ()))}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
 import profile_reuse
@@ -49,11 +48,8 @@ def phase_ranges(it: dict) -> list[range]:
 
 def host_chunks(warm: dict) -> set[int]:
     """The chunks hybrid's placement leaves on the host, from the run's warm-up profile."""
-    per_iteration = [Counter(c for ranges in it["phases"]["touch"] for c in profile_reuse.phase_chunks(ranges))
-                     for it in warm["iterations"]]
-    chunks = set().union(*per_iteration)
-    busiest = {c: max(it.get(c, 0) for it in per_iteration) for c in chunks}
-    return profile_reuse.host_set(busiest, _native.lib().transit_hybrid_capacity(warm["config"]["limit_bytes"]))
+    capacity = _native.lib().transit_hybrid_capacity(warm["config"]["limit_bytes"])
+    return profile_reuse.host_set(profile_reuse.busiest_reuse(warm), capacity)
 
 
 def analyse(run: dict, control: dict, warm: dict | None, top: int) -> dict:

@@ -132,14 +132,11 @@ static void finish_window(void)
     }
     __atomic_store_n(&rec.win_phase, WINDOW_DONE, __ATOMIC_RELEASE);
     __atomic_store_n(&rec.want_um, 0, __ATOMIC_RELAXED);
-    if (window_is(TRANSIT_WINDOW_STEADY)) {
-        pthread_mutex_unlock(&rec.win_lock);
-        rec.sink->window_closed();
-        return;
-    }
     /* Under win_lock (then the policies' profile lock, the order open_window takes them), so that
-     * a re-profile cannot open its window between this one's end and the profile it builds. */
-    bool learning = rec.sink->profile_end(rec.win_max_launches, window_is(TRANSIT_WINDOW_REFINE) || !rec.win_untimed);
+     * a re-profile cannot open its window between this one's end and the profile it builds. A
+     * steady window has no profile to build (events.h). */
+    bool learning = !window_is(TRANSIT_WINDOW_STEADY) &&
+                    rec.sink->profile_end(rec.win_max_launches, window_is(TRANSIT_WINDOW_REFINE) || !rec.win_untimed);
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after its eviction: one-iteration windows add those to the profile while they still
      * find much, and not while nothing acts at launches (docs/design-notes.md, "Refinements"). */
