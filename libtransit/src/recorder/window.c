@@ -40,6 +40,16 @@ static bool window_is(transit_window_kind kind)
     return __atomic_load_n(&rec.win_kind, __ATOMIC_RELAXED) == (int)kind;
 }
 
+/* win_lock held, the window that ended at iteration `now` finished: whether a refinement opened
+ * now would still be open when TRANSIT_PROFILE_STEADY's iteration begins. It would run in now+1,
+ * drain in now+2, and the next window could begin at now+5 (open_steady_window); the steady
+ * iteration is one that no other window slows down. */
+static bool steady_window_near(uint64_t now)
+{
+    uint64_t asked = transit_g.cfg.profile_steady;
+    return asked && !rec.steady_taken && now + 5 > asked;
+}
+
 /* win_lock held, no window open: TRANSIT_PROFILE_STEADY's iteration (or, when a window was open
  * then, the first one after it) is observed once. */
 static void open_steady_window(uint64_t now)
@@ -140,9 +150,11 @@ static void finish_window(void)
     /* While limit mode plans its evictions, kernels the profile did not name for a chunk fault it
      * back in after its eviction: one-iteration windows add those to the profile while they still
      * find much, and not while nothing acts at launches (docs/design-notes.md, "Refinements"). */
-    if (learning && rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS) {
+    uint64_t now = __atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE);
+    if (learning && rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS &&
+        !steady_window_near(now)) {
         transit_add(&rec.n.refine_windows, 1);
-        rec_open_window(__atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE) + 1, TRANSIT_WINDOW_REFINE);
+        rec_open_window(now + 1, TRANSIT_WINDOW_REFINE);
     }
     pthread_mutex_unlock(&rec.win_lock);
     rec.sink->window_closed();
