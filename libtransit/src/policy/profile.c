@@ -55,7 +55,6 @@ static struct {
     function_params fn[FUNCTION_SLOTS];
     uint32_t param_size[PARAM_POOL];
     uint32_t nparam_sizes;
-    int no_param_info;
 } pf;
 /* Bounds of managed memory seen so far: a parameter word outside them is no managed pointer. */
 static uint64_t managed_lo = UINT64_MAX, managed_hi;
@@ -130,30 +129,44 @@ static uint32_t name_index(const char *symbol)
     }
 }
 
-/* lock held: the sizes of f's parameters (cuFuncGetParamInfo, CUDA 12.4+), cached. */
-static const function_params *params_of(void *f)
+/* The sizes of f's parameters (cuFuncGetParamInfo, CUDA 12.4+) into sizes[MAX_PARAMS]; how many.
+ * A driver call, so never under `lock`: CUPTI's buffer thread takes `lock` while it holds CUPTI's
+ * own locks, which a driver call on a launching thread may wait for. */
+static uint32_t query_param_sizes(void *f, uint32_t *sizes)
 {
+    static int warned;
     const transit_driver_api *drv = transit_driver();
-    function_params *e = &pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS];
-    if (e->f == f)
-        return e;
     if (!drv || !drv->FuncGetParamInfo) {
-        if (!pf.no_param_info++)
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             transit_warn("profile: the driver lacks cuFuncGetParamInfo (CUDA 12.4+); kernels' pointers are not read, "
                          "only migrations and faults place data");
-        return NULL;
+        return 0;
     }
-    uint32_t first = pf.nparam_sizes, n = 0;
+    uint32_t n = 0;
     size_t offset, size;
     bool as_kernel = drv->FuncGetParamInfo((CUfunction)f, 0, &offset, &size) != CUDA_SUCCESS &&
                      drv->KernelGetParamInfo && drv->KernelGetParamInfo((CUkernel)f, 0, &offset, &size) == CUDA_SUCCESS;
-    while (n < MAX_PARAMS && first + n < PARAM_POOL &&
-           (as_kernel ? drv->KernelGetParamInfo((CUkernel)f, n, &offset, &size)
-                      : drv->FuncGetParamInfo((CUfunction)f, n, &offset, &size)) == CUDA_SUCCESS)
-        pf.param_size[first + n++] = (uint32_t)size;
+    while (n < MAX_PARAMS && (as_kernel ? drv->KernelGetParamInfo((CUkernel)f, n, &offset, &size)
+                                        : drv->FuncGetParamInfo((CUfunction)f, n, &offset, &size)) == CUDA_SUCCESS)
+        sizes[n++] = (uint32_t)size;
+    return n;
+}
+
+/* lock held: f's cached parameter sizes, or NULL. */
+static const function_params *cached_params(void *f)
+{
+    const function_params *e = &pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS];
+    return e->f == f ? e : NULL;
+}
+
+/* lock held: caches f's parameter sizes, as many as the pool still holds. */
+static void cache_params(void *f, const uint32_t *sizes, uint32_t n)
+{
+    uint32_t first = pf.nparam_sizes;
+    n = TRANSIT_MIN(n, PARAM_POOL - first);
+    memcpy(&pf.param_size[first], sizes, n * sizeof *sizes);
     pf.nparam_sizes += n;
-    *e = (function_params){.f = f, .first = first, .count = n};
-    return e;
+    pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS] = (function_params){.f = f, .first = first, .count = n};
 }
 
 /* lock held: the managed pointers among the words of [p, p + bytes). */
@@ -192,7 +205,7 @@ static void scan_params(uint32_t launch, void *f, void **params, void **extra)
         scan_words(launch, buf, size, &kept);
         return;
     }
-    const function_params *fp = params && f ? params_of(f) : NULL;
+    const function_params *fp = params && f ? cached_params(f) : NULL;
     if (!fp || !fp->count)
         pf.unread_launches++;
     for (uint32_t i = 0; fp && i < fp->count; i++)
@@ -210,7 +223,15 @@ void transit_profile_launch(uint64_t iteration, uint32_t ordinal, uint32_t corr,
 {
     if (!transit_profile_collecting() || iteration < pf.first || iteration >= pf.first + pf.iterations)
         return;
+    uint32_t sizes[MAX_PARAMS];
     pthread_mutex_lock(&lock);
+    if (!extra && params && function && !cached_params(function)) {
+        pthread_mutex_unlock(&lock);
+        uint32_t n = query_param_sizes(function, sizes);
+        pthread_mutex_lock(&lock);
+        if (!cached_params(function))
+            cache_params(function, sizes, n);
+    }
     if (pf.state == COLLECTING && grow((void **)&pf.launches, &pf.nlaunches, &pf.cap_launches, sizeof *pf.launches,
                                        PROFILE_MAX_LAUNCHES, &pf.dropped_launches)) {
         uint32_t i = (uint32_t)pf.nlaunches - 1;
