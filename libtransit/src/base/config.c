@@ -53,6 +53,7 @@ static const transit_var vars[] = {
     {"TRANSIT_PROFILE", VAR_BOOL, FIELD(profile), 0, 0, NULL},
     {"TRANSIT_PROFILE_STEADY", VAR_UINT, FIELD(profile_steady), 1, 1000000, "off"},
     {"TRANSIT_HYBRID_MOVER", VAR_BOOL, FIELD(hybrid_mover), 0, 0, NULL},
+    {"TRANSIT_HYBRID_REMAP", VAR_BOOL, FIELD(hybrid_remap), 0, 0, NULL},
     {"TRANSIT_STATS_INTERVAL", VAR_UINT, FIELD(stats_interval_s), TRANSIT_MIN_STATS_INTERVAL_S,
      TRANSIT_MAX_STATS_INTERVAL_S, "at exit only"},
     /* transit launch/submit and the sbatch templates */

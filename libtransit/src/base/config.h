@@ -34,6 +34,9 @@ typedef struct transit_config {
                                  * observed, rank<R>.<host>.<pid>.steady.profile.json.gz (needs TRANSIT_PROFILE) */
     bool hybrid_mover;          /* TRANSIT_HYBRID_MOVER: bool (default on): hybrid's look-ahead mover in
                                  * limit mode; off: its host chunks are all read in place */
+    bool hybrid_remap;          /* TRANSIT_HYBRID_REMAP: bool (default off): hybrid's placement sends each
+                                 * device chunk to the host and back in bulk (design-notes.md, "Hybrid's
+                                 * steady iteration") */
     unsigned stats_interval_s;  /* TRANSIT_STATS_INTERVAL: seconds between refreshes of a running process's
                                  * stats file, 0 (at exit only) or 5..86400 (default 60) */
 } transit_config;

@@ -158,6 +158,22 @@ bool pol_hybrid_due(void)
     return transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && __atomic_load_n(&pol.hybrid_due, __ATOMIC_ACQUIRE);
 }
 
+/* A device chunk already there stays as its warm-up left it, most of it brought back by faults in
+ * pieces under 64 KiB. TRANSIT_HYBRID_REMAP sends it to the host and back, REMAP_STEP_BYTES at a
+ * time on one stream, so that it comes back in bulk (design-notes.md, "Hybrid's steady iteration"). */
+static void place_on_device(const transit_driver_api *drv, transit_range r, CUdevice dev, CUstream stream)
+{
+    if (!transit_g.cfg.hybrid_remap) {
+        pol_prefetch_range(drv, r, dev, PREFETCH_PLACE_DEVICE, stream);
+        return;
+    }
+    for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end; at += REMAP_STEP_BYTES) {
+        transit_range step = {.addr = at, .bytes = TRANSIT_MIN(REMAP_STEP_BYTES, end - at)};
+        pol_prefetch_range(drv, step, dev, PREFETCH_REMAP, stream);
+        pol_prefetch_range(drv, step, dev, PREFETCH_PLACE_DEVICE, stream);
+    }
+}
+
 /* Tick thread. Waits for its moves (off the launch path): the next readings then show them. */
 void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream)
 {
@@ -172,7 +188,7 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     for (size_t i = 0; host && i < nhost && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
         pol_prefetch_range(drv, host[i], dev, PREFETCH_PLACE_HOST, stream);
     for (size_t i = 0; device && i < ndevice && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
-        pol_prefetch_range(drv, device[i], dev, PREFETCH_PLACE_DEVICE, stream);
+        place_on_device(drv, device[i], dev, stream);
     free(host);
     free(device);
     CUresult e = transit_act_stream_wait(drv, stream);

@@ -19,8 +19,9 @@ static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pol.n.prefetch_call
                                                                   &pol.n.placed_device_bytes},
                                        [PREFETCH_STREAM_IN] = {&pol.n.stream_in_ranges, &pol.n.stream_in_bytes},
                                        [PREFETCH_STREAM_OUT] = {&pol.n.stream_out_ranges, &pol.n.stream_out_bytes},
-                                       [PREFETCH_DEMOTE] = {&pol.n.demoted_ranges, &pol.n.demoted_bytes}};
-_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_DEMOTE + 1, "a purpose without counters");
+                                       [PREFETCH_DEMOTE] = {&pol.n.demoted_ranges, &pol.n.demoted_bytes},
+                                       [PREFETCH_REMAP] = {&pol.n.remapped_ranges, &pol.n.remapped_bytes}};
+_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_REMAP + 1, "a purpose without counters");
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
  * replay, advise's fill, hybrid's device chunks) or to the host (a limit-mode eviction or sweep,
@@ -30,7 +31,7 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
 {
     static int warned_device, warned_host;
     bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP || why == PREFETCH_PLACE_HOST ||
-                   why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE;
+                   why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE || why == PREFETCH_REMAP;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -57,7 +58,8 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
             transit_add(counted[why][1], piece[k].bytes);
             if (why == PREFETCH_FILL || why == PREFETCH_PLACE_DEVICE || why == PREFETCH_STREAM_IN) /* the last to go */
                 pol_mark_resident(piece[k].addr, piece[k].bytes, false);
-            else if (why == PREFETCH_PLACE_HOST || why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE)
+            else if (why == PREFETCH_PLACE_HOST || why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE ||
+                     why == PREFETCH_REMAP)
                 pol_mark_gone(piece[k].addr, piece[k].bytes);
         }
     }
