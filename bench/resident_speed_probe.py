@@ -7,9 +7,10 @@ memory-bound kernel (a sum over X) and a GEMM (A @ B) on managed memory, each wi
 the device, after each of these histories:
 
 - first_touch: populated by the GPU (a memset), as in a run that never evicts;
-- faulted_back: sent to the host, then brought back by the kernels' own page faults, as limit
-  mode's warm-up evictions leave it;
-- faulted_then_prefetched: faulted_back, then prefetched to the device (already there), as
+- faulted_back: sent to the host, then brought back by the kernels' own page faults;
+- faulted_back_sparse: the same, but first touched at one element every 64 KiB, so that the faults
+  bring it back in pieces, as limit mode's warm-up does (most of its HtoD migrations under 64 KiB);
+- faulted_then_prefetched: faulted_back_sparse, then prefetched to the device (already there), as
   hybrid's placement does;
 - round_trip: sent to the host and prefetched back in bulk;
 - accessed_by_half_host: SetAccessedBy(device), all prefetched in, then every other 2 MiB chunk
@@ -35,6 +36,7 @@ from common import provenance, write_json
 from cuda_driver import CU_MEM_ADVISE_SET_ACCESSED_BY, Driver
 
 CHUNK = 2 << 20
+SPARSE_STRIDE = 64 << 10  # bytes between the elements a sparse touch reads
 GEMM_N = 8192
 REPEATS = 5
 
@@ -76,6 +78,7 @@ def main() -> int:
     base = drv.alloc_managed(size)
     x = as_tensor(base, (x_bytes // 2,))
     even = x.view(-1, CHUNK // 2)[0::2]
+    sparse = x.view(-1, SPARSE_STRIDE // 2)[:, 0]
     a, b, c = (as_tensor(base + x_bytes + k * GEMM_N * GEMM_N * 2, (GEMM_N, GEMM_N)) for k in range(3))
 
     def measure() -> dict[str, float]:
@@ -93,6 +96,10 @@ def main() -> int:
     drv.prefetch(base, size, to_host=True)
     bring_back_by_faults()
     states["faulted_back"] = measure()
+    drv.prefetch(base, size, to_host=True)
+    sparse.sum(), a.view(-1, SPARSE_STRIDE // 2)[:, 0].sum(), b.view(-1, SPARSE_STRIDE // 2)[:, 0].sum()
+    bring_back_by_faults()
+    states["faulted_back_sparse"] = measure()
     drv.prefetch(base, size, to_host=False)
     states["faulted_then_prefetched"] = measure()
     drv.prefetch(base, size, to_host=True)

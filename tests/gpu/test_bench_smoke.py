@@ -124,6 +124,6 @@ def test_resident_speed_probe_times_every_history(tmp_path: Path) -> None:
                            str(out)], check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     states = json.loads(out.read_text())["states"]
-    assert list(states) == ["first_touch", "faulted_back", "faulted_then_prefetched", "round_trip",
-                            "accessed_by_half_host"]
+    assert list(states) == ["first_touch", "faulted_back", "faulted_back_sparse", "faulted_then_prefetched",
+                            "round_trip", "accessed_by_half_host"]
     assert all(0 < t < 1 for times in states.values() for t in times.values()), states

@@ -50,7 +50,7 @@ def check_sections(doc: dict) -> None:
         assert is_uint(doc["evictions"][key]), key
     assert doc["evictions"]["at_launch"] is False  # no profile without a GPU
     hybrid = doc["hybrid"]
-    assert hybrid["demoted_ranges"] == hybrid["demoted_bytes"] == hybrid["remapped_bytes"] == 0  # no placement without a GPU
+    assert hybrid["demoted_ranges"] == hybrid["demoted_bytes"] == hybrid["remapped_ranges"] == hybrid["remapped_bytes"] == 0  # no placement without a GPU
     assert list(hybrid["by_reuse"]) == ["1", "2", "3-4", "5-8", "9+"]
     for where in hybrid["by_reuse"].values():
         assert set(where) == {"resident_bytes", "host_bytes", "streamed_bytes"}

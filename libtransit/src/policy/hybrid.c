@@ -158,17 +158,18 @@ bool pol_hybrid_due(void)
     return transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && __atomic_load_n(&pol.hybrid_due, __ATOMIC_ACQUIRE);
 }
 
-/* A device chunk already there stays as its warm-up left it, most of it brought back by faults in
- * pieces under 64 KiB. TRANSIT_HYBRID_REMAP sends it to the host and back, REMAP_STEP_BYTES at a
- * time on one stream, so that it comes back in bulk (design-notes.md, "Hybrid's steady iteration"). */
+/* A device chunk already there stays as its warm-up left it, brought back by faults in small
+ * pieces. TRANSIT_HYBRID_REMAP sends it to the host and back in bulk, a chunk at a time on one
+ * stream (design-notes.md, "Hybrid's steady iteration"). The training runs meanwhile: a kernel that
+ * touches a chunk between the two prefetches faults it in again, counted in the faults. */
 static void place_on_device(const transit_driver_api *drv, transit_range r, CUdevice dev, CUstream stream)
 {
     if (!transit_g.cfg.hybrid_remap) {
         pol_prefetch_range(drv, r, dev, PREFETCH_PLACE_DEVICE, stream);
         return;
     }
-    for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end; at += REMAP_STEP_BYTES) {
-        transit_range step = {.addr = at, .bytes = TRANSIT_MIN(REMAP_STEP_BYTES, end - at)};
+    for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end; at += TRANSIT_CHUNK_BYTES) {
+        transit_range step = {.addr = at, .bytes = TRANSIT_MIN(TRANSIT_CHUNK_BYTES, end - at)};
         pol_prefetch_range(drv, step, dev, PREFETCH_REMAP, stream);
         pol_prefetch_range(drv, step, dev, PREFETCH_PLACE_DEVICE, stream);
     }

@@ -47,7 +47,7 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                 all_went = false;
                 transit_add(to_host ? &pol.n.evict_errors : &pol.n.prefetch_errors, 1);
                 transit_warn_once(to_host ? &warned_host : &warned_device,
-                          to_host ? "limit mode or hybrid's mover: cuMemPrefetchAsync to the host"
+                          to_host ? "limit mode or hybrid: cuMemPrefetchAsync to the host"
                                   : "prefetch, advise's fill or hybrid: cuMemPrefetchAsync to the device",
                           drv, e);
                 if (why == PREFETCH_EVICT) /* still on the device: keep counting it */

@@ -29,7 +29,6 @@
 #define EVICT_BATCH 64                      /* victim ranges picked per hold of the chunks lock */
 #define SWEEP_PASS_S 0.02                   /* a tick's part of a sweep: the thread also measures, flushes */
 #define PREFETCH_BATCH 64                   /* ranges copied per hold of the profile lock */
-#define REMAP_STEP_BYTES (64ull << 20)      /* TRANSIT_HYBRID_REMAP: out and back this much at a time */
 #define REFINE_GROWTH_DIV 32                /* a refinement that grew the profile less: the last */
 #define FAULT_POPULATE_BYTES (64u << 10)    /* what a GPU fault on untouched memory makes resident */
 #define DEFAULT_DEVICE_BYTES (256ull << 30) /* chunk capacity when the device size is unknown */

@@ -66,6 +66,7 @@ typedef struct recorder {
     int win_phase;
     int win_kind;    /* transit_window_kind */
     int steady_taken; /* TRANSIT_PROFILE_STEADY's window was opened */
+    int refine_held;  /* a refinement waits for the steady window's end (window.c) */
     int win_untimed; /* the last full window took no kernel times: nothing needed them then */
     uint64_t win_begin, win_end, drain_until;
     uint32_t win_max_launches;

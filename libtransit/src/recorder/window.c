@@ -41,9 +41,9 @@ static bool window_is(transit_window_kind kind)
 }
 
 /* win_lock held, the window that ended at iteration `now` finished: whether a refinement opened
- * now would still be open when TRANSIT_PROFILE_STEADY's iteration begins. It would run in now+1,
- * drain in now+2, and the next window could begin at now+5 (open_steady_window); the steady
- * iteration is one that no other window slows down. */
+ * now would delay TRANSIT_PROFILE_STEADY's window past its iteration. It would run in now+1 and
+ * drain in now+2, and the next window could begin at now+5 (open_steady_window): the steady
+ * iteration is one that no other window slows down. The refinement held back opens after it. */
 static bool steady_window_near(uint64_t now)
 {
     uint64_t asked = transit_g.cfg.profile_steady;
@@ -151,8 +151,10 @@ static void finish_window(void)
      * back in after its eviction: one-iteration windows add those to the profile while they still
      * find much, and not while nothing acts at launches (docs/design-notes.md, "Refinements"). */
     uint64_t now = __atomic_load_n(&rec.iter_seen, __ATOMIC_ACQUIRE);
-    if (learning && rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS &&
-        !steady_window_near(now)) {
+    bool refine = (learning || (window_is(TRANSIT_WINDOW_STEADY) && rec.refine_held)) &&
+                  rec_wants(TRANSIT_DEMAND_PLANS_AT_LAUNCHES) && transit_get(&rec.n.refine_windows) < MAX_REFINEMENTS;
+    rec.refine_held = refine && steady_window_near(now);
+    if (refine && !rec.refine_held) {
         transit_add(&rec.n.refine_windows, 1);
         rec_open_window(now + 1, TRANSIT_WINDOW_REFINE);
     }
