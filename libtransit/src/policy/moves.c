@@ -9,19 +9,26 @@
 
 #define CLIP_PIECES 16 /* allocation-bounded pieces fetched per transit_alloc_clip call */
 
-/* What each purpose counts: ranges (calls), bytes. */
-static uint64_t *const counted[][2] = {[PREFETCH_REPLAY] = {&pol.n.prefetch_calls, &pol.n.prefetch_bytes},
-                                       [PREFETCH_FILL] = {&pol.n.fill_ranges, &pol.n.fill_bytes},
-                                       [PREFETCH_EVICT] = {&pol.n.evict_count, &pol.n.evict_bytes},
-                                       [PREFETCH_SWEEP] = {&pol.n.sweep_ranges, &pol.n.sweep_bytes},
-                                       [PREFETCH_PLACE_HOST] = {&pol.n.placed_host_ranges, &pol.n.placed_host_bytes},
-                                       [PREFETCH_PLACE_DEVICE] = {&pol.n.placed_device_ranges,
-                                                                  &pol.n.placed_device_bytes},
-                                       [PREFETCH_STREAM_IN] = {&pol.n.stream_in_ranges, &pol.n.stream_in_bytes},
-                                       [PREFETCH_STREAM_OUT] = {&pol.n.stream_out_ranges, &pol.n.stream_out_bytes},
-                                       [PREFETCH_DEMOTE] = {&pol.n.demoted_ranges, &pol.n.demoted_bytes},
-                                       [PREFETCH_REMAP] = {&pol.n.remapped_ranges, &pol.n.remapped_bytes}};
-_Static_assert(sizeof counted / sizeof counted[0] == PREFETCH_REMAP + 1, "a purpose without counters");
+/* What each purpose moves where, what it counts (ranges, bytes), and what the estimate learns once
+ * it went: a chunk brought in is the last to go, one sent out is gone (an eviction or a sweep
+ * took its victims off already: limit.c). */
+enum { MARK_NONE, MARK_RESIDENT, MARK_GONE };
+static const struct {
+    bool to_host;
+    int mark;
+    uint64_t *ranges, *bytes;
+} purpose[] = {
+    [PREFETCH_REPLAY] = {false, MARK_NONE, &pol.n.prefetch_calls, &pol.n.prefetch_bytes},
+    [PREFETCH_FILL] = {false, MARK_RESIDENT, &pol.n.fill_ranges, &pol.n.fill_bytes},
+    [PREFETCH_EVICT] = {true, MARK_NONE, &pol.n.evict_count, &pol.n.evict_bytes},
+    [PREFETCH_SWEEP] = {true, MARK_NONE, &pol.n.sweep_ranges, &pol.n.sweep_bytes},
+    [PREFETCH_PLACE_HOST] = {true, MARK_GONE, &pol.n.placed_host_ranges, &pol.n.placed_host_bytes},
+    [PREFETCH_PLACE_DEVICE] = {false, MARK_RESIDENT, &pol.n.placed_device_ranges, &pol.n.placed_device_bytes},
+    [PREFETCH_STREAM_IN] = {false, MARK_RESIDENT, &pol.n.stream_in_ranges, &pol.n.stream_in_bytes},
+    [PREFETCH_STREAM_OUT] = {true, MARK_GONE, &pol.n.stream_out_ranges, &pol.n.stream_out_bytes},
+    [PREFETCH_DEMOTE] = {true, MARK_GONE, &pol.n.demoted_ranges, &pol.n.demoted_bytes},
+    [PREFETCH_REMAP] = {true, MARK_GONE, &pol.n.remapped_ranges, &pol.n.remapped_bytes}};
+_Static_assert(sizeof purpose / sizeof purpose[0] == PREFETCH_REMAP + 1, "a purpose without its row");
 
 /* Prefetches the parts of r that lie in live allocations: to the device (a prefetch policy
  * replay, advise's fill, hybrid's device chunks) or to the host (a limit-mode eviction or sweep,
@@ -30,8 +37,7 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                            CUstream stream)
 {
     static int warned_device, warned_host;
-    bool to_host = why == PREFETCH_EVICT || why == PREFETCH_SWEEP || why == PREFETCH_PLACE_HOST ||
-                   why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE || why == PREFETCH_REMAP;
+    bool to_host = purpose[why].to_host;
     const CUmemLocation to = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                               .id = to_host ? 0 : dev};
     transit_range piece[CLIP_PIECES];
@@ -54,12 +60,11 @@ bool pol_prefetch_range(const transit_driver_api *drv, transit_range r, CUdevice
                     pol_mark_resident(piece[k].addr, piece[k].bytes, false);
                 continue;
             }
-            transit_add(counted[why][0], 1);
-            transit_add(counted[why][1], piece[k].bytes);
-            if (why == PREFETCH_FILL || why == PREFETCH_PLACE_DEVICE || why == PREFETCH_STREAM_IN) /* the last to go */
+            transit_add(purpose[why].ranges, 1);
+            transit_add(purpose[why].bytes, piece[k].bytes);
+            if (purpose[why].mark == MARK_RESIDENT)
                 pol_mark_resident(piece[k].addr, piece[k].bytes, false);
-            else if (why == PREFETCH_PLACE_HOST || why == PREFETCH_STREAM_OUT || why == PREFETCH_DEMOTE ||
-                     why == PREFETCH_REMAP)
+            else if (purpose[why].mark == MARK_GONE)
                 pol_mark_gone(piece[k].addr, piece[k].bytes);
         }
     }

@@ -152,10 +152,15 @@ static uint32_t query_param_sizes(void *f, uint32_t *sizes)
     return n;
 }
 
+static function_params *slot_of(void *f)
+{
+    return &pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS];
+}
+
 /* lock held: f's cached parameter sizes, or NULL. */
 static const function_params *cached_params(void *f)
 {
-    const function_params *e = &pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS];
+    const function_params *e = slot_of(f);
     return e->f == f ? e : NULL;
 }
 
@@ -166,7 +171,7 @@ static void cache_params(void *f, const uint32_t *sizes, uint32_t n)
     n = TRANSIT_MIN(n, PARAM_POOL - first);
     memcpy(&pf.param_size[first], sizes, n * sizeof *sizes);
     pf.nparam_sizes += n;
-    pf.fn[((uintptr_t)f >> 4) % FUNCTION_SLOTS] = (function_params){.f = f, .first = first, .count = n};
+    *slot_of(f) = (function_params){.f = f, .first = first, .count = n};
 }
 
 /* lock held: the managed pointers among the words of [p, p + bytes). */
@@ -223,11 +228,10 @@ void transit_profile_launch(uint64_t iteration, uint32_t ordinal, uint32_t corr,
 {
     if (!transit_profile_collecting() || iteration < pf.first || iteration >= pf.first + pf.iterations)
         return;
-    uint32_t sizes[MAX_PARAMS];
     pthread_mutex_lock(&lock);
     if (!extra && params && function && !cached_params(function)) {
         pthread_mutex_unlock(&lock);
-        uint32_t n = query_param_sizes(function, sizes);
+        uint32_t sizes[MAX_PARAMS], n = query_param_sizes(function, sizes);
         pthread_mutex_lock(&lock);
         if (!cached_params(function))
             cache_params(function, sizes, n);
