@@ -32,6 +32,10 @@ one() {
 print('  steps', [round(s, 2) for s in t['all_s']], 'p50', round(t['p50_s'], 3),
       {k: round(v, 3) for k, v in r['step_phases_rank0']['p50_s'].items()})" "$dir/result.json" 2>/dev/null ||
         tail -3 "$dir/stderr.log"
+    python3 -c "import json, sys; h = json.load(open(sys.argv[1]))['hybrid']
+print('  placed on the device/host, GB:', round(h['placed_device_bytes'] / 1e9, 2), round(h['placed_host_bytes'] / 1e9, 2),
+      'of them on the host at the last mark:', h['placed_device_on_host_bytes'], h['placed_host_on_host_bytes'],
+      'readings', h['placement_readings'])" "$dir"/rank*[0-9].json 2>/dev/null || echo "  no hybrid stats"
 }
 
 # The control: 8 steps, iteration 6 profiled; the capped run: 13 steps (warm-up to step 4),

@@ -70,6 +70,7 @@ size_t transit_chunks_count(const transit_chunks *c);
 size_t transit_chunks_pick_victims(transit_chunks *c, uint64_t target, transit_range *out, size_t out_cap);
 int64_t transit_uvm_host_rss_parse(const char *smaps);
 int64_t transit_statm_rss_parse(const char *statm, uint64_t page_bytes);
+int64_t transit_host_bytes_in(int fd, uint64_t addr, uint64_t bytes);
 size_t transit_chunks_spilled(const transit_chunks *c, uint64_t addr, uint64_t bytes, transit_range *out, size_t out_cap, uint64_t *resume);
 
 typedef struct transit_hist { uint64_t count[5]; uint64_t bytes[5]; } transit_hist;

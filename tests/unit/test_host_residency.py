@@ -4,6 +4,8 @@ statm, against psutil's reading of this process."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import sys
 from pathlib import Path
@@ -68,3 +70,21 @@ def test_statm_rss_of_this_process_is_what_psutil_reads(native):
     rss = psutil.Process().memory_info().rss
     assert parsed > len(ballast)
     assert abs(parsed - rss) < (16 << 20)
+
+
+def test_host_bytes_of_a_range_are_its_pages_in_ram(native):
+    """Hybrid's reading of where its placed chunks are: the present pages of a range, by pagemap."""
+    _, lib = native
+    page = os.sysconf("SC_PAGE_SIZE")
+    area = mmap.mmap(-1, 64 * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    for k in range(0, 20, 2):  # every other page of the first 20
+        area[k * page] = 1
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        assert lib.transit_host_bytes_in(fd, addr, 64 * page) == 10 * page
+        assert lib.transit_host_bytes_in(fd, addr + 20 * page, 44 * page) == 0
+        assert lib.transit_host_bytes_in(fd, addr + 1, 1) == page  # a byte's page
+    finally:
+        os.close(fd)
+    assert lib.transit_host_bytes_in(-1, addr, page) == -1

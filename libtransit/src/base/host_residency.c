@@ -90,6 +90,25 @@ TRANSIT_INTERNAL int64_t transit_statm_rss_parse(const char *statm, uint64_t pag
     return (int64_t)(pages * page_bytes);
 }
 
+TRANSIT_INTERNAL int64_t transit_host_bytes_in(int fd, uint64_t addr, uint64_t bytes)
+{
+    enum { ENTRIES = 512 }; /* a 2 MiB chunk of 4 KiB pages per read */
+    uint64_t entry[ENTRIES], page = (uint64_t)sysconf(_SC_PAGESIZE);
+    int64_t host = 0;
+    for (uint64_t p = addr / page, end = (addr + bytes + page - 1) / page; p < end;) {
+        size_t want = (size_t)TRANSIT_MIN((uint64_t)ENTRIES, end - p);
+        ssize_t r = pread(fd, entry, want * sizeof *entry, (off_t)(p * sizeof *entry));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || r % (ssize_t)sizeof *entry)
+            return -1;
+        for (size_t k = 0; k < (size_t)r / sizeof *entry; k++)
+            host += (entry[k] >> 63) ? (int64_t)page : 0; /* bit 63: present in RAM */
+        p += (size_t)r / sizeof *entry;
+    }
+    return host;
+}
+
 int64_t transit_process_rss(void)
 {
     char text[256];

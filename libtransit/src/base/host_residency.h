@@ -29,4 +29,10 @@ TRANSIT_INTERNAL int64_t transit_statm_rss_parse(const char *statm, uint64_t pag
  * /proc/self/statm cannot be read. */
 int64_t transit_process_rss(void);
 
+/* Bytes of [addr, addr + bytes) that sit in host pages now, from the present bit of each page's
+ * /proc/self/pagemap entry (fd: that file, open; PFNs are not needed, so any user may read it).
+ * A managed page the host holds is mapped into the process, as smaps' Rss counts it. -1 when the
+ * read fails. */
+TRANSIT_INTERNAL int64_t transit_host_bytes_in(int fd, uint64_t addr, uint64_t bytes);
+
 #endif

@@ -8,10 +8,14 @@
  * kernel sequence changed) plans anew. */
 #include "alloc_table.h"
 #include "hybrid.h"
+#include "host_residency.h"
 #include "policy_int.h"
+
+#include <fcntl.h>
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int reuse_class(uint32_t reuse)
 {
@@ -173,6 +177,46 @@ static void place_on_device(const transit_driver_api *drv, transit_range r, CUde
         pol_prefetch_range(drv, step, dev, PREFETCH_REMAP, stream);
         pol_prefetch_range(drv, step, dev, PREFETCH_PLACE_DEVICE, stream);
     }
+}
+
+/* Any thread, at an iteration mark: a profiled run reads where the placed chunks are at the next
+ * tick (design-notes.md, "Hybrid's steady iteration": with SetAccessedBy a chunk on the host is
+ * read in place with no fault, so only the page tables show a device chunk left there). */
+void pol_hybrid_mark(void)
+{
+    if (transit_g.cfg.profile && transit_get(&pol.n.hybrid_applied))
+        __atomic_store_n(&pol.hybrid_reading_due, 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t host_bytes_of(int fd, const transit_range *r, size_t n)
+{
+    uint64_t host = 0;
+    for (size_t i = 0; r && i < n; i++) {
+        int64_t h = transit_host_bytes_in(fd, r[i].addr, r[i].bytes);
+        host += h > 0 ? (uint64_t)h : 0;
+    }
+    return host;
+}
+
+/* Tick thread: the reading pol_hybrid_mark asked for, outside the lock (a walk of the page
+ * tables of every placed chunk). */
+void pol_hybrid_read_placement(void)
+{
+    if (!__atomic_exchange_n(&pol.hybrid_reading_due, 0, __ATOMIC_ACQ_REL))
+        return;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t nhost = 0, ndevice = 0;
+    pthread_mutex_lock(&pol.hybrid_lock);
+    transit_range *host = placed_ranges(0, &nhost), *device = placed_ranges(1, &ndevice);
+    pthread_mutex_unlock(&pol.hybrid_lock);
+    __atomic_store_n(&pol.n.placed_device_on_host_bytes, host_bytes_of(fd, device, ndevice), __ATOMIC_RELAXED);
+    __atomic_store_n(&pol.n.placed_host_on_host_bytes, host_bytes_of(fd, host, nhost), __ATOMIC_RELAXED);
+    transit_add(&pol.n.placement_readings, 1);
+    close(fd);
+    free(host);
+    free(device);
 }
 
 /* Tick thread. Waits for its moves (off the launch path): the next readings then show them. */

@@ -167,6 +167,7 @@ uint64_t transit_policy_iteration_ended(void)
     if (peak != UINT64_MAX && (pol_planning() || (transit_limit_mode() && !pol_estimating())))
         pol_correct_target(peak);
     pol_start_fill_when_still();
+    pol_hybrid_mark();
     return peak;
 }
 
@@ -258,6 +259,7 @@ void transit_policy_tick(void)
     int fill_at_start = pol_fill_now();
     bool fill_held = pol_fill_holds(fill_at_start);
     uint64_t measured = pol_check_host_residency(fill_held);
+    pol_hybrid_read_placement();
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
     uint64_t over = pol_bound_over(fill_held, &tick.bound);

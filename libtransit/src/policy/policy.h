@@ -40,6 +40,9 @@ typedef struct transit_policy_counters {
     uint64_t placed_host_ranges, placed_host_bytes, placed_device_ranges, placed_device_bytes;
     uint64_t demoted_ranges, demoted_bytes; /* placed chunks sent to the host by readings over L */
     uint64_t remapped_ranges, remapped_bytes; /* device chunks sent out and back (TRANSIT_HYBRID_REMAP) */
+    /* with TRANSIT_PROFILE, at each iteration mark once placed: the host-held bytes of the chunks
+     * placed on the device and of those placed on the host (pagemap; readings 0: none yet) */
+    uint64_t placement_readings, placed_device_on_host_bytes, placed_host_on_host_bytes;
     uint64_t hybrid_resident_by_reuse[TRANSIT_HYBRID_CLASSES], hybrid_host_by_reuse[TRANSIT_HYBRID_CLASSES];
     /* hybrid's mover: its plan (bytes each way per iteration, by reuse class a part of the host
      * bytes; the staging it holds at most), and what it did: phases issued, launches that waited

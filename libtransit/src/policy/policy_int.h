@@ -99,6 +99,7 @@ typedef struct policy {
     pthread_mutex_t hybrid_lock;
     transit_stream_schedule hybrid_schedule;
     int hybrid_due;
+    int hybrid_reading_due; /* an iteration mark since the last reading of where placed chunks are */
     uint64_t *hybrid_chunk;
     uint32_t *hybrid_reuse;
     uint8_t *hybrid_resident;
@@ -147,6 +148,8 @@ void pol_hybrid_plan(const profile_summary *profile);
 bool pol_hybrid_due(void);
 void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream);
 bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess);
+void pol_hybrid_mark(void);
+void pol_hybrid_read_placement(void);
 /* advise and hybrid read host data in place once they applied */
 bool pol_in_place(void);
 /* mover.c (its own lock, mv.lock, taken last and around no other) */

@@ -85,9 +85,18 @@ static void render_hybrid(jbuf *b, const transit_policy_snap *p)
     jb_printf(b,
               "\"hybrid\": {\"plans\": %" PRIu64 ", \"applied\": %" PRIu64 ", \"due\": %s, \"placed_host_bytes\": %" PRIu64
               ", \"placed_device_bytes\": %" PRIu64 ", \"demoted_ranges\": %" PRIu64 ", \"demoted_bytes\": %" PRIu64
-              ", \"remapped_ranges\": %" PRIu64 ", \"remapped_bytes\": %" PRIu64 ", \"by_reuse\": {",
+              ", \"remapped_ranges\": %" PRIu64 ", \"remapped_bytes\": %" PRIu64 ", ",
               n->hybrid_plans, n->hybrid_applied, yes(p->hybrid_due), n->placed_host_bytes, n->placed_device_bytes,
               n->demoted_ranges, n->demoted_bytes, n->remapped_ranges, n->remapped_bytes);
+    /* where the placed chunks were at the last iteration mark (TRANSIT_PROFILE); null: not read */
+    if (n->placement_readings)
+        jb_printf(b, "\"placement_readings\": %" PRIu64 ", \"placed_device_on_host_bytes\": %" PRIu64
+                     ", \"placed_host_on_host_bytes\": %" PRIu64 ", ",
+                  n->placement_readings, n->placed_device_on_host_bytes, n->placed_host_on_host_bytes);
+    else
+        jb_printf(b, "\"placement_readings\": 0, \"placed_device_on_host_bytes\": null, "
+                     "\"placed_host_on_host_bytes\": null, ");
+    jb_printf(b, "\"by_reuse\": {");
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++)
         jb_printf(b,
                   "\"%s\": {\"resident_bytes\": %" PRIu64 ", \"host_bytes\": %" PRIu64 ", \"streamed_bytes\": %" PRIu64
