@@ -12,7 +12,6 @@
 #include "policy_int.h"
 
 #include <fcntl.h>
-
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,6 +60,16 @@ static transit_range *placed_ranges(bool on_device, size_t *n)
             return NULL;
         }
     return v;
+}
+
+/* Both halves of the placement, taken under hybrid_lock so that no driver call or page-table
+ * walk runs while it is held. */
+static void placed_halves(transit_range **host, size_t *nhost, transit_range **device, size_t *ndevice)
+{
+    pthread_mutex_lock(&pol.hybrid_lock);
+    *host = placed_ranges(0, nhost);
+    *device = placed_ranges(1, ndevice);
+    pthread_mutex_unlock(&pol.hybrid_lock);
 }
 
 /* What the device can hold: L less the launches' margin in limit mode; the device less
@@ -188,12 +197,13 @@ void pol_hybrid_mark(void)
         __atomic_store_n(&pol.hybrid_reading_due, 1, __ATOMIC_RELEASE);
 }
 
-static uint64_t host_bytes_of(int fd, const transit_range *r, size_t n)
+/* -1 when a read failed: a failure must not read as "nothing on the host". */
+static int64_t host_bytes_of(int fd, const transit_range *r, size_t n)
 {
-    uint64_t host = 0;
-    for (size_t i = 0; r && i < n; i++) {
+    int64_t host = 0;
+    for (size_t i = 0; r && i < n && host >= 0; i++) {
         int64_t h = transit_host_bytes_in(fd, r[i].addr, r[i].bytes);
-        host += h > 0 ? (uint64_t)h : 0;
+        host = h < 0 ? -1 : host + h;
     }
     return host;
 }
@@ -208,13 +218,15 @@ void pol_hybrid_read_placement(void)
     if (fd < 0)
         return;
     size_t nhost = 0, ndevice = 0;
-    pthread_mutex_lock(&pol.hybrid_lock);
-    transit_range *host = placed_ranges(0, &nhost), *device = placed_ranges(1, &ndevice);
-    pthread_mutex_unlock(&pol.hybrid_lock);
-    __atomic_store_n(&pol.n.placed_device_on_host_bytes, host_bytes_of(fd, device, ndevice), __ATOMIC_RELAXED);
-    __atomic_store_n(&pol.n.placed_host_on_host_bytes, host_bytes_of(fd, host, nhost), __ATOMIC_RELAXED);
-    transit_add(&pol.n.placement_readings, 1);
+    transit_range *host, *device;
+    placed_halves(&host, &nhost, &device, &ndevice);
+    int64_t device_on_host = host_bytes_of(fd, device, ndevice), host_on_host = host_bytes_of(fd, host, nhost);
     close(fd);
+    if (device_on_host >= 0 && host_on_host >= 0) {
+        __atomic_store_n(&pol.n.placed_device_on_host_bytes, (uint64_t)device_on_host, __ATOMIC_RELAXED);
+        __atomic_store_n(&pol.n.placed_host_on_host_bytes, (uint64_t)host_on_host, __ATOMIC_RELAXED);
+        transit_add(&pol.n.placement_readings, 1);
+    }
     free(host);
     free(device);
 }
@@ -227,9 +239,8 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
         return;
     pol_advise_all(drv, dev); /* once: later allocations are advised as they come */
     size_t nhost = 0, ndevice = 0;
-    pthread_mutex_lock(&pol.hybrid_lock);
-    transit_range *host = placed_ranges(0, &nhost), *device = placed_ranges(1, &ndevice);
-    pthread_mutex_unlock(&pol.hybrid_lock); /* no lock across driver calls */
+    transit_range *host, *device;
+    placed_halves(&host, &nhost, &device, &ndevice);
     for (size_t i = 0; host && i < nhost && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
         pol_prefetch_range(drv, host[i], dev, PREFETCH_PLACE_HOST, stream);
     for (size_t i = 0; device && i < ndevice && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
