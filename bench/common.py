@@ -566,6 +566,21 @@ class LoopResult:
     losses: list[float]
     stopped_by_time_budget: bool
     host_state_bytes: dict | None  # this rank's training state in host memory, after the first step
+    # the loopback interface's cumulative bytes sent, before step 0 and after each step (None: no
+    # such counter): the traffic of NCCL over sockets between emulated nodes
+    loopback_tx_bytes: list[int] | None = None
+
+
+LOOPBACK_TX = Path("/sys/class/net/lo/statistics/tx_bytes")
+
+
+def loopback_tx_bytes() -> int | None:
+    """Bytes this host (network namespace) has sent over `lo`; every byte between two emulated
+    nodes is counted once here (and once more in rx_bytes)."""
+    try:
+        return int(LOOPBACK_TX.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: torch.device,
@@ -585,6 +600,7 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
     state_bytes = None
     stopped = False
     dist.barrier()
+    loopback = [loopback_tx_bytes()]
     start = time.perf_counter()
     for step in range(steps):
         t0 = time.perf_counter()
@@ -592,6 +608,7 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
+        loopback.append(loopback_tx_bytes())
         if clocks is not None:
             clocks.read()
         if state_bytes is None and host_state is not None:
@@ -612,7 +629,7 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
             dist.all_reduce(done, op=dist.ReduceOp.MIN)
             if done.item():
                 break
-    return LoopResult(times, losses, stopped, state_bytes)
+    return LoopResult(times, losses, stopped, state_bytes, None if None in loopback else loopback)
 
 
 def gather_rank_facts(monitor: NvmlMonitor | None, device: torch.device, loop: LoopResult) -> list[dict]:

@@ -67,7 +67,7 @@ TRANSPORTS = {"nvlink": {}, "no-p2p": {"NCCL_P2P_DISABLE": "1"}, "sockets": SOCK
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 KINDS = ("fsdp2", "fsdp2-cpu-offload", "zero-offload", "zero-infinity", "zenflow", "transit")
 DEEPSPEED_KINDS = ("zero-offload", "zero-infinity", "zenflow")
-MACHINES = {"nvidia-h200": 1, "nvidia-h200-x2": 2}  # device kind -> GPUs
+MACHINES = {"nvidia-h200": 1, "nvidia-h100-x1": 1, "nvidia-h200-x2": 2}  # device kind -> GPUs
 # Device time. A command may run 600 s; a part keeps PART_MARGIN_S of it for the setup and the end.
 COMMAND_LIMIT_S = 600
 PART_MARGIN_S = 60
@@ -101,14 +101,22 @@ class System:
     cores_per_rank: int | None = None  # None: every rank may use every core
     reference: str | None = None  # whose losses this one's are compared with, bit for bit
     model: str = MODEL
+    # emulated nodes (scripts/emulate-nodes) sharing the machine's `gpus` GPU(s), NCCL over sockets
+    # on lo; 0: one rank per GPU, no emulation
+    nodes: int = 0
+    ranks_per_node: int = 1
 
     @property
     def transit(self) -> bool:
         return self.kind == "transit"
 
     @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node if self.nodes else self.gpus
+
+    @property
     def data_ranks(self) -> int:
-        return self.gpus // self.tp
+        return self.ranks // self.tp
 
     @property
     def grad_accum(self) -> int:
@@ -229,6 +237,30 @@ def _two_rank(tp: int) -> tuple[System, ...]:
                    tp=tp, deterministic=True, reference=ref))
 
 
+# Issue 53 item 3, the scale-in (the paper's claim c) on emulated nodes sharing one GPU: native FSDP2
+# on N nodes at the smallest per-rank cap C that holds it, against TRANSIT advise and hybrid on fewer
+# nodes at L = C less the fair-memory margin; the same micro-batch, more accumulation on fewer ranks
+# (what `transit launch` does). The "small" model keeps a whole experiment inside 30 device minutes.
+# C: the largest rank's NVML process peak (context, allocator, NCCL) of the uncapped native run in
+# scale-in-sizing's summary, rounded up to 256 MiB.
+SCALE_IN_MODEL, SCALE_IN_MICRO = "small", 2
+SCALE_IN_CAPS: dict[int, str] = {}  # native's nodes -> C
+SCALE_IN_CASES = ((4, 2), (2, 1))  # (native's nodes, TRANSIT's)
+
+
+def _scale_in_sizing() -> tuple[System, ...]:
+    return tuple(System(f"fsdp2-{n}node-gb8-uncapped", "fsdp2", 1, 8, SCALE_IN_MICRO, model=SCALE_IN_MODEL, nodes=n)
+                 for n in (4, 2, 1))
+
+
+def _scale_in(native: int, fewer: int, gb: int) -> tuple[System, ...]:
+    cap = SCALE_IN_CAPS[native]
+    return (System(f"fsdp2-{native}node-gb{gb}", "fsdp2", 1, gb, SCALE_IN_MICRO, cap=cap, model=SCALE_IN_MODEL,
+                   nodes=native),
+            *(System(f"transit-{p}-{fewer}node-gb{gb}", "transit", 1, gb, SCALE_IN_MICRO, cap=cap, policy=p,
+                     model=SCALE_IN_MODEL, nodes=fewer) for p in ("advise", "hybrid")))
+
+
 def _experiments() -> list[Experiment]:
     out = [Experiment("controls-1gpu", "item 2: what no offload costs on one GPU (native FSDP2, no cap, micro-batch 4 "
                       "as TRANSIT's runs)", "nvidia-h200", (_control(1, 8), _control(1, 64))),
@@ -256,6 +288,14 @@ def _experiments() -> list[Experiment]:
                 + (f"{cores} CPU cores per GPU (the paper's cluster)" if cores else "every CPU core"),
                 "nvidia-h200-x2", claim_b_systems(families, CLAIM_B_DEFAULT_MICRO, cores),
                 note="micro-batches: the defaults until --search-summary names the searches' summaries"))
+    out.append(Experiment("scale-in-sizing", "issue 53 item 3: native FSDP2 uncapped on 4, 2 and 1 emulated nodes "
+                          "(one GPU), global batch 8: each rank's peak, for the scale-in's caps", "nvidia-h100-x1",
+                          _scale_in_sizing(), repeats=1, search=True))
+    out += [Experiment(f"scale-in-{n}to{m}-gb{gb}", f"issue 53 item 3, claim (c) emulated: native FSDP2 on {n} emulated "
+                       f"nodes at cap {SCALE_IN_CAPS[n]} per rank against TRANSIT advise and hybrid on {m}, one GPU, "
+                       f"global batch {gb}; job tokens/s on the same GPU, NCCL bytes per node", "nvidia-h100-x1",
+                       _scale_in(n, m, gb))
+            for n, m in SCALE_IN_CASES if n in SCALE_IN_CAPS for gb in (8, 64)]
     out.append(Experiment("transit-2rank", "item 3: TRANSIT on 2 ranks (FSDP2 + NCCL, cap 13 GiB per GPU, where the "
                           "model needs 4 GPUs without offload) against native FSDP2 on 2 uncapped; deterministic, "
                           "losses bit for bit; once more with TP degree 2", "nvidia-h200-x2",
@@ -277,7 +317,16 @@ def transit_limit(system: System, overshoot: int) -> int:
 def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[int], limit: int | None,
                 profile: bool) -> tuple[list[str], dict]:
     """The argv and the environment additions of one run of `system` under `rule` on `gpu_ids`."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(system.gpus)]
+    if system.nodes:
+        launcher = [sys.executable, "-m", "transit.emulate", str(system.nodes), "--nproc-per-node",
+                    str(system.ranks_per_node)]
+        if system.transit:
+            launcher += ["--transit", system.policy, "--out", str(run_dir / "transit"),
+                         *(["--mem-limit", str(limit)] if limit is not None else [])]
+        launcher.append("--")
+    else:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                    str(system.gpus)]
     args = ["--model", system.model, "--global-batch", str(system.global_batch), "--local-batch", str(system.local_batch),
             "--settle-from", str(rule.first), "--settle-by", str(rule.max_start), "--timed-steps", str(rule.timed),
             "--out", str(run_dir / "result.json")]
@@ -299,7 +348,10 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[i
     if system.cores_per_rank:
         env["OMP_NUM_THREADS"] = str(system.cores_per_rank)
     argv = [*launcher, *script, *args]
-    if system.transit:
+    if system.transit and system.nodes:
+        if profile:
+            env["TRANSIT_PROFILE"] = "1"
+    elif system.transit:
         mem = ["--mem-limit", str(limit)] if limit is not None else []
         argv = [sys.executable, "-m", "transit", "run", "--policy", system.policy, *mem,
                 "--out", str(run_dir / "transit"), "--", *argv]
@@ -581,15 +633,18 @@ def run_record(run: Run, run_dir: Path, rc, command: str, limit: int | None, gpu
         record |= compact_result(result, system.rule(run.repeat))
     if stats:
         record["transit"] = compact_transit(transit_summary(stats), stats, record)
-        if system.gpus > 1:
+        if system.ranks > 1:
             record["transit_report"] = transit_report(stats_dir, run_dir)
     return record
 
 
 def system_config(system: System) -> dict:
-    return {"model": system.model, "kind": system.kind, "gpus": system.gpus, "ranks": system.gpus, "global_batch": system.global_batch,
+    return {"model": system.model, "kind": system.kind, "gpus": system.gpus, "ranks": system.ranks,
+            "emulated_nodes": system.nodes or None, "ranks_per_node": system.ranks_per_node if system.nodes else None,
+            "global_batch": system.global_batch,
             "micro_batch": system.local_batch, "grad_accum": system.grad_accum, "tp": system.tp,
-            "tokens_per_step": system.tokens_per_step, "policy": system.policy, "transport": system.transport,
+            "tokens_per_step": system.tokens_per_step, "policy": system.policy,
+            "transport": "sockets on lo (emulated nodes)" if system.nodes else system.transport,
             "cap": system.cap, "cap_bytes": system.cap_bytes, "deterministic": system.deterministic,
             "cpu_cores_per_rank": system.cores_per_rank or "all"}
 
@@ -610,11 +665,18 @@ def compact_result(result: dict, rule: SettleRule | None) -> dict:
         "model": (result.get("config") or {}).get("model"),
         "step_times_s": times, "timed_from": first, "timed_steps": len(window), "settled": settled,
         "timed_median_s": statistics.median(window) if window else None,
+        # warm-up's cost: the seconds from the first step to the first timed one (settled or not)
+        "warmup_s": sum(times[:first]) if window else None,
+        "tokens_per_s": (result["config"]["tokens_per_step"] / statistics.median(window) if window else None),
+        "loopback_bytes_per_step": counter_per_step(result.get("loopback_tx_bytes_rank0"), first, len(window)),
         "tflops_per_gpu": (result["flops_per_step"] / statistics.median(window) / result["config"]["world_size"] / 1e12
                            if window else None),
         "losses": result.get("losses"),
         "peak_torch_reserved_bytes": max((r.get("torch_max_reserved_bytes") or 0 for r in per_rank), default=None),
         "peak_nvml_bytes": (result.get("memory") or {}).get("peak_bytes_max"),
+        # NVML's reading of each process alone: on a GPU that emulated nodes share, the device's
+        # used memory counts every rank
+        "peak_nvml_process_bytes": max((r.get("nvml_process_peak_bytes") or 0 for r in per_rank), default=None) or None,
         "allocator_budget_bytes": (result.get("memory_cap") or {}).get("allocator_budget_bytes"),
         "pcie_nvml_per_step": pcie_per_step(clocks.get("pcie_counters"), first, len(window)),
         "offloaded_bytes_per_gpu": result.get("offloaded_bytes_per_gpu"),
@@ -628,6 +690,14 @@ def phase_medians(per_step: dict[str, list[float]] | None, first: int, n: int) -
     if not per_step or not n:
         return None
     return {part: window_median(v, first, n) for part, v in per_step.items()}
+
+
+def counter_per_step(cumulative: list[int] | None, first: int, n: int) -> float | None:
+    """A cumulative counter read before step 0 (index 0) and after each step i (index i + 1): its
+    increase per timed step."""
+    if not cumulative or len(cumulative) < first + n + 1 or not n:
+        return None
+    return (cumulative[first + n] - cumulative[first]) / n
 
 
 def pcie_per_step(counters: dict | None, first: int, n: int) -> dict | None:
@@ -739,6 +809,12 @@ def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
             "settled": [r.get("settled") for r in ok],
             "tflops_per_gpu": _spread([r["tflops_per_gpu"] for r in ok]),
             "step_time_s": _spread([r["timed_median_s"] for r in ok]),
+            "tokens_per_s": _spread([r["tokens_per_s"] for r in ok if r.get("tokens_per_s")]),
+            "warmup_s": _spread([r["warmup_s"] for r in ok if r.get("warmup_s") is not None]),
+            # NCCL between emulated nodes crosses lo: the job's loopback bytes per step, per node
+            "nccl_bytes_per_node_per_step": (_spread([r["loopback_bytes_per_step"] / system.nodes for r in ok
+                                                      if r.get("loopback_bytes_per_step") is not None])
+                                             if system.nodes else None),
             "step_times_s": {r["id"]: r["step_times_s"] for r in ok},
             "limit_bytes": sorted({r["limit_bytes"] for r in ok if r.get("limit_bytes") is not None}) or None,
             "calibration": ({"run": calibration["id"], "overshoot_bytes": (calibration.get("transit") or {}).get(
@@ -859,7 +935,7 @@ def print_plan(experiment: Experiment, parts: list[list[Run]], seconds, basis, c
         print(f"  {system.name}: {system.kind}{' ' + system.policy if system.policy else ''}, {system.gpus} GPU(s), "
               f"global batch {system.global_batch} = micro-batch {system.local_batch} x {system.grad_accum} x "
               f"{system.data_ranks}, cap {system.cap or 'none'}, cores/rank {system.cores_per_rank or 'all'}, "
-              f"{system.transport}; {seconds(Run(system, 1)):.0f} s a run: {basis(Run(system, 1))}")
+              f"{f'{system.nodes} emulated node(s), sockets on lo' if system.nodes else system.transport}; {seconds(Run(system, 1)):.0f} s a run: {basis(Run(system, 1))}")
     total = 0.0
     for k, part in enumerate(parts, 1):
         placements = schedule(part, experiment.gpus, seconds)

@@ -81,9 +81,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def device_index(local_rank: int) -> int:
+    """This rank's CUDA device: LOCAL_RANK, modulo the devices it sees (emulated nodes give each
+    rank only its own GPU, scripts/emulate-nodes)."""
+    return local_rank % max(1, torch.cuda.device_count())
+
+
 def init_distributed(local_rank: int) -> tuple[int, int, torch.device]:
     if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", device_index(local_rank))
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
@@ -213,7 +219,7 @@ def train(args: argparse.Namespace) -> dict | None:
         torch.backends.cuda.enable_flash_sdp(False)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
     # NVML's baseline is read before this process creates its CUDA context.
-    monitor = NvmlMonitor(local_rank) if torch.cuda.is_available() and not args.no_memory_monitor else None
+    monitor = NvmlMonitor(device_index(local_rank)) if torch.cuda.is_available() and not args.no_memory_monitor else None
     rank, world, device = init_distributed(local_rank)
     cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     if world % args.tp:
@@ -245,7 +251,7 @@ def train(args: argparse.Namespace) -> dict | None:
             optimizer.step()
         return loss_sum
 
-    clocks = GpuClocks(local_rank) if device.type == "cuda" else None
+    clocks = GpuClocks(device.index) if device.type == "cuda" else None
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
                        host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks, settle=settle)
     # Where the state is after the last step, before the sweep moves it all (TRANSIT runs).
@@ -266,6 +272,7 @@ def train(args: argparse.Namespace) -> dict | None:
             "time_budget_s": args.time_budget, "tp": args.tp, "cpu_cores_rank0": cores,
         },
     ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement,
+         "loopback_tx_bytes_rank0": loop.loopback_tx_bytes,
          "gpu_clocks_rank0": clocks.as_dict() if clocks else None}
     timing = result["step_time"]
     return result | {"step_phases_rank0": phases.as_dict(timing["warmup_steps"], timing["measured_steps"])}
