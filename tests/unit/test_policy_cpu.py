@@ -117,6 +117,16 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
                                      "bytes": 0, "from_bytes": 0, "reached_bytes": 0}
 
 
+def test_hybrids_guard_is_off_when_asked(cudart, clean_env, tmp_path) -> None:
+    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY="hybrid",
+               TRANSIT_HYBRID_GUARD="0")
+    r = subprocess.run([sys.executable, "-c", CALL_CUDA.format(cudart=cudart)], env=env, check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (stats_file,) = tmp_path.glob("*.json")
+    assert json.loads(stats_file.read_text())["hybrid"]["fallback"]["state"] == "off"
+
+
 STARTED = (
     "import ctypes, time; c=ctypes.c_void_p(); ctypes.CDLL('{cudart}').cudaMalloc(ctypes.byref(c), 4096); "
     "t=ctypes.CDLL(None); t.transit_recorder_start(); "

@@ -204,7 +204,8 @@ void pol_guard_mark(void)
 
 /* Tick thread, outside the device's context: once advise's block is measured, where the profile's
  * chunks are now (a chunk the host holds half of or more is advise's host chunk); then hybrid's
- * placement applies. */
+ * placement applies. A profile without chunks (hybrid then acts as advise) leaves nothing to
+ * compare. */
 void pol_guard_read_advise(void)
 {
     static int warned;
@@ -222,16 +223,16 @@ void pol_guard_read_advise(void)
     }
     pthread_mutex_unlock(&pol.hybrid_lock); /* the page-table walk runs outside it */
     int fd = ok ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
-    for (size_t i = 0; fd >= 0 && ok && i < n; i++) {
+    bool read = fd >= 0;
+    for (size_t i = 0; read && i < n; i++) {
         int64_t host = transit_host_bytes_in(fd, chunk[i] << TRANSIT_CHUNK_SHIFT, TRANSIT_CHUNK_BYTES);
-        ok = host >= 0;
-        resident[i] = ok && (uint64_t)host < TRANSIT_CHUNK_BYTES / 2;
+        read = host >= 0;
+        resident[i] = read && (uint64_t)host < TRANSIT_CHUNK_BYTES / 2;
     }
     if (fd >= 0)
         close(fd);
-    ok = ok && fd >= 0;
     pthread_mutex_lock(&pol.guard_lock);
-    if (ok) {
+    if (ok && read) {
         pol.guard_chunk = chunk;
         pol.guard_reuse = reuse;
         pol.guard_resident = resident;
@@ -244,7 +245,7 @@ void pol_guard_read_advise(void)
         set_stage(GUARD_FAILED);
     }
     pthread_mutex_unlock(&pol.guard_lock);
-    if (!ok && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    if (ok && !read && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
         transit_warn("hybrid: its guard could not read advise's placement (/proc/self/pagemap); hybrid's placement "
                      "applies unmeasured");
     __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
