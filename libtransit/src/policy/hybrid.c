@@ -177,7 +177,7 @@ bool pol_hybrid_due(void)
 
 /* A device chunk already there stays as its warm-up left it, brought back by faults in small
  * pieces. TRANSIT_HYBRID_REMAP sends it to the host and back in bulk, a chunk at a time on one
- * stream (design-notes.md, "Hybrid's steady iteration"). The training runs meanwhile: a kernel that
+ * stream (design-notes.md, "Hybrid at micro-batch 8"). The training runs meanwhile: a kernel that
  * touches a chunk between the two prefetches faults it in again, counted in the faults. */
 static void place_on_device(const transit_driver_api *drv, transit_range r, CUdevice dev, CUstream stream)
 {
@@ -193,7 +193,7 @@ static void place_on_device(const transit_driver_api *drv, transit_range r, CUde
 }
 
 /* Any thread, at an iteration mark: a profiled run reads where the placed chunks are at the next
- * tick (design-notes.md, "Hybrid's steady iteration": with SetAccessedBy a chunk on the host is
+ * tick (design-notes.md, "Hybrid at micro-batch 8": with SetAccessedBy a chunk on the host is
  * read in place with no fault, so only the page tables show a device chunk left there). */
 void pol_hybrid_mark(void)
 {
