@@ -6,6 +6,7 @@ verdict follows the rule (model/guard.h) from the medians it reports. About 30 s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ def test_the_guard_decides_and_the_stats_and_report_say_so(tmp_path: Path) -> No
     env.pop("TRANSIT_HYBRID_GUARD", None)  # on by default
     r = subprocess.run([sys.executable, "-m", "transit", "run", "--policy", "hybrid", "--mem-limit", LIMIT, "--out",
                         str(tmp_path), "--", sys.executable, "-c", TRAIN, str(STEPS)], env=env,
-                       capture_output=True, text=True, timeout=85, check=False)
+                       capture_output=True, text=True, timeout=75, check=False)
     assert r.returncode == 0, r.stderr[-4000:]
     (stats_file,) = tmp_path.glob("*.json")
     doc = json.loads(stats_file.read_text())
@@ -57,14 +58,15 @@ def test_the_guard_decides_and_the_stats_and_report_say_so(tmp_path: Path) -> No
     assert fallback["kept"] == ("advise" if advise_s < hybrid_s * (1 - GUARD_TIE) else "hybrid"), fallback
     # the medians are step times of this run: within the range of its timeline's steps after warm-up
     t = [e["t"] for e in doc["timeline"]]
-    steps = [b - a for a, b in zip(t[3:], t[4:])]
+    steps = [b - a for a, b in itertools.pairwise(t[3:])]
     assert min(steps) / 2 <= min(hybrid_s, advise_s) and max(hybrid_s, advise_s) <= 2 * max(steps), (fallback, steps)
-    # hybrid's placement applied once; advise's in its place once more when advise was kept
-    assert doc["hybrid"]["applied"] == (2 if fallback["kept"] == "advise" else 1), doc["hybrid"]
+    # hybrid's placement applied (again if the kernel sequence changed); advise's in its place once
+    # more when advise was kept
+    assert doc["hybrid"]["applied"] >= (2 if fallback["kept"] == "advise" else 1), doc["hybrid"]
     assert doc["advise"]["applied"] is True
 
     report = subprocess.run([sys.executable, "-m", "transit", "report", str(tmp_path), "--json", "--no-slurm"],
-                            env=env, capture_output=True, text=True, timeout=60, check=False)
+                            env=env, capture_output=True, text=True, timeout=10, check=False)
     assert report.returncode == 0, report.stderr
     (note,) = [n for n in json.loads(report.stdout)["notes"] if n["code"] == "hybrid-fallback"]
     assert f"{fallback['kept']}'s placement on" in note["message"]

@@ -87,7 +87,9 @@ def test_any_recorded_blocks_keep_a_placement_within_3_percent_of_the_faster(nat
     """Over every pair of three consecutive recorded steady steps (the guard's blocks) the kept
     placement's median over its whole recorded run is at most 3% above the other's."""
     whole = {HYBRID: statistics.median(HYBRID_MB4), ADVISE: statistics.median(ADVISE_MB4)}
-    blocks = lambda s: [s[i:i + 3] for i in range(len(s) - 2)]  # noqa: E731
+    def blocks(s: list[float]) -> list[list[float]]:
+        return [s[i:i + 3] for i in range(len(s) - 2)]
+
     kept = [decide(native, h, a).kept for h, a in itertools.product(blocks(HYBRID_MB4), blocks(ADVISE_MB4))]
     assert set(kept) == {HYBRID, ADVISE}  # the recorded noise goes both ways at 1.5% apart
     assert all(whole[k] <= 1.03 * min(whole.values()) for k in kept)
