@@ -178,8 +178,9 @@ void pol_guard_mark(void)
     if (stage == GUARD_ADVISE) {
         /* advise's block begins once its fill settled (none without records or in physical mode) */
         int fill = pol_fill_now();
-        bool settled = !pol_estimating() || fill == TRANSIT_FILL_FULL || fill == TRANSIT_FILL_ENDED;
-        if (pol.guard_first_step == UINT64_MAX && now >= 1 && (settled || now >= pol.guard_applied_at + GUARD_FILL_WAIT))
+        bool settled = !pol_estimating() || fill == TRANSIT_FILL_FULL || fill == TRANSIT_FILL_ENDED ||
+                       now >= pol.guard_applied_at + GUARD_FILL_WAIT;
+        if (pol.guard_first_step == UINT64_MAX && now >= 1 && settled)
             pol.guard_first_step = TRANSIT_MAX(now - 1, pol.guard_applied_at);
         bool full = collect(now, pol.guard_advise_s, &pol.guard_nadvise);
         publish();

@@ -271,9 +271,9 @@ void transit_policy_tick(void)
     uint64_t room = fill_at_start == TRANSIT_FILL_FILLING && !over ? pol_fill_room(measured) : 0;
     if (fill_at_start == TRANSIT_FILL_FILLING && measured != UINT64_MAX && !over && !room)
         pol_fill_is_full(measured);
-    if ((pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_guard_due() || pol_hybrid_due()) &&
-        dev >= 0 &&
-        (drv = transit_act_driver()) &&
+    bool acts = pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_guard_due() ||
+                pol_hybrid_due();
+    if (acts && dev >= 0 && (drv = transit_act_driver()) &&
         transit_act_enter_context(drv, dev)) {
         CUstreamCaptureMode saved;
         bool relaxed = transit_act_relax_capture(drv, &saved);
