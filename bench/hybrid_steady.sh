@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Hybrid's steady iteration against an all-resident control (design-notes.md, "Hybrid's steady
-# iteration"): the 1.9B `bench` model at global batch 64, micro-batch 8, one GPU, under hybrid
-# with TRANSIT_PROFILE=1 and a steady profile; first with L over the footprint (the control),
+# Hybrid's steady iteration against an all-resident control (design-notes.md, "Hybrid at
+# micro-batch 8"): the 1.9B `bench` model at global batch 64, micro-batch 8, one GPU, under hybrid
+# with TRANSIT_PROFILE=1 and a steady profile, its guard off (hybrid's own placement throughout);
+# first with L over the footprint (the control),
 # then at L (default 27380416512, 25.5 GiB). Extra TRANSIT_* settings for the capped run go in
 # CAPPED_ENV (e.g. CAPPED_ENV="TRANSIT_HYBRID_REMAP=1"). Device command (carry .whl):
 #   source bench/device_setup.sh transit && bash bench/hybrid_steady.sh
@@ -22,7 +23,7 @@ one() {
     local name=$1 limit=$2 steps=$3 steady=$4 warmup=$5 reserve=$6 dir=$WORK/$1
     shift 6
     rm -rf "$dir" && mkdir -p "$dir"
-    env "$@" TRANSIT_PROFILE=1 TRANSIT_PROFILE_STEADY="$steady" \
+    env "$@" TRANSIT_PROFILE=1 TRANSIT_PROFILE_STEADY="$steady" TRANSIT_HYBRID_GUARD=0 \
         timeout $((DEADLINE_S - (SECONDS - T0) - reserve)) python3 -m transit run --policy hybrid --mem-limit "$limit" \
         --out "$dir" -- python3 -m torch.distributed.run --standalone --nproc-per-node 1 bench/train.py \
         --label "$name" --tp 1 --model bench --global-batch 64 --local-batch 8 --steps "$steps" --warmup "$warmup" \

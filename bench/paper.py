@@ -176,7 +176,7 @@ def _transit_1gpu(policies: tuple[str, ...], batches: tuple[int, ...]) -> tuple[
 # (ZeRO-Offload, the fastest of the one-GPU frameworks at cap 27 GiB: 148.9 TFLOPS at global batch 8,
 # micro-batch 8, and 282.4 at 64, micro-batch 16; one run each, compare-gb8-h200x2 and
 # compare-gb64-mb16-h200). At 64 TRANSIT runs micro-batch 8: at 4 even native (289.8 TFLOPS) stays
-# under the bar of 1.05x ZeRO-Offload (design-notes.md, "Hybrid at global batch 64").
+# under the bar of 1.05x ZeRO-Offload (design-notes.md, "Hybrid at micro-batch 8").
 HYBRID_MICRO = {8: 4, 64: 8}  # global batch -> TRANSIT's and the control's micro-batch
 ZERO_OFFLOAD_MICRO = {8: 8, 64: 16}
 

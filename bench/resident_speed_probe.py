@@ -2,7 +2,7 @@
 
 Hybrid at global batch 64 ran every kernel 3-4x slower than the all-resident control, those that
 touch only chunks its placement keeps on the device included, with no migrations or faults in
-the steady iteration (docs/design-notes.md, "Hybrid's steady iteration"). This probe times a
+the steady iteration (docs/design-notes.md, "Hybrid at micro-batch 8"). This probe times a
 memory-bound kernel (a sum over X) and a GEMM (A @ B) on managed memory, each with every page on
 the device, after each of these histories:
 

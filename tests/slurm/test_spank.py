@@ -259,6 +259,7 @@ BAD_VALUES = [
     *_bad("env", "TRANSIT_PROFILE", ["sometimes"]),
     *_bad("env", "TRANSIT_HYBRID_MOVER", ["later"]),
     *_bad("env", "TRANSIT_HYBRID_REMAP", ["twice"]),
+    *_bad("env", "TRANSIT_HYBRID_GUARD", ["auto"]),
     *_bad("env", "TRANSIT_PROFILE_STEADY", ["later", "-1", "1000001"]),
     *_bad("env", "TRANSIT_STATS_INTERVAL", ["1", "abc", "86401", "-5"]),
     # under the plugin the report directory replaces TRANSIT_OUT; `transit run` takes it as --out

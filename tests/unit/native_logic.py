@@ -1,5 +1,5 @@
 """cffi binding of libtransit's pure-logic pieces (period, attrib, ranges, chunks, hist, host residency, the
-profile's aggregation, hybrid's placement and stream plan) for unit tests.
+profile's aggregation, hybrid's placement, stream plan and guard) for unit tests.
 
 Binds the built libtransit.so when transit._native.lib_path() finds one that exports these
 functions; otherwise compiles the sources into a scratch shared object (they call no CUDA).
@@ -19,7 +19,7 @@ SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
            "base/host_residency.c", "model/profile_build.c", "model/profile_render.c", "model/profile_summary.c",
            "model/multi_tensor.c", "model/kernel_kind.c", "model/hybrid.c", "model/stream.c",
-           "base/json.c")
+           "model/guard.c", "base/json.c")
 
 CDEF = """
 uint64_t transit_period_hash_name(const char *name);
@@ -116,13 +116,19 @@ typedef struct transit_stream_schedule {
 int transit_stream_schedule_make(const transit_stream_input *in, const uint32_t *issue, const uint32_t *back,
                                  transit_stream_schedule *out);
 void transit_stream_schedule_free(transit_stream_schedule *s);
+typedef enum { TRANSIT_GUARD_UNDECIDED, TRANSIT_GUARD_HYBRID, TRANSIT_GUARD_ADVISE } transit_guard_kept;
+typedef struct transit_guard_verdict {
+    transit_guard_kept kept; double hybrid_step_s, advise_step_s; size_t hybrid_steps, advise_steps;
+} transit_guard_verdict;
+transit_guard_verdict transit_guard_decide(const double *hybrid_s, size_t nhybrid, const double *advise_s,
+                                           size_t nadvise);
 void free(void *p);
 """
 
 # One function per source file: a library lacking any of them predates that file.
 PROBES = ("transit_period_create", "transit_ranges_create", "transit_attrib_create",
           "transit_chunks_create", "transit_hist_json", "transit_profile_build", "transit_kernel_rereads", "transit_hybrid_place",
-          "transit_hybrid_demote", "transit_stream_plan", "transit_stream_schedule_make")
+          "transit_hybrid_demote", "transit_stream_plan", "transit_stream_schedule_make", "transit_guard_decide")
 
 
 def _built_library(ffi: cffi.FFI):

@@ -1,6 +1,6 @@
 """bench/profile_reuse.py on hybrid's recorded H200 profile (global batch 64, micro-batch 8, 49f6d8b):
-the figures design-notes.md gives for it ("Hybrid at global batch 64, and reuse that moves between
-iterations")."""
+the figures design-notes.md gives for it ("Hybrid at micro-batch 8: slower than advise, and the
+guard": reuse moves between iterations)."""
 
 from __future__ import annotations
 

@@ -146,6 +146,7 @@ def run_with_env(cudart, env: dict[str, str]) -> subprocess.CompletedProcess:
      ("TRANSIT_TICK_LOG", "often", "true/false"),
      ("TRANSIT_HYBRID_MOVER", "sometimes", "true/false"),
      ("TRANSIT_HYBRID_REMAP", "twice", "true/false"),
+     ("TRANSIT_HYBRID_GUARD", "auto", "true/false"),
      ("TRANSIT_PROFILE_STEADY", "later", "from 1 to 1000000"),
      ("TRANSIT_PREFETCH_GAP", "lots", "from 4K to 1G")],
 )

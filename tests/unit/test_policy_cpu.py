@@ -58,6 +58,10 @@ def check_sections(doc: dict) -> None:
     assert set(hybrid["mover"]) == {"planned_streamed_bytes", "planned_staged_peak_bytes", "phases", "in_ranges",
                                     "in_bytes", "out_ranges", "out_bytes", "waits", "late", "dropped"}
     assert all(v == 0 for v in hybrid["mover"].values())  # nothing planned without a GPU
+    # the guard (model/guard.h): nothing measured without a placement
+    assert hybrid["fallback"] == {"state": hybrid["fallback"]["state"], "kept": None, "hybrid_step_s": None,
+                                  "advise_step_s": None, "hybrid_steps": 0, "advise_steps": 0}
+    assert hybrid["fallback"]["state"] in ("off", "waiting")
     # limit mode's measured bound: null until smaps was read (never, without a GPU)
     for key in ("host_resident_measured_bytes", "device_bound_bytes", "device_bound_peak_bytes", "rss_drift_peak_bytes"):
         assert mem[key] is None or is_uint(mem[key]), key
@@ -86,7 +90,8 @@ def test_library_loads_and_live_stats_have_every_section() -> None:
     assert doc["timeline"] == [] and doc["migrations"]["htod"]["count"] == 0
 
 
-@pytest.mark.parametrize(("policy", "limit", "mode"), [("prefetch", "1G", "limit"), ("advise", None, "physical")])
+@pytest.mark.parametrize(("policy", "limit", "mode"), [("prefetch", "1G", "limit"), ("advise", None, "physical"),
+                                                       ("hybrid", "1G", "limit")])
 def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path, policy, limit, mode) -> None:
     env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY=policy)
     if limit:
@@ -104,10 +109,22 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
     assert rec["kernels"] == 0 and rec["profiling"] is False
     assert doc["iterations"]["count"] == 3 and doc["iterations"]["method"] == "api"
     assert doc["prefetch"]["calls"] == 0 and doc["advise"]["calls"] == 0 and doc["evictions"]["count"] == 0
+    # hybrid's guard waits for its first placement; other policies have none
+    assert doc["hybrid"]["fallback"]["state"] == ("waiting" if policy == "hybrid" else "off")
     assert doc["memory"]["resident_bytes"] == 0 and doc["memory"]["overshoot_peak_bytes"] == 0
     limit_bytes = doc["config"]["limit_bytes"] or 0  # advise's fill aims at L - L/128 in limit mode
     assert doc["advise"]["fill"] == {"state": "waiting", "target_bytes": limit_bytes - limit_bytes // 128, "ranges": 0,
                                      "bytes": 0, "from_bytes": 0, "reached_bytes": 0}
+
+
+def test_hybrids_guard_is_off_when_asked(cudart, clean_env, tmp_path) -> None:
+    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY="hybrid",
+               TRANSIT_HYBRID_GUARD="0")
+    r = subprocess.run([sys.executable, "-c", CALL_CUDA.format(cudart=cudart)], env=env, check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (stats_file,) = tmp_path.glob("*.json")
+    assert json.loads(stats_file.read_text())["hybrid"]["fallback"]["state"] == "off"
 
 
 STARTED = (

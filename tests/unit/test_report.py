@@ -340,6 +340,24 @@ def test_hybrid_reads_in_place_and_is_told_when_it_never_placed(tmp_path: Path) 
     assert found["hybrid-never-placed"]["ranks"] == [6]
 
 
+def test_hybrids_guard_says_which_placement_it_kept_and_both_steps(tmp_path: Path) -> None:
+    def hybrid(rank: int, stats: dict[str, Any]) -> None:
+        stats["config"]["policy"] = "hybrid"
+        kept, advise_s, hybrid_s = ("advise", 4.52, 6.37) if rank == 3 else ("hybrid", 2.885, 2.203)
+        stats["hybrid"] = {"plans": 1, "applied": 1, "fallback": {
+            "state": "measuring-hybrid" if rank == 7 else "decided", "kept": None if rank == 7 else kept,
+            "hybrid_step_s": hybrid_s, "advise_step_s": advise_s, "hybrid_steps": 3, "advise_steps": 3}}
+
+    note = _notes_for(tmp_path, hybrid)["hybrid-fallback"]
+    assert note["ranks"] == [0, 1, 2, 3, 4, 5, 6]  # rank 7 still measures
+    assert note["message"] == (
+        "hybrid's guard timed steady steps with advise's placement and with its own, and kept the faster: advise's "
+        "placement on rank 3 (median step: advise 4.52 s, hybrid 6.37 s); hybrid's placement on ranks 0-2, 4-6 "
+        "(median step: rank 0 advise 2.88 s, hybrid 2.20 s; rank 1 advise 2.88 s, hybrid 2.20 s; rank 2 advise "
+        "2.88 s, hybrid 2.20 s; rank 4 advise 2.88 s, hybrid 2.20 s; ...)")
+    assert "hybrid-fallback" not in _notes_for(tmp_path / "advise", None)
+
+
 def test_hybrids_placement_is_summed_by_reuse_class(tmp_path: Path) -> None:
     def hybrid(rank: int, stats: dict[str, Any]) -> None:
         stats["config"]["policy"] = "hybrid"

@@ -64,6 +64,7 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     ([], {"TRANSIT_POLCY": "advise"},
      "TRANSIT_POLCY is not a TRANSIT variable (did you mean TRANSIT_POLICY?)"),
     (["--policy", "base"], {"TRANSIT_PROFILE": "sometimes"}, "TRANSIT_PROFILE='sometimes' is not a boolean"),
+    (["--policy", "hybrid"], {"TRANSIT_HYBRID_GUARD": "auto"}, "TRANSIT_HYBRID_GUARD='auto' is not a boolean"),
 ])
 def test_run_bad_values_fail_before_the_command(clean_env, tmp_path, args, env, needle) -> None:
     marker = tmp_path / "ran"

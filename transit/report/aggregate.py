@@ -110,6 +110,7 @@ class RankRow:
     hybrid_by_reuse: dict[str, dict[str, int]] = field(
         default_factory=dict, metadata={"path": "hybrid.by_reuse"}
     )
+    hybrid_fallback: dict[str, Any] = field(default_factory=dict, metadata={"path": "hybrid.fallback"})
     evictions: int = _from("evictions.count", 0)
     eviction_bytes: int = _from("evictions.bytes", 0)
     eviction_errors: int = _from("evictions.errors", 0)
@@ -226,6 +227,11 @@ def _as_histograms(value: Any) -> dict[str, dict[str, int]]:
     return {k: _as_histogram(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
+def _as_section(value: Any) -> dict[str, Any]:
+    """A section whose fields are read one by one where used (as_float, as_text)."""
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
@@ -236,6 +242,8 @@ def _reader(annotation: str, default: Any) -> Callable[[Any], Any]:
         return _as_count if default == 0 else as_int
     if annotation.startswith("dict[str, dict"):
         return _as_histograms
+    if annotation == "dict[str, Any]":
+        return _as_section
     kinds = {"float": as_float, "bool": _as_bool, "str": as_text, "dict": _as_histogram, "list": _as_list}
     return kinds[annotation.split(" ")[0].split("[")[0]]
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transit.report.aggregate import RankRow, Report, small_share, who
+from transit.report.load import as_float
 from transit.report.thresholds import (
     FEWER_NODES_TARGET_SHARE,
     MIGRATING_INTERVAL_SHARE,
@@ -308,6 +309,32 @@ def _hybrid_never_placed(report: Report) -> Note | None:
     )
 
 
+def _hybrid_fallback(report: Report) -> Note | None:
+    """Which placement hybrid's guard kept (libtransit/src/model/guard.h), with both median steps."""
+    hit = _ranks(report.ranks, lambda r: r.policy == "hybrid" and r.hybrid_fallback.get("kept") in ("hybrid", "advise")
+                 and all(as_float(r.hybrid_fallback.get(k)) for k in ("advise_step_s", "hybrid_step_s")))
+    if not hit:
+        return None
+
+    def steps(row: RankRow) -> str:
+        f = row.hybrid_fallback
+        return f"advise {as_float(f['advise_step_s']):.2f} s, hybrid {as_float(f['hybrid_step_s']):.2f} s"
+
+    parts = []
+    for kept in ("advise", "hybrid"):
+        rows = [r for r in hit if r.hybrid_fallback["kept"] == kept]
+        shown = steps(rows[0]) if len(rows) == 1 else "; ".join(f"{r.who} {steps(r)}" for r in rows[:4])
+        if rows:
+            parts.append(f"{kept}'s placement on {who(rows)} (median step: {shown}{'; ...' if len(rows) > 4 else ''})")
+    return Note(
+        "hybrid-fallback",
+        INFO,
+        "hybrid's guard timed steady steps with advise's placement and with its own, and kept the faster: "
+        + "; ".join(parts),
+        _numbers(hit),
+    )
+
+
 def _cuda_errors(report: Report) -> Note | None:
     hit = [r for r in report.ranks if r.cuda_error]
     if not hit:
@@ -370,6 +397,7 @@ CHECKS = (
     _stragglers,
     _no_iterations,
     _hybrid_never_placed,
+    _hybrid_fallback,
     _signalled,
     _no_cuda,
 )

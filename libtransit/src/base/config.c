@@ -54,6 +54,7 @@ static const transit_var vars[] = {
     {"TRANSIT_PROFILE_STEADY", VAR_UINT, FIELD(profile_steady), 1, 1000000, "off"},
     {"TRANSIT_HYBRID_MOVER", VAR_BOOL, FIELD(hybrid_mover), 0, 0, NULL},
     {"TRANSIT_HYBRID_REMAP", VAR_BOOL, FIELD(hybrid_remap), 0, 0, NULL},
+    {"TRANSIT_HYBRID_GUARD", VAR_BOOL, FIELD(hybrid_guard), 0, 0, NULL},
     {"TRANSIT_STATS_INTERVAL", VAR_UINT, FIELD(stats_interval_s), TRANSIT_MIN_STATS_INTERVAL_S,
      TRANSIT_MAX_STATS_INTERVAL_S, "at exit only"},
     /* transit launch/submit and the sbatch templates */
@@ -467,6 +468,7 @@ static int load(transit_config *cfg, lookup_fn lookup, void *ctx, char *err, siz
     cfg->recorder = true;
     cfg->cupti_detach = true;
     cfg->hybrid_mover = true;
+    cfg->hybrid_guard = true;
     cfg->stats_interval_s = TRANSIT_DEFAULT_STATS_INTERVAL_S;
 
     for (size_t i = 0; i < NVARS; i++) {

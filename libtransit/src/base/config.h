@@ -37,6 +37,9 @@ typedef struct transit_config {
     bool hybrid_remap;          /* TRANSIT_HYBRID_REMAP: bool (default off): hybrid's placement sends each
                                  * device chunk to the host and back in bulk (design-notes.md, "Hybrid's
                                  * steady iteration") */
+    bool hybrid_guard;          /* TRANSIT_HYBRID_GUARD: bool (default on): hybrid measures a few steady
+                                 * iterations with advise's placement and a few with its own, and keeps
+                                 * the faster (model/guard.h) */
     unsigned stats_interval_s;  /* TRANSIT_STATS_INTERVAL: seconds between refreshes of a running process's
                                  * stats file, 0 (at exit only) or 5..86400 (default 60) */
 } transit_config;

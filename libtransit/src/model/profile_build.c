@@ -420,7 +420,7 @@ static int chunk_table(build *b)
 /* Per chunk, the most launches of one profiled iteration whose pointers reach it, and of those the
  * launches of kernels that re-read their operands (kernel_kind.h): what reading the chunk in place
  * costs, where its reuse counts phases of about a dozen launches each (design-notes.md, "Hybrid
- * at global batch 64 once reuse is the busiest iteration's"). */
+ * at micro-batch 8"). */
 static int launch_counts(build *b, const profile_ref *mt, size_t nmt)
 {
     const profile_input *in = b->in;

@@ -44,8 +44,10 @@ void pol_advise_all(const transit_driver_api *drv, CUdevice dev)
 /* Advise's fill begins after a whole iteration since it applied without an eviction or a sweep. */
 void pol_start_fill_when_still(void)
 {
-    /* hybrid's placement decides what the device holds: no fill */
-    if (transit_g.cfg.policy != TRANSIT_POLICY_ADVISE || pol_fill_now() != TRANSIT_FILL_WAITING || !pol_estimating() ||
+    /* hybrid's placement decides what the device holds: no fill, but while its guard measures
+     * advise's placement */
+    bool advise_rules = transit_g.cfg.policy == TRANSIT_POLICY_ADVISE || pol_guard_measures_advise();
+    if (!advise_rules || pol_fill_now() != TRANSIT_FILL_WAITING || !pol_estimating() ||
         !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE))
         return;
     uint64_t moves = transit_get(&pol.n.evict_count) + transit_get(&pol.n.sweep_ranges);

@@ -14,6 +14,7 @@ policy pol = {
     .chunks_lock = PTHREAD_MUTEX_INITIALIZER,
     .alloc_room_lock = PTHREAD_MUTEX_INITIALIZER,
     .hybrid_lock = PTHREAD_MUTEX_INITIALIZER,
+    .guard_lock = PTHREAD_MUTEX_INITIALIZER,
     .moves_at_mark = UINT64_MAX,
     .n = {.bound_peak_since = UINT64_MAX},
 };
@@ -348,8 +349,10 @@ void transit_policy_after_fork(void)
     free(pol.hybrid_resident);
     transit_stream_schedule_free(&pol.hybrid_schedule);
     pol_mover_after_fork();
+    pol_guard_after_fork();
     memset(&pol, 0, sizeof pol);
     pthread_mutex_init(&pol.hybrid_lock, NULL);
+    pthread_mutex_init(&pol.guard_lock, NULL);
     pthread_mutex_init(&pol.prof_lock, NULL);
     pthread_mutex_init(&pol.chunks_lock, NULL);
     pthread_mutex_init(&pol.alloc_room_lock, NULL);
@@ -392,5 +395,7 @@ void transit_policy_snapshot(transit_policy_snap *s)
         .advise_applied = __atomic_load_n(&pol.advise_applied, __ATOMIC_RELAXED),
         .fill_state = pol_fill_name(),
         .hybrid_due = __atomic_load_n(&pol.hybrid_due, __ATOMIC_RELAXED),
+        .guard_state = pol_guard_state_name(),
+        .guard_kept = pol_guard_kept_name(),
     };
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int reuse_class(uint32_t reuse)
+int pol_reuse_class(uint32_t reuse)
 {
     return reuse <= 1 ? 0 : reuse == 2 ? 1 : reuse <= 4 ? 2 : reuse <= 8 ? 3 : 4;
 }
@@ -103,7 +103,7 @@ static bool plan_mover(const profile_summary *p, const uint8_t *resident, transi
          transit_stream_schedule_make(&in, issue, back, out) == 0;
     for (size_t i = 0; ok && i < p->n; i++)
         if (issue[i] != TRANSIT_STREAM_NONE)
-            streamed_by_class[reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
+            streamed_by_class[pol_reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
     free(addr);
     free(issue);
     free(back);
@@ -113,6 +113,9 @@ static bool plan_mover(const profile_summary *p, const uint8_t *resident, transi
 void pol_hybrid_plan(const profile_summary *p)
 {
     static int warned, warned_mover;
+    int guarded = pol_guard_on_plan();
+    if (guarded == GUARD_PLAN_DROP)
+        return;
     size_t n = p->n;
     uint8_t *resident = malloc(n + 1);
     uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
@@ -125,7 +128,7 @@ void pol_hybrid_plan(const profile_summary *p)
         memcpy(reuse, p->reuse, n * sizeof *reuse);
     }
     for (size_t i = 0; ok && i < n; i++)
-        by_class[resident[i] ? 0 : 1][reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
+        by_class[resident[i] ? 0 : 1][pol_reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
     if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases &&
         !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
         if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
@@ -163,7 +166,8 @@ void pol_hybrid_plan(const profile_summary *p)
     __atomic_store_n(&pol.n.planned_staged_peak, staged_peak, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pol.hybrid_lock);
     transit_add(&pol.n.hybrid_plans, 1);
-    __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
+    if (guarded == GUARD_PLAN_APPLY)
+        __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
 }
 
 bool pol_hybrid_due(void)
@@ -173,7 +177,7 @@ bool pol_hybrid_due(void)
 
 /* A device chunk already there stays as its warm-up left it, brought back by faults in small
  * pieces. TRANSIT_HYBRID_REMAP sends it to the host and back in bulk, a chunk at a time on one
- * stream (design-notes.md, "Hybrid's steady iteration"). The training runs meanwhile: a kernel that
+ * stream (design-notes.md, "Hybrid at micro-batch 8"). The training runs meanwhile: a kernel that
  * touches a chunk between the two prefetches faults it in again, counted in the faults. */
 static void place_on_device(const transit_driver_api *drv, transit_range r, CUdevice dev, CUstream stream)
 {
@@ -189,7 +193,7 @@ static void place_on_device(const transit_driver_api *drv, transit_range r, CUde
 }
 
 /* Any thread, at an iteration mark: a profiled run reads where the placed chunks are at the next
- * tick (design-notes.md, "Hybrid's steady iteration": with SetAccessedBy a chunk on the host is
+ * tick (design-notes.md, "Hybrid at micro-batch 8": with SetAccessedBy a chunk on the host is
  * read in place with no fault, so only the page tables show a device chunk left there). */
 void pol_hybrid_mark(void)
 {
@@ -261,6 +265,7 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
     if (transit_limit_mode() && e == CUDA_SUCCESS)
         __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
     pol_mover_hand_over(&schedule);
+    pol_guard_placement_applied();
 }
 
 /* Tick thread, while hybrid holds the device: a reading `excess` bytes over the hold's target
@@ -271,6 +276,8 @@ bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t 
 {
     size_t want = (size_t)((excess + TRANSIT_CHUNK_BYTES - 1) >> TRANSIT_CHUNK_SHIFT), m = 0, nranges = 0, cap = 0;
     transit_range *ranges = NULL;
+    if (pol_guard_holds_advise())
+        return false; /* advise's placement is measured: its fill's eviction rules hold */
     pthread_mutex_lock(&pol.hybrid_lock);
     size_t *picked = pol.hybrid_resident ? malloc((want + 1) * sizeof *picked) : NULL; /* none unless hybrid placed */
     if (picked)
@@ -279,7 +286,7 @@ bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t 
         qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
     bool ok = true;
     for (size_t k = 0; k < m; k++) {
-        int c = reuse_class(pol.hybrid_reuse[picked[k]]);
+        int c = pol_reuse_class(pol.hybrid_reuse[picked[k]]);
         transit_sub(&pol.n.hybrid_resident_by_reuse[c], TRANSIT_CHUNK_BYTES);
         transit_add(&pol.n.hybrid_host_by_reuse[c], TRANSIT_CHUNK_BYTES);
         ok = ok && add_chunk(&ranges, &nranges, &cap, pol.hybrid_chunk[picked[k]]);

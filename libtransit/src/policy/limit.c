@@ -168,6 +168,7 @@ uint64_t transit_policy_iteration_ended(void)
         pol_correct_target(peak);
     pol_start_fill_when_still();
     pol_hybrid_mark();
+    pol_guard_mark();
     return peak;
 }
 
@@ -260,6 +261,7 @@ void transit_policy_tick(void)
     bool fill_held = pol_fill_holds(fill_at_start);
     uint64_t measured = pol_check_host_residency(fill_held);
     pol_hybrid_read_placement();
+    pol_guard_read_advise();
     /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
      * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
     uint64_t over = pol_bound_over(fill_held, &tick.bound);
@@ -269,8 +271,9 @@ void transit_policy_tick(void)
     uint64_t room = fill_at_start == TRANSIT_FILL_FILLING && !over ? pol_fill_room(measured) : 0;
     if (fill_at_start == TRANSIT_FILL_FILLING && measured != UINT64_MAX && !over && !room)
         pol_fill_is_full(measured);
-    if ((pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_hybrid_due()) && dev >= 0 &&
-        (drv = transit_act_driver()) &&
+    bool acts = pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_guard_due() ||
+                pol_hybrid_due();
+    if (acts && dev >= 0 && (drv = transit_act_driver()) &&
         transit_act_enter_context(drv, dev)) {
         CUstreamCaptureMode saved;
         bool relaxed = transit_act_relax_capture(drv, &saved);
@@ -301,6 +304,8 @@ void transit_policy_tick(void)
             pol_fill(drv, dev, pol.evict_stream, measured, room);
         if (advising)
             pol_advise_all(drv, dev);
+        if (pol_guard_due())
+            pol_guard_apply_advise(drv, dev);
         if (pol_hybrid_due() && transit_act_own_stream(drv, &pol.evict_stream))
             pol_hybrid_apply(drv, dev, pol.evict_stream);
         transit_act_restore_capture(drv, relaxed, &saved);

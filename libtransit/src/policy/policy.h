@@ -50,6 +50,8 @@ typedef struct transit_policy_counters {
     uint64_t hybrid_streamed_by_reuse[TRANSIT_HYBRID_CLASSES], planned_streamed_bytes, planned_staged_peak;
     uint64_t stream_in_ranges, stream_in_bytes, stream_out_ranges, stream_out_bytes;
     uint64_t mover_phases, mover_waits, mover_late, mover_dropped;
+    /* hybrid's guard: steps measured with each placement and their medians (ns; 0: none) */
+    uint64_t guard_hybrid_steps, guard_advise_steps, guard_hybrid_step_ns, guard_advise_step_ns;
 } transit_policy_counters;
 
 /* What the stats show of the policies (transit_policy_snapshot). */
@@ -62,6 +64,9 @@ typedef struct transit_policy_snap {
     bool advise_applied;
     const char *fill_state;   /* "waiting", "filling", "full", "ended" */
     bool hybrid_due;          /* a placement is planned and not applied yet */
+    const char *guard_state;  /* hybrid's guard: "off", "waiting", "measuring-advise", "measuring-hybrid",
+                               * "decided", "failed" */
+    const char *guard_kept;   /* "hybrid", "advise", or NULL before the guard decided */
 } transit_policy_snap;
 
 /* ---- the recorder's events (lifecycle.c wires them into the sink) ---- */

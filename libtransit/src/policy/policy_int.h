@@ -4,8 +4,8 @@
  * recorder's events), estimate.c (limit mode's chunk estimate), moves.c (TRANSIT's own
  * migrations, counted by purpose), launches.c (what happens at a kernel launch), limit.c (limit
  * mode's tick: the measured bound, evictions, sweeps, room before an allocation), advise.c
- * (SetAccessedBy and the fill), hybrid.c (placement by reuse), profile.c (the profile's
- * collector and writer).
+ * (SetAccessedBy and the fill), hybrid.c (placement by reuse), guard.c (hybrid against advise's
+ * placement), mover.c (hybrid's look-ahead mover), profile.c (the profile's collector and writer).
  *
  * Lock order, where more than one is held: the recorder's win_lock (its sink calls), then
  * prof_lock; alloc_room_lock, then chunks_lock. chunks_lock and prof_lock are never held across a
@@ -17,6 +17,7 @@
 #include "attrib.h"
 #include "chunks.h"
 #include "decide.h"
+#include "guard.h"
 #include "hybrid.h"
 #include "profile_data.h"
 #include "policy.h"
@@ -51,6 +52,26 @@ typedef enum {
     PREFETCH_DEMOTE, /* hybrid's least reused placed chunks, for a reading over its target */
     PREFETCH_REMAP   /* hybrid's device chunks, out for the bulk prefetch back (TRANSIT_HYBRID_REMAP) */
 } prefetch_purpose;
+
+/* Hybrid's guard (guard.c), in order: no plan yet; planned, advise to apply; advise's block;
+ * advise's placement to read; hybrid's placement to apply; hybrid's block; advise kept, its
+ * placement to apply; decided; advise's placement unreadable (hybrid's applies unmeasured). Off:
+ * another policy, or TRANSIT_HYBRID_GUARD=0. */
+typedef enum {
+    GUARD_WAITING,
+    GUARD_ADVISE_DUE,
+    GUARD_ADVISE,
+    GUARD_READ_DUE,
+    GUARD_SWITCH,
+    GUARD_HYBRID,
+    GUARD_REVERTING,
+    GUARD_DECIDED,
+    GUARD_FAILED,
+    GUARD_OFF
+} guard_stage;
+
+/* What pol_hybrid_plan does with a new plan while the guard runs. */
+enum { GUARD_PLAN_APPLY, GUARD_PLAN_HOLD, GUARD_PLAN_DROP };
 
 /* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
  * under the lock, or by the thread, named beside it. */
@@ -104,6 +125,21 @@ typedef struct policy {
     uint32_t *hybrid_reuse;
     uint8_t *hybrid_resident;
     size_t hybrid_nchunks;
+
+    /* Hybrid's guard (guard_lock, a leaf; guard_stage and guard_kept are also read without it):
+     * the block's placement applied at iteration count guard_applied_at, its first timed step and
+     * the next to read (0-based, transit_iteration_step_s), the blocks' step times, and advise's
+     * placement as read (the chunks, their reuse, 1: on the device). */
+    pthread_mutex_t guard_lock;
+    int guard_stage; /* guard_stage */
+    int guard_kept;  /* transit_guard_kept */
+    uint64_t guard_applied_at, guard_first_step, guard_next_step;
+    double guard_advise_s[TRANSIT_GUARD_STEPS], guard_hybrid_s[TRANSIT_GUARD_STEPS];
+    size_t guard_nadvise, guard_nhybrid;
+    uint64_t *guard_chunk;
+    uint32_t *guard_reuse;
+    uint8_t *guard_resident;
+    size_t guard_nchunks;
 } policy;
 
 extern policy pol;
@@ -150,6 +186,19 @@ void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stre
 bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess);
 void pol_hybrid_mark(void);
 void pol_hybrid_read_placement(void);
+int pol_reuse_class(uint32_t reuse);
+/* guard.c (guard_lock, then hybrid_lock is never nested: taken one after the other) */
+int pol_guard_on_plan(void);
+bool pol_guard_due(void);
+bool pol_guard_holds_advise(void);
+bool pol_guard_measures_advise(void);
+void pol_guard_apply_advise(const transit_driver_api *drv, CUdevice dev);
+void pol_guard_placement_applied(void);
+void pol_guard_mark(void);
+void pol_guard_read_advise(void);
+void pol_guard_after_fork(void);
+const char *pol_guard_state_name(void);
+const char *pol_guard_kept_name(void);
 /* advise and hybrid read host data in place once they applied */
 bool pol_in_place(void);
 /* mover.c (its own lock, mv.lock, taken last and around no other) */

@@ -76,6 +76,30 @@ static void render_migrations(jbuf *b, const transit_recorder_snap *r)
               r->n.gpu_faults, r->n.thrashing, r->n.remote_map_bytes);
 }
 
+/* A median step in seconds, or null when none was measured. */
+static void step_s(jbuf *b, const char *name, uint64_t ns)
+{
+    if (ns)
+        jb_printf(b, "\"%s\": %.6f, ", name, (double)ns * 1e-9);
+    else
+        jb_printf(b, "\"%s\": null, ", name);
+}
+
+/* Hybrid's guard (model/guard.h): the placement it kept and both blocks' median steps. */
+static void render_guard(jbuf *b, const transit_policy_snap *p)
+{
+    const transit_policy_counters *n = &p->n;
+    jb_printf(b, "\"fallback\": {\"state\": \"%s\", ", p->guard_state);
+    if (p->guard_kept)
+        jb_printf(b, "\"kept\": \"%s\", ", p->guard_kept);
+    else
+        jb_printf(b, "\"kept\": null, ");
+    step_s(b, "hybrid_step_s", n->guard_hybrid_step_ns);
+    step_s(b, "advise_step_s", n->guard_advise_step_ns);
+    jb_printf(b, "\"hybrid_steps\": %" PRIu64 ", \"advise_steps\": %" PRIu64 "}}, ", n->guard_hybrid_steps,
+              n->guard_advise_steps);
+}
+
 /* Hybrid's placement: what it moved, the bytes it keeps, leaves and streams by reuse class, and
  * what its mover planned and did. */
 static void render_hybrid(jbuf *b, const transit_policy_snap *p)
@@ -106,9 +130,10 @@ static void render_hybrid(jbuf *b, const transit_policy_snap *p)
     jb_printf(b,
               "}, \"mover\": {\"planned_streamed_bytes\": %" PRIu64 ", \"planned_staged_peak_bytes\": %" PRIu64
               ", \"phases\": %" PRIu64 ", \"in_ranges\": %" PRIu64 ", \"in_bytes\": %" PRIu64 ", \"out_ranges\": %" PRIu64
-              ", \"out_bytes\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"late\": %" PRIu64 ", \"dropped\": %" PRIu64 "}}, ",
+              ", \"out_bytes\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"late\": %" PRIu64 ", \"dropped\": %" PRIu64 "}, ",
               n->planned_streamed_bytes, n->planned_staged_peak, n->mover_phases, n->stream_in_ranges, n->stream_in_bytes,
               n->stream_out_ranges, n->stream_out_bytes, n->mover_waits, n->mover_late, n->mover_dropped);
+    render_guard(b, p);
 }
 
 static void render_policies(jbuf *b, const transit_policy_snap *p, const transit_recorder_snap *r)

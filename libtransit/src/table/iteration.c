@@ -63,6 +63,15 @@ uint64_t transit_iteration_count(void)
     return __atomic_load_n(&count, __ATOMIC_ACQUIRE);
 }
 
+double transit_iteration_step_s(uint64_t s)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t steps = count > 1 ? count - 1 : 0;
+    double t = s < steps && steps - s <= STEP_TIMES_KEPT ? step_times[s % STEP_TIMES_KEPT] : -1;
+    pthread_mutex_unlock(&lock);
+    return t;
+}
+
 transit_iter_method transit_iteration_method(void)
 {
     return (transit_iter_method)__atomic_load_n(&primary, __ATOMIC_ACQUIRE);

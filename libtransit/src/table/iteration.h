@@ -22,6 +22,9 @@ int transit_iteration_mark(transit_iter_method method);
  * that the period detector's sub-step "iterations" never drive a policy before its first mark. */
 void transit_iteration_claim(transit_iter_method method);
 uint64_t transit_iteration_count(void);
+/* Step s's time in seconds (0-based: from mark s + 1 to mark s + 2, as in the summary); -1 when
+ * that step has not ended or is no longer kept. */
+double transit_iteration_step_s(uint64_t s);
 transit_iter_method transit_iteration_method(void);
 void transit_iteration_reset(void);
 typedef struct transit_iteration_snap {
