@@ -54,7 +54,7 @@ def finish(proc: subprocess.Popen, out: Path) -> dict:
 
 def reserved_peaks(result: dict) -> list[int]:
     """Each rank's PyTorch reserved peak (bench/train.py reads it at the end)."""
-    return [r["memory"]["torch_max_reserved_bytes"] for r in result["memory"]["per_rank"]]
+    return [r["torch_max_reserved_bytes"] for r in result["memory"]["per_rank"]]
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
