@@ -81,6 +81,7 @@ RUN_OVERHEAD_S = {"fsdp2": 18, "fsdp2-cpu-offload": 26, "zero-offload": 46, "zer
 SETUP_S = 20  # bench/device_setup.sh and the wheels: 363 s command less its runs' 345 s (README)
 # A run is stopped at this multiple of its estimate (at least RUN_LIMIT_MIN_S), within its part.
 RUN_LIMIT_FACTOR, RUN_LIMIT_MIN_S = 2.0, 120
+RUN_START_MIN_S = 60  # --time-limit: the least time left in which a run still starts
 LOG_TAIL_LINES = 30
 
 
@@ -241,10 +242,11 @@ def _two_rank(tp: int) -> tuple[System, ...]:
 # on N nodes at the smallest per-rank cap C that holds it, against TRANSIT advise and hybrid on fewer
 # nodes at L = C less the fair-memory margin; the same micro-batch, more accumulation on fewer ranks
 # (what `transit launch` does). The "small" model keeps a whole experiment inside 30 device minutes.
-# C: the largest rank's NVML process peak (context, allocator, NCCL) of the uncapped native run in
-# scale-in-sizing's summary, rounded up to 256 MiB.
 SCALE_IN_MODEL, SCALE_IN_MICRO = "small", 2
-SCALE_IN_CAPS: dict[int, str] = {}  # native's nodes -> C
+# From scale-in-sizing.json (nvidia-h100-x1, 667b977): the uncapped ranks' largest PyTorch reserved
+# peak was 3.32 GiB on 4 nodes and 4.26 on 2; C = that + the context (0.5 GiB) + the non-allocator
+# margin (1.5 GiB), rounded up to 0.25 GiB. At 5.5G two nodes do not fit (they need 6.26).
+SCALE_IN_CAPS: dict[int, str] = {4: "5.5G", 2: "6.5G"}  # native's nodes -> C
 SCALE_IN_CASES = ((4, 2), (2, 1))  # (native's nodes, TRANSIT's)
 
 
@@ -970,6 +972,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
     p.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores of the machine (default: this one's)")
     p.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON", help="join the parts' summaries")
+    p.add_argument("--time-limit", type=float, metavar="S",
+                   help="run every slot in one command of S seconds: runs start while a minute is left and "
+                        "are stopped at the limit (instead of --part's cut by estimates)")
     args = p.parse_args(argv)
     if args.list:
         for e in EXPERIMENTS.values():
@@ -1010,12 +1015,22 @@ def main(argv: list[str] | None = None) -> int:
     return execute(experiment, chosen, k, n, args, limits, seconds)
 
 
+def min_seconds(seconds):
+    """Under --time-limit a run starts while RUN_START_MIN_S are left, its estimate notwithstanding
+    (the estimates of runs never recorded are guesses), and is stopped at the deadline."""
+    return lambda run: min(seconds(run), RUN_START_MIN_S)
+
+
 def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, args, limits, seconds) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # run_part's finally stops the runs
     t0 = time.time()
     work = args.work / experiment.name
     work.mkdir(parents=True, exist_ok=True)
-    deadline = t0 + (COMMAND_LIMIT_S - SETUP_S - PART_MARGIN_S / 2 if part else math.inf)
+    if args.time_limit:  # the command's own limit: every slot, as many runs as fit before it
+        deadline = t0 + args.time_limit - SETUP_S - PART_MARGIN_S / 2
+        seconds = min_seconds(seconds)
+    else:
+        deadline = t0 + (COMMAND_LIMIT_S - SETUP_S - PART_MARGIN_S / 2 if part else math.inf)
     records = run_part(runs, experiment.gpus, args.cores, work, limits, args.transit_profile, seconds, deadline,
                        experiment)
     limits = calibrated_limits(experiment, records, limits)
