@@ -25,7 +25,7 @@ from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 POLICIES = ("base", "prefetch", "advise", "hybrid")
 LAYOUTS = {"2-nodes": (2, 1, 1), "4-nodes": (4, 1, 1), "2-nodes-x2-tp2": (2, 2, 2)}  # nodes, ranks/node, TP
-STEPS = 8  # TRANSIT profiles 2 iterations, drains the third and applies its policy from the fourth
+STEPS = 6  # TRANSIT profiles 2 iterations, drains the third and applies its policy from the fourth
 MODEL, GLOBAL_BATCH, MICRO_BATCH = "small", 8, 2
 FOOTPRINT_OVER_L = 1.3  # issue 53 item 2's floor
 L_DIVISOR = 1.45  # L from the native reserved peak, with room above the floor for what the allocator keeps
