@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 
-from transit import _native, envcheck
+from transit import _native, envcheck, paths
 from transit.errors import UsageError
 
 DEFAULT_OUT = "transit-out"
@@ -62,8 +62,12 @@ def main_run(args: argparse.Namespace) -> int:
                       "limit mode on, as --mem-limit would")
     out = DEFAULT_OUT if out is None else out
     # as typed, only made absolute: the message shows what the user gave
-    _native.check_dir("--out" if args.out is not None else "TRANSIT_OUT",
-                      os.path.join(os.getcwd(), out) if out else out)
+    shown = "--out" if args.out is not None else "TRANSIT_OUT"
+    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    try:  # the stats files are written at the command's end: an unwritable place is refused now
+        paths.output_dir(out)
+    except paths.PathError as exc:
+        raise UsageError(f"{shown} {exc}") from None
     env = build_env(policy, mem_limit, out, base)
     envcheck.check(env)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:
