@@ -42,9 +42,7 @@ DEFAULT_PROBE_USER = "nobody"
 CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
 CUDART_WHEEL_DIRS = ("cu13/lib", "cuda_runtime/lib")
 NVML_SONAME = "libnvidia-ml.so.1"
-# Where Slurm's commands find slurm.conf without SLURM_CONF: the usual file, then slurmd's cache on a
-# configless node.
-SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf")
+SLURM_CONF_PATHS = slurm.SLURM_CONF_PATHS
 UVM_PARAMETERS = Path("/sys/module/nvidia_uvm/parameters")
 UVM_DEVICE = Path("/dev/nvidia-uvm")
 # UVM module parameters TRANSIT depends on, with the driver's defaults.

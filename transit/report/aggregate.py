@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import pwd
 import re
+import stat
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -547,6 +549,12 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
     unreadable = [w.message for w in warnings if w.code == UNREADABLE_DIRECTORY]
     if unreadable:
         return unreadable[0]
+    refused = [step for step in steps if step.refused]
+    if refused:
+        return f"the plugin refused step {refused[0].step_id} before its program ran: {refused[0].refused}"
+    foreign = _foreign_job_directory(directory, facts)
+    if foreign:
+        return foreign
     state = facts.state if facts else None
     if state and "PENDING" in state:
         return "the job has not started yet"
@@ -569,6 +577,32 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
         return (f"the job ended {state} before any rank wrote stats: a rank writes them at exit (also on SIGTERM "
                 "or SIGINT), so one killed outright (SIGKILL, out of memory, a node failure) writes none")
     return "no task called CUDA, so no rank wrote stats (libtransit stays inert in processes that never do)"
+
+
+def _foreign_job_directory(directory: Path | None, facts: JobFacts | None) -> str | None:
+    """What the plugin found where the job's directory goes, when it refused it: a symbolic link or
+    another user's directory fails every step before its program runs (and Slurm only says FAILED)."""
+    if directory is None or facts is None or not facts.user:
+        return None
+    try:
+        st = directory.lstat()
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        found = "a symbolic link"
+    elif stat.S_ISDIR(st.st_mode) and st.st_uid != 0 and _user_name(st.st_uid) != facts.user:
+        found = f"a directory of {_user_name(st.st_uid)}"
+    else:
+        return None
+    return (f"{directory} is {found}, not {facts.user}'s job directory: the plugin refused it, so every step "
+            "failed before its program ran; an administrator must remove it")
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _options(options: dict[str, str]) -> str:
