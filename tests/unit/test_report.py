@@ -1011,3 +1011,25 @@ def test_a_job_directory_the_plugin_refused_is_the_reason(tmp_path: Path, plante
     found = "a symbolic link" if planted == "link" else "a directory of nobody"
     assert report.no_stats_reason == (f"{directory} is {found}, not transit-test's job directory: the plugin refused "
                                       "it, so every step failed before its program ran; an administrator must remove it")
+
+
+@pytest.mark.parametrize(("directory", "plot", "axis", "limit", "peak"), [
+    (REPO / "examples" / "h200-advise", "timeline", 1, 25.5, 26.3),  # the bound over the limit
+    (TICKS_DIR, "control", 0, 1.0, 1.7),
+])
+def test_memory_plots_show_the_limit_and_the_bound_peak(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        directory: Path, plot: str, axis: int, limit: float,
+                                                        peak: float) -> None:
+    """The y-axis is fixed after the limit and the peak are drawn: both lines are inside it."""
+    from transit.report import plots
+
+    figures: list[Any] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    getattr(plots, plot)(report_of(directory), tmp_path / "p.png")
+    ax = figures[0].axes[axis]
+    heights = {round(float(line.get_ydata()[0]), 1): line.get_linestyle() for line in ax.get_lines()}
+    assert heights[limit] == "--" and heights[peak] == ":"
+    bottom, top = ax.get_ylim()
+    assert bottom == 0 and top > max(limit, peak)
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert f"limit {limit:.1f} GiB" in labels and any(label.endswith(f"peak {peak:.1f} GiB") for label in labels)
