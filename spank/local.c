@@ -15,6 +15,13 @@ extern char **environ;
 
 #define ENV_PREFIX "TRANSIT_"
 
+/* What srun's step runs with, for the line at its end (transit_local_exit). */
+static struct {
+    bool active;
+    const char *policy; /* NULL: libtransit's default */
+    const char *mem_limit, *report_dir;
+} step_summary;
+
 /* "transit: note: <before> NAME='<value>' from the environment<after>" */
 static void note(const char *before, const char *name, const char *value, const char *after)
 {
@@ -82,14 +89,25 @@ int transit_local_post_opt(spank_t sp)
                                   "(e.g. --transit=advise)");
         return 0;
     }
-    if (transit_opts.off)
+    if (transit_opts.off) {
+        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+            return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
+                                  "drop one of them", transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
         return 0;
+    }
 
     const char *env_policy = getenv("TRANSIT_POLICY"), *env_limit = getenv("TRANSIT_MEM_LIMIT");
     const char *env_out = getenv("TRANSIT_OUT");
     const char *policy = transit_effective_policy(&transit_opts, env_policy, &transit_conf);
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
+    if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
+        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
+                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option",
+                                  transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+        return 0;
+    }
 
     if (task_environment(policy, mem_limit, report_dir, &envp) < 0)
         return transit_refuse("out of memory checking the environment");
@@ -115,5 +133,28 @@ int transit_local_post_opt(spank_t sp)
     }
     if (report_dir && env_out && strncmp(env_out, report_dir, strlen(report_dir)) != 0)
         note("the report directory <report_dir>/<jobid>/ overrides ", "TRANSIT_OUT", env_out, "");
+    step_summary.active = true;
+    step_summary.policy = policy;
+    step_summary.mem_limit = mem_limit;
+    step_summary.report_dir = report_dir;
+    return 0;
+}
+
+/* srun, when its step has ended: one line saying what the step ran with and where its stats are.
+ * sbatch and salloc only submit; their steps' sruns print it. */
+int transit_local_exit(spank_t sp)
+{
+    (void)sp;
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (!step_summary.active || spank_context() != S_CTX_LOCAL || !job)
+        return 0;
+    char limit[TRANSIT_WORD_MAX + 16] = "physical mode", where[PATH_MAX + 64] = "no stats (no report directory)";
+    if (step_summary.mem_limit)
+        snprintf(limit, sizeof(limit), "limit %s", step_summary.mem_limit);
+    if (step_summary.report_dir)
+        snprintf(where, sizeof(where), "stats in %.300s/%s/", step_summary.report_dir, job);
+    slurm_info("transit: step %s%s%s: %s, %s; %s; transit report %s", job, step ? "." : "", step ? step : "",
+               step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit, where,
+               job);
     return 0;
 }
