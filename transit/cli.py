@@ -56,7 +56,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def run(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or the one line of a bad argument: its exit code
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

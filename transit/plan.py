@@ -474,7 +474,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (a preset, a Hugging Face config.json, or dimensions)")
     source = group.add_mutually_exclusive_group()
     source.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
-    source.add_argument("--hf-config", metavar="JSON", type=paths.text_file,
+    source.add_argument("--hf-config", metavar="JSON",
                         help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/2.5, Qwen3, Qwen3-MoE)")
     for name in MODEL_DIMENSIONS:
         group.add_argument(bounds.option_name(name), metavar="N", help="overrides the preset or config" if

@@ -42,6 +42,8 @@ COMMAND_CHECKED = {
     (("doctor",), "--report-dir"): "doctor_check",
     (("replay",), "profile"): "gzip_file",
     (("bench", "link"), "--from"): "text_file",
+    (("plan",), "--hf-config"): "text_file",
+    (("submit",), "--hf-config"): "text_file",
     (("bench", "link"), "--out"): "output_dir",
 }
 PATH_METAVARS = {"FILE", "DIR", "PNG", "JSON", "STATS", "PROFILE", "JOBID|ARRAY_TASK|DIR"}

@@ -782,7 +782,8 @@ def test_partial_stats_against_slurms_state(capsys: pytest.CaptureFixture[str]) 
          "yet the submit line asks for TRANSIT (--transit=advise): the plugin makes it for every step it runs"),
         ({"state": "COMPLETED", "submit_line": "sbatch --transit=advise --wrap 'sleep 60'"}, "--transit=advise",
          "TRANSIT was asked for (--transit=advise), but no job step ran: TRANSIT runs srun steps, never the batch"),
-        ({"state": "COMPLETED"}, "", "TRANSIT was not asked for (no --transit), or the report directory is another"),
+        ({"state": "COMPLETED"}, "", ("no step of this job ran under TRANSIT here (the plugin makes the directory "
+         "for every srun step with --transit; a batch script's own commands never run under it), or the report")),
     ],
 )
 def test_reasons_without_a_stats_directory(tmp_path: Path, facts: dict[str, Any], submitted: str,

@@ -569,7 +569,10 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
         if facts is not None and facts.submit_line:
             return (f"TRANSIT was not asked for: no --transit on the submit line ({facts.submit_line[:60]}), and "
                     f"{where} (the plugin makes one for every step it runs, also for #SBATCH --transit)")
-        return f"{where}: TRANSIT was not asked for (no --transit), or the report directory is another one"
+        # nothing says how the job was submitted (no accounting): whether --transit was given is unknown
+        return (f"{where}: no step of this job ran under TRANSIT here (the plugin makes the directory for "
+                "every srun step with --transit; a batch script's own commands never run under it), or the "
+                "report directory is another one (--report-dir)")
     if facts is not None and facts.unfinished:
         return (f"the job is {state}: none of its ranks has written stats yet (they write them at exit, and "
                 "every TRANSIT_STATS_INTERVAL seconds once they use CUDA)")
