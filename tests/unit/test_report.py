@@ -1034,3 +1034,10 @@ def test_memory_plots_show_the_limit_and_the_bound_peak(monkeypatch: pytest.Monk
     assert bottom == 0 and top > max(limit, peak)
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
     assert f"limit {limit:.1f} GiB" in labels and any(label.endswith(f"peak {peak:.1f} GiB") for label in labels)
+
+
+def test_a_directory_without_stats_or_step_files_is_not_called_a_cpu_only_job(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, str(tmp_path), code=1)
+    assert out["no_stats_reason"] == (f"{tmp_path} holds no stats file (rank*.json) and no step file (step-*.json): "
+                                      "it is not a job's stats directory, or nothing ran under TRANSIT there")

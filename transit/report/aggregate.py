@@ -579,6 +579,9 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
     if state and not state.startswith("COMPLETED"):
         return (f"the job ended {state} before any rank wrote stats: a rank writes them at exit (also on SIGTERM "
                 "or SIGINT), so one killed outright (SIGKILL, out of memory, a node failure) writes none")
+    if not steps and facts is None:
+        return (f"{directory} holds no stats file (rank*.json) and no step file (step-*.json): it is not a "
+                "job's stats directory, or nothing ran under TRANSIT there")
     return "no task called CUDA, so no rank wrote stats (libtransit stays inert in processes that never do)"
 
 
