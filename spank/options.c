@@ -193,19 +193,32 @@ static bool is_transit_value(const char *word)
  * the first one naming an existing file (the script) are its options; there --transit=help is
  * answered too.
  */
-int transit_check_command_line(bool before_script)
+const char *transit_command_line(size_t *len)
 {
     static char cmdline[CMDLINE_MAX];
-    ssize_t len = 0, got;
+    static ssize_t got_len = -1;
+    ssize_t got;
+    if (got_len < 0) {
+        int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+        got_len = 0;
+        while (fd >= 0 && got_len < (ssize_t)sizeof(cmdline) - 1 &&
+               (got = read(fd, cmdline + got_len, sizeof(cmdline) - 1 - (size_t)got_len)) > 0)
+            got_len += got;
+        if (fd >= 0)
+            close(fd);
+        cmdline[got_len] = '\0';
+    }
+    *len = (size_t)got_len;
+    return cmdline;
+}
+
+int transit_check_command_line(bool before_script)
+{
     struct stat st;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    size_t len;
+    const char *cmdline = transit_command_line(&len);
+    if (!len)
         return 0; /* nothing to read: Slurm says the program is missing */
-    while (len < (ssize_t)sizeof(cmdline) - 1 &&
-           (got = read(fd, cmdline + len, sizeof(cmdline) - 1 - (size_t)len)) > 0)
-        len += got;
-    close(fd);
-    cmdline[len] = '\0';
     const char *arg = cmdline + strlen(cmdline) + 1; /* past the command's own name */
     for (; arg < cmdline + len; arg += strlen(arg) + 1) {
         if (!strcmp(arg, "--") || (before_script && arg[0] != '-' && stat(arg, &st) == 0 && S_ISREG(st.st_mode)))

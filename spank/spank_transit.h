@@ -75,6 +75,9 @@ int transit_opt_policy(int val, const char *optarg, int remote);
 int transit_opt_mem_limit(int val, const char *optarg, int remote);
 int transit_opt_report_dir(int val, const char *optarg, int remote);
 void transit_opts_reset(struct transit_opts *opts);
+/* This process's command line (srun's, sbatch's): NUL-separated words, read once; *len 0 when it
+ * cannot be read. */
+const char *transit_command_line(size_t *len);
 /* --transit followed by a policy as the next word: refused (srun, sbatch); sbatch: --transit=help.
  * `before_script`: sbatch, which reads only the words before its script. 0, or -1 (refused). */
 int transit_check_command_line(bool before_script);
