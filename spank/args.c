@@ -47,16 +47,21 @@ static const struct conf_key *find_key(const char *arg, size_t keylen)
     return NULL;
 }
 
-/* report_dir_mode=0750: octal permission bits that give the job's user full access. */
+/* report_dir_mode=0750: octal permission bits that give the job's user full access and nobody
+ * else write access (the group may read: a job's stats can be written by its user alone, so
+ * `transit report` can trust what it finds there). */
+#define JOB_DIR_MODE_MAX 0750
+
 static int parse_mode(const char *value, mode_t *out, char *err, size_t errlen)
 {
     char shown[TRANSIT_SHOW_MAX];
     char *end = NULL;
     unsigned long mode = strtoul(value, &end, 8);
-    if (value[0] < '0' || value[0] > '7' || *end || mode > 0777 || (mode & 0700) != 0700) {
+    if (value[0] < '0' || value[0] > '7' || *end || (mode & ~(unsigned long)JOB_DIR_MODE_MAX) ||
+        (mode & 0700) != 0700) {
         transit_show(value, shown, sizeof shown);
-        snprintf(err, errlen, "plugstack.conf: report_dir_mode='%s' is not allowed; use octal permission "
-                 "bits from 0700 to 0777 that include 0700, e.g. 0750" ADMIN, shown);
+        snprintf(err, errlen, "plugstack.conf: report_dir_mode='%s' is not allowed; use 0700 to 0750 "
+                 "(the user's rwx, at most r-x for the group, nothing for others), e.g. 0750" ADMIN, shown);
         return -1;
     }
     *out = (mode_t)mode;

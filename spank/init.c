@@ -3,7 +3,9 @@
  * register the options where users can give them (srun, sbatch/salloc) and where they arrive
  * (slurmstepd).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "spank_transit.h"
 
@@ -19,6 +21,10 @@ int transit_init(spank_t sp, int ac, char **av)
         goto fail;
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR && ctx != S_CTX_REMOTE)
         return 0;
+    /* sbatch (the allocator that reads a script) opens the script before any option callback */
+    if (ctx == S_CTX_ALLOCATOR && !strcmp(program_invocation_short_name, "sbatch") &&
+        transit_check_command_line(true) < 0)
+        return -1;
     for (struct spank_option *opt = transit_option_table; opt->name; opt++) {
         spank_err_t rc = spank_option_register(sp, opt);
         if (rc != ESPANK_SUCCESS) {

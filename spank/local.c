@@ -14,6 +14,14 @@
 extern char **environ;
 
 #define ENV_PREFIX "TRANSIT_"
+#define EXPORT_BYTES_MAX 65536 /* the --export values kept */
+
+/* What srun's step runs with, for the line at its end (transit_local_exit). */
+static struct {
+    bool active;
+    const char *policy; /* NULL: libtransit's default */
+    const char *mem_limit, *report_dir;
+} step_summary;
 
 /* "transit: note: <before> NAME='<value>' from the environment<after>" */
 static void note(const char *before, const char *name, const char *value, const char *after)
@@ -40,21 +48,88 @@ static char *env_entry(const char *name, const char *value)
     return s;
 }
 
-/* The TRANSIT_* part of the environment the tasks will get: the user's variables, except those
- * the plugin sets, then the plugin's. 0, or -1 when out of memory. */
+/*
+ * --export's TRANSIT_NAME=value items: Slurm puts them in the tasks' environment over the user's
+ * own, after the plugin ran, so they are read here from the command line (`--export=V`,
+ * `--export V`), else from the variable that stands for the option (SLURM_EXPORT_ENV for srun,
+ * SBATCH_EXPORT for sbatch). slurmstepd checks the environment Slurm really built as well (step.c).
+ */
+#define EXPORTS_MAX 64
+static char exports_buf[EXPORT_BYTES_MAX];
+static const char *exports[EXPORTS_MAX];
+static size_t nexports;
+
+static void add_exports(const char *value)
+{
+    static size_t used;
+    size_t len = strlen(value);
+    if (used + len + 1 > sizeof(exports_buf))
+        return; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
+    char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
+    used += len + 1;
+    for (char *item = strtok_r(copy, ",", &rest); item && nexports < EXPORTS_MAX; item = strtok_r(NULL, ",", &rest))
+        if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && strchr(item, '='))
+            exports[nexports++] = item;
+}
+
+static void read_exports(void)
+{
+    size_t len;
+    bool given = false;
+    const char *cmdline = transit_command_line(&len);
+    for (const char *arg = len ? cmdline + strlen(cmdline) + 1 : cmdline; arg < cmdline + len;
+         arg += strlen(arg) + 1) {
+        if (!strcmp(arg, "--"))
+            break;
+        const char *next = arg + strlen(arg) + 1;
+        if (!strncmp(arg, "--export=", 9))
+            add_exports(arg + 9);
+        else if (!strcmp(arg, "--export") && next < cmdline + len)
+            add_exports(next);
+        else
+            continue;
+        given = true;
+    }
+    const char *from_env = getenv(spank_context() == S_CTX_LOCAL ? "SLURM_EXPORT_ENV" : "SBATCH_EXPORT");
+    if (!given && from_env)
+        add_exports(from_env);
+}
+
+/* NAME's value in the tasks' environment before the plugin's own: --export's, else the user's. */
+static const char *task_getenv(const char *name)
+{
+    for (size_t i = nexports; i-- > 0;)
+        if (sets(exports[i], name))
+            return exports[i] + strlen(name) + 1;
+    return getenv(name);
+}
+
+static bool exported(const char *entry)
+{
+    size_t n = strcspn(entry, "=");
+    for (size_t i = 0; i < nexports; i++)
+        if (!strncmp(exports[i], entry, n) && exports[i][n] == '=')
+            return true;
+    return false;
+}
+
+/* The TRANSIT_* part of the environment the tasks will get: the user's variables and --export's
+ * (over them), except those the plugin sets, then the plugin's. 0, or -1 when out of memory. */
 static int task_environment(const char *policy, const char *mem_limit, const char *report_dir, char ***out)
 {
-    size_t n = 0, count = 0;
+    size_t n = 0, count = nexports;
     for (char **e = environ; *e; e++)
         count++;
     char **envp = calloc(count + 4, sizeof(*envp));
     if (!envp)
         return -1;
-    for (char **e = environ; *e; e++) {
-        if (strncmp(*e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || (policy && sets(*e, "TRANSIT_POLICY")) ||
-            (mem_limit && sets(*e, "TRANSIT_MEM_LIMIT")) || (report_dir && sets(*e, "TRANSIT_OUT")))
+    for (size_t i = 0; i < count; i++) {
+        const char *e = i < nexports ? exports[i] : environ[i - nexports];
+        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || (policy && sets(e, "TRANSIT_POLICY")) ||
+            (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) || (report_dir && sets(e, "TRANSIT_OUT")) ||
+            (i >= nexports && exported(e)))
             continue;
-        if (!(envp[n++] = strdup(*e)))
+        if (!(envp[n++] = strdup(e)))
             goto oom;
     }
     if ((policy && !(envp[n++] = env_entry("TRANSIT_POLICY", policy))) ||
@@ -82,14 +157,26 @@ int transit_local_post_opt(spank_t sp)
                                   "(e.g. --transit=advise)");
         return 0;
     }
-    if (transit_opts.off)
+    if (transit_opts.off) {
+        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+            return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
+                                  "drop one of them", transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
         return 0;
+    }
 
-    const char *env_policy = getenv("TRANSIT_POLICY"), *env_limit = getenv("TRANSIT_MEM_LIMIT");
-    const char *env_out = getenv("TRANSIT_OUT");
+    read_exports();
+    const char *env_policy = task_getenv("TRANSIT_POLICY"), *env_limit = task_getenv("TRANSIT_MEM_LIMIT");
+    const char *env_out = task_getenv("TRANSIT_OUT");
     const char *policy = transit_effective_policy(&transit_opts, env_policy, &transit_conf);
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
+    if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
+        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
+                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option",
+                                  transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+        return 0;
+    }
 
     if (task_environment(policy, mem_limit, report_dir, &envp) < 0)
         return transit_refuse("out of memory checking the environment");
@@ -115,5 +202,28 @@ int transit_local_post_opt(spank_t sp)
     }
     if (report_dir && env_out && strncmp(env_out, report_dir, strlen(report_dir)) != 0)
         note("the report directory <report_dir>/<jobid>/ overrides ", "TRANSIT_OUT", env_out, "");
+    step_summary.active = true;
+    step_summary.policy = policy;
+    step_summary.mem_limit = mem_limit;
+    step_summary.report_dir = report_dir;
+    return 0;
+}
+
+/* srun, when its step has ended: one line saying what the step ran with and where its stats are.
+ * sbatch and salloc only submit; their steps' sruns print it. */
+int transit_local_exit(spank_t sp)
+{
+    (void)sp;
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (!step_summary.active || spank_context() != S_CTX_LOCAL || !job)
+        return 0;
+    char limit[TRANSIT_WORD_MAX + 16] = "physical mode", where[PATH_MAX + 64] = "no stats (no report directory)";
+    if (step_summary.mem_limit)
+        snprintf(limit, sizeof(limit), "limit %s", step_summary.mem_limit);
+    if (step_summary.report_dir)
+        snprintf(where, sizeof(where), "stats in %.300s/%s/", step_summary.report_dir, job);
+    slurm_info("transit: step %s%s%s: %s, %s; %s; transit report %s", job, step ? "." : "", step ? step : "",
+               step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit, where,
+               job);
     return 0;
 }

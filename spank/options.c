@@ -6,10 +6,14 @@
  * In srun/sbatch/salloc a value is stored only after it passed the checks, so a rejected
  * option changes nothing.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "spank_transit.h"
@@ -27,21 +31,35 @@ struct transit_opts transit_opts;
 
 enum { OPT_POLICY = 1, OPT_MEM_LIMIT, OPT_REPORT_DIR };
 
+#define TRANSIT_HELP "help" /* --transit=help: what the options and policies are, then exit */
+
+/* One line per policy for --transit=help; a policy libtransit gains without a line here is still
+ * listed, with no description. */
+static const struct {
+    const char *name, *what;
+} policy_help[] = {
+    {"base", "managed memory only: the driver migrates data on page faults"},
+    {"prefetch", "replays the warm-up profile: before each kernel, prefetches what it touched last time"},
+    {"advise", "after warm-up, the GPU reads host-resident data in place (zero-copy)"},
+    {"hybrid", "keeps the most reused data on the GPU, reads the rest in place (experimental)"},
+};
+
 /* "base|prefetch|advise|hybrid|off", from libtransit's list of policies */
 static char policy_arginfo[TRANSIT_WORD_MAX * 4];
 
 struct spank_option transit_option_table[] = {
     {"transit", policy_arginfo,
-     "[transit] Run the tasks under TRANSIT: host memory extends GPU memory, with this policy "
-     "(no value: $TRANSIT_POLICY or the site default; off: no TRANSIT).",
+     "[transit] Run the tasks under TRANSIT: host memory extends GPU memory, with this policy, "
+     "given with '=' (--transit=advise); no value: $TRANSIT_POLICY, else the site default; "
+     "off: no TRANSIT; help: what each policy does.",
      2, OPT_POLICY, transit_opt_policy},
     {"transit-mem-limit", "SIZE",
      "[transit] With --transit: emulate a GPU of SIZE (e.g. 40G, from 256M to 16T) and keep device use "
      "at or below it.",
      1, OPT_MEM_LIMIT, transit_opt_mem_limit},
     {"transit-report-dir", "DIR",
-     "[transit] With --transit: write per-rank statistics under DIR/<jobid>/ (an absolute path whose "
-     "parent exists).",
+     "[transit] With --transit: write per-rank statistics under DIR/<jobid>/ (an absolute path you "
+     "can write, or whose parent you can write).",
      1, OPT_REPORT_DIR, transit_opt_report_dir},
     SPANK_OPTIONS_TABLE_END,
 };
@@ -53,6 +71,33 @@ void transit_options_init(void)
         n += (size_t)snprintf(policy_arginfo + n, sizeof(policy_arginfo) - n, "%s|",
                               transit_policy_name((transit_policy)i));
     snprintf(policy_arginfo + n, sizeof(policy_arginfo) - n, "%s", TRANSIT_OFF);
+}
+
+static bool is_local(void)
+{
+    spank_context_t ctx = spank_context();
+    return ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR;
+}
+
+/* --transit=help, on stdout: what each policy does, what a bare --transit runs here, the options. */
+static void print_help(void)
+{
+    const char *site = transit_conf.policy[0] ? transit_conf.policy : transit_policy_name(TRANSIT_POLICY_BASE);
+    printf("TRANSIT: host memory extends GPU memory. Options (srun, sbatch, salloc; the '=' is needed):\n"
+           "  --transit=POLICY          run the tasks under TRANSIT with POLICY:\n");
+    for (int i = 0; i < transit_policy_count(); i++) {
+        const char *name = transit_policy_name((transit_policy)i), *what = "";
+        for (size_t k = 0; k < sizeof(policy_help) / sizeof(policy_help[0]); k++)
+            what = strcmp(policy_help[k].name, name) ? what : policy_help[k].what;
+        printf("      %-9s %s\n", name, what);
+    }
+    printf("      %-9s no TRANSIT for this step\n"
+           "  --transit                 $TRANSIT_POLICY, else this site's default: %s\n"
+           "  --transit-mem-limit=SIZE  emulate a GPU of SIZE (256M to 16T, e.g. 40G): limit mode\n"
+           "  --transit-report-dir=DIR  per-rank statistics under DIR/<jobid>/ (this site's default: %s)\n"
+           "After the job: transit report JOBID. More: docs/usage.md of TRANSIT.\n",
+           TRANSIT_OFF, site, transit_conf.report_dir[0] ? transit_conf.report_dir : "none");
+    fflush(stdout);
 }
 
 void transit_opts_reset(struct transit_opts *opts)
@@ -89,8 +134,7 @@ int transit_refuse(const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     slurm_error("transit: %s", line);
-    spank_context_t ctx = spank_context();
-    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) {
+    if (is_local()) {
         const char *code = getenv(SLURM_EXIT_ERROR_ENV);
         exit(code && atoi(code) > 0 ? atoi(code) : SLURM_DEFAULT_EXIT_ERROR);
     }
@@ -129,6 +173,75 @@ static bool is_bare(const char *optarg, int remote)
     return remote || (inherited && !strcmp(inherited, optarg));
 }
 
+#define CMDLINE_MAX (1u << 20) /* the whole command line, as /proc/self/cmdline holds it */
+
+/* True when `word` is what --transit=WORD takes: a policy, off or help. */
+static bool is_transit_value(const char *word)
+{
+    char err[TRANSIT_ERR_MAX];
+    transit_policy p;
+    return !strcmp(word, TRANSIT_OFF) || !strcmp(word, TRANSIT_HELP) ||
+           transit_parse_policy("TRANSIT_POLICY", word, &p, err, sizeof(err)) == 0;
+}
+
+/*
+ * `srun --transit advise cmd`: --transit takes its value only after '=', so Slurm made `advise` the
+ * program (sbatch: the script). Options do not show the command, so it is read from this process's
+ * own command line. srun calls this from the option's callback, for a bare --transit: its options
+ * come before the program, so the first `--transit` is its own. sbatch opens its script before any
+ * option callback, so it calls this from slurm_spank_init (`before_script`): only the words before
+ * the first one naming an existing file (the script) are its options; there --transit=help is
+ * answered too.
+ */
+const char *transit_command_line(size_t *len)
+{
+    static char cmdline[CMDLINE_MAX];
+    static ssize_t got_len = -1;
+    ssize_t got;
+    if (got_len < 0) {
+        int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+        got_len = 0;
+        while (fd >= 0 && got_len < (ssize_t)sizeof(cmdline) - 1 &&
+               (got = read(fd, cmdline + got_len, sizeof(cmdline) - 1 - (size_t)got_len)) > 0)
+            got_len += got;
+        if (fd >= 0)
+            close(fd);
+        cmdline[got_len] = '\0';
+    }
+    *len = (size_t)got_len;
+    return cmdline;
+}
+
+int transit_check_command_line(bool before_script)
+{
+    struct stat st;
+    size_t len;
+    const char *cmdline = transit_command_line(&len);
+    if (!len)
+        return 0; /* nothing to read: Slurm says the program is missing */
+    const char *arg = cmdline + strlen(cmdline) + 1; /* past the command's own name */
+    for (; arg < cmdline + len; arg += strlen(arg) + 1) {
+        if (!strcmp(arg, "--") || (before_script && arg[0] != '-' && stat(arg, &st) == 0 && S_ISREG(st.st_mode)))
+            break;
+        if (before_script && !strcmp(arg, "--" "transit=" TRANSIT_HELP)) {
+            print_help();
+            exit(0);
+        }
+        if (strcmp(arg, "--transit") != 0)
+            continue;
+        const char *next = arg + strlen(arg) + 1;
+        if (next < cmdline + len && is_transit_value(next)) {
+            char shown[TRANSIT_SHOW_MAX];
+            transit_show(next, shown, sizeof(shown));
+            return transit_refuse("--transit %s: without '=' Slurm runs '%s' as the program; use --transit=%s",
+                                  shown, shown, shown);
+        }
+        if (!before_script)
+            break;
+    }
+    return 0;
+}
+
 int transit_opt_policy(int val, const char *optarg, int remote)
 {
     (void)val;
@@ -136,9 +249,15 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     next.requested = true;
     next.off = false;
     next.policy[0] = '\0';
+    if (!optarg && !remote && is_local() && transit_check_command_line(false) < 0)
+        return -1;
     if (is_bare(optarg, remote)) {
         transit_opts = next;
         return 0;
+    }
+    if (!remote && is_local() && !strcmp(optarg, TRANSIT_HELP)) {
+        print_help();
+        exit(0);
     }
     if (!strcmp(optarg, TRANSIT_OFF)) {
         next.off = true; /* nothing to check: the tasks are left alone */
@@ -163,6 +282,36 @@ int transit_opt_mem_limit(int val, const char *optarg, int remote)
     return 0;
 }
 
+/* The tasks create DIR/<jobid>/ as the user, and DIR itself when it is missing: the user must be
+ * able to write DIR, or its parent when DIR does not exist. srun and sbatch run as the user, so
+ * the kernel answers here what it would answer in the tasks (on a file system every node shares). */
+static int check_writable(const char *dir)
+{
+    char parent[PATH_MAX], shown[TRANSIT_SHOW_MAX];
+    struct stat st;
+    const char *probe = dir;
+    if (stat(dir, &st) < 0) {
+        snprintf(parent, sizeof(parent), "%s", dir);
+        char *slash = strrchr(parent, '/');
+        while (slash && slash > parent && slash[1] == '\0') { /* "/a/b/" names /a/b */
+            *slash = '\0';
+            slash = strrchr(parent, '/');
+        }
+        if (slash)
+            slash[slash == parent ? 1 : 0] = '\0';
+        probe = parent;
+    }
+    if (faccessat(AT_FDCWD, probe, W_OK | X_OK, AT_EACCESS) == 0)
+        return 0;
+    int why = errno;
+    char where[PATH_MAX + 32] = "write in it";
+    if (probe != dir)
+        snprintf(where, sizeof(where), "create it in %.300s", probe);
+    transit_show(dir, shown, sizeof(shown));
+    return transit_refuse("--transit-report-dir='%s': uid %u cannot %s (%s); use a directory you can write, "
+                          "e.g. $HOME/transit", shown, (unsigned)geteuid(), where, strerror(why));
+}
+
 int transit_opt_report_dir(int val, const char *optarg, int remote)
 {
     (void)val;
@@ -171,6 +320,8 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     if (!remote &&
         transit_check_dir("--transit-report-dir", optarg ? optarg : "", true, err, sizeof(err)) < 0)
         return transit_refuse("%s", err);
+    if (!remote && check_writable(optarg) < 0)
+        return -1;
     if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, "", optarg ? optarg : "",
               remote) < 0)
         return -1;

@@ -6,6 +6,7 @@
  *                              slurmstepd, as root: what the step gets, the job's directory (step.c)
  *   slurm_spank_user_init      slurmstepd, as the user: the user's job directory, the step file (step.c)
  *   slurm_spank_task_init      slurmstepd, in each task: the task's environment (task.c)
+ *   slurm_spank_exit           srun, after its step: one line on what it ran with (local.c)
  */
 #include "spank_transit.h"
 
@@ -43,4 +44,11 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     (void)ac;
     (void)av;
     return transit_task_init(sp);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return spank_context() == S_CTX_LOCAL ? transit_local_exit(sp) : 0;
 }

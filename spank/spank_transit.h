@@ -51,6 +51,7 @@ struct transit_step {
     const char *mem_limit;      /* NULL: physical mode */
     char job_dir[PATH_MAX];     /* <report_dir>/<jobid>/, "" = no report directory */
     char error[TRANSIT_ERR_MAX]; /* set when the step cannot run; every task reports it */
+    bool env_refused;           /* error is about the job's environment: the step file records it */
 };
 
 extern struct transit_conf transit_conf;
@@ -74,6 +75,12 @@ int transit_opt_policy(int val, const char *optarg, int remote);
 int transit_opt_mem_limit(int val, const char *optarg, int remote);
 int transit_opt_report_dir(int val, const char *optarg, int remote);
 void transit_opts_reset(struct transit_opts *opts);
+/* This process's command line (srun's, sbatch's): NUL-separated words, read once; *len 0 when it
+ * cannot be read. */
+const char *transit_command_line(size_t *len);
+/* --transit followed by a policy as the next word: refused (srun, sbatch); sbatch: --transit=help.
+ * `before_script`: sbatch, which reads only the words before its script. 0, or -1 (refused). */
+int transit_check_command_line(bool before_script);
 /* One line for a value the user gave; in srun/sbatch/salloc the command then exits. Returns -1. */
 int transit_refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -91,6 +98,7 @@ int transit_getenv_alloc(spank_t sp, const char *name, char **out);
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */
 int transit_local_post_opt(spank_t sp);                     /* local.c */
+int transit_local_exit(spank_t sp);                         /* local.c: srun, after its step */
 int transit_step_post_opt(spank_t sp);                      /* step.c: slurmstepd, as root */
 int transit_step_user_init(spank_t sp);                     /* step.c: slurmstepd, as the user */
 int transit_task_init(spank_t sp);                          /* task.c */

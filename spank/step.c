@@ -127,6 +127,43 @@ fail:
     return -1;
 }
 
+/*
+ * The TRANSIT_* variables the tasks will read, checked as libtransit will read them. srun checked
+ * its own environment, but `--export=ALL,TRANSIT_...=...` (srun or sbatch) builds the job's
+ * environment past it: this is the first place the plugin sees that environment, and the step
+ * fails here, before any task runs the user's program, with the line libtransit would print.
+ */
+static void check_job_environment(spank_t sp)
+{
+    char **job_env = NULL, **envp = NULL, err[TRANSIT_ERR_MAX];
+    size_t n = 0, count = 0;
+    if (spank_get_item(sp, S_JOB_ENV, &job_env) != ESPANK_SUCCESS || !job_env) {
+        step_error("cannot read the job's environment from Slurm");
+        return;
+    }
+    for (char **e = job_env; *e; e++)
+        count++;
+    if (!(envp = calloc(count + 1, sizeof(*envp)))) {
+        step_error("out of memory checking the job's environment");
+        return;
+    }
+    /* what the tasks get in place of the job's own: the option's policy and limit, the job's
+     * directory as TRANSIT_OUT (checked where it is created) */
+    bool own_out = transit_effective_report_dir(&transit_opts, &transit_conf) != NULL;
+    for (char **e = job_env; *e; e++) {
+        if (strncmp(*e, "TRANSIT_", 8) != 0 || (transit_opts.policy[0] && !strncmp(*e, "TRANSIT_POLICY=", 15)) ||
+            (transit_opts.mem_limit[0] && !strncmp(*e, "TRANSIT_MEM_LIMIT=", 18)) ||
+            (own_out && !strncmp(*e, "TRANSIT_OUT=", 12)))
+            continue;
+        envp[n++] = *e;
+    }
+    if (transit_env_check(envp, err, sizeof(err)) < 0) {
+        step_error("%s (in the job's environment: --export or the submitting shell)", err);
+        transit_step.env_refused = true;
+    }
+    free(envp);
+}
+
 int transit_step_post_opt(spank_t sp)
 {
     memset(&transit_step, 0, sizeof(transit_step));
@@ -142,12 +179,16 @@ int transit_step_post_opt(spank_t sp)
     }
     if (!is_job_step(transit_step.step_id))
         return 0;
-    transit_step.active = true;
     transit_step.policy = transit_effective_policy(
         &transit_opts, job_getenv(sp, "TRANSIT_POLICY", env_policy, sizeof(env_policy)), &transit_conf);
+    if (transit_step.policy && !strcmp(transit_step.policy, TRANSIT_OFF) && !transit_step.error[0])
+        return 0; /* TRANSIT_POLICY=off in the job's environment: as --transit=off */
+    transit_step.active = true;
     transit_step.mem_limit = transit_opts.mem_limit[0]
                                  ? transit_opts.mem_limit
                                  : job_getenv(sp, "TRANSIT_MEM_LIMIT", env_limit, sizeof(env_limit));
+    if (!transit_step.error[0])
+        check_job_environment(sp);
 
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (!report_dir)
@@ -179,11 +220,13 @@ static int write_step_file(spank_t sp, int dirfd)
     int fd, rc = -1;
     char err[TRANSIT_ERR_MAX];
 
+    /* a step refused for its environment is recorded with what could be read of it */
+    const char *refused = transit_step.env_refused ? transit_step.error : NULL;
     if (transit_step.policy &&
-        transit_parse_policy("TRANSIT_POLICY", transit_step.policy, &policy, err, sizeof(err)))
+        transit_parse_policy("TRANSIT_POLICY", transit_step.policy, &policy, err, sizeof(err)) && !refused)
         goto bad_value;
     if (transit_step.mem_limit &&
-        transit_parse_size("TRANSIT_MEM_LIMIT", transit_step.mem_limit, &limit, err, sizeof(err)))
+        transit_parse_size("TRANSIT_MEM_LIMIT", transit_step.mem_limit, &limit, err, sizeof(err)) && !refused)
         goto bad_value;
     if (transit_getenv_alloc(sp, "SLURM_STEP_NODELIST", &nodes) < 0) {
         step_error("cannot read SLURM_STEP_NODELIST for the step file");
@@ -226,8 +269,10 @@ static int write_step_file(spank_t sp, int dirfd)
     jb_trim_comma(&b);
     jb_printf(&b, "}, \"nodes\": ");
     jb_str(&b, nodes);
-    jb_printf(&b, ", \"ntasks\": %u, \"start_unix\": %.3f}\n", ntasks,
+    jb_printf(&b, ", \"ntasks\": %u, \"start_unix\": %.3f, \"refused\": ", ntasks,
               (double)now.tv_sec + now.tv_nsec / 1e9);
+    jb_str(&b, refused);
+    jb_printf(&b, "}\n");
     if (b.overflow) {
         step_error("the step file does not fit in %zu bytes", cap);
         goto out;
@@ -235,8 +280,10 @@ static int write_step_file(spank_t sp, int dirfd)
 
     snprintf(final, sizeof(final), "step-%u.json", transit_step.step_id);
     snprintf(tmp, sizeof(tmp), ".step-%u.json.%ld.tmp", transit_step.step_id, (long)getpid());
-    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool written = fd >= 0 && write(fd, b.p, b.len) == (ssize_t)b.len;
+    /* the job directory's mode without execute bits, as libtransit gives the stats files */
+    mode_t mode = transit_conf.job_dir_mode & 0666;
+    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    bool written = fd >= 0 && fchmod(fd, mode) == 0 && write(fd, b.p, b.len) == (ssize_t)b.len;
     if (fd >= 0 && close(fd) < 0)
         written = false;
     if (!written || renameat(dirfd, tmp, dirfd, final) < 0) {
@@ -258,7 +305,7 @@ bad_value:
 int transit_step_user_init(spank_t sp)
 {
     uint32_t nodeid = 0;
-    if (!transit_step.active || transit_step.error[0] || !transit_step.job_dir[0])
+    if (!transit_step.active || (transit_step.error[0] && !transit_step.env_refused) || !transit_step.job_dir[0])
         return 0;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     int fd = open_job_dir(report_dir, false, transit_opts.report_dir[0] != '\0');

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from transit import paths
 from transit.errors import UsageError
 from transit.figures import save_png
 
@@ -146,6 +147,10 @@ def _check_out_dir(text: str) -> Path:
     out = Path(text)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {text[:80]!r}: exists and is not a directory")
+    try:
+        paths.output_dir(text)
+    except paths.PathError as exc:
+        raise UsageError(f"--out {exc}") from None
     return out
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import NoReturn
 
 from transit import __version__
 from transit.errors import UsageError
@@ -29,9 +31,17 @@ SUBCOMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (``transit plan: argument --tp: ...``), not the usage
+    block first; ``--help`` still shows the usage. Subcommand parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """All subcommands, or only the module of `command`: a command imports nothing it does not use."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="transit", description="Transparent scale-in for multi-node LLM training."
     )
     parser.add_argument("--version", action="version", version=f"transit {__version__}")
@@ -43,21 +53,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def run(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or the one line of a bad argument: its exit code
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except UsageError as exc:
         print(f"transit {args.command}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        # the paths a user names are checked when the arguments are parsed; this is what the
+        # system refused later (a disk filled, a directory removed meanwhile)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"transit {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`transit plan | head`): stop quietly, and point stdout at
+        # /dev/null so that Python's own flush at exit does not fail on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command ended by SIGPIPE
 
 
 if __name__ == "__main__":

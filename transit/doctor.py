@@ -42,9 +42,7 @@ DEFAULT_PROBE_USER = "nobody"
 CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
 CUDART_WHEEL_DIRS = ("cu13/lib", "cuda_runtime/lib")
 NVML_SONAME = "libnvidia-ml.so.1"
-# Where Slurm's commands find slurm.conf without SLURM_CONF: the usual file, then slurmd's cache on a
-# configless node.
-SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf")
+SLURM_CONF_PATHS = slurm.SLURM_CONF_PATHS
 UVM_PARAMETERS = Path("/sys/module/nvidia_uvm/parameters")
 UVM_DEVICE = Path("/dev/nvidia-uvm")
 # UVM module parameters TRANSIT depends on, with the driver's defaults.
@@ -476,11 +474,15 @@ class Doctor:
         registered = "--transit" in result.stdout
         details = {"plugin": str(self.site.plugin), "arguments": self.site.plugin_args}
         if not registered:
-            said = [line for line in result.stderr.splitlines() if str(self.site.plugin) in line]
+            # the plugin's own line says what it refused (a plugstack.conf argument, lib=): quoted as srun
+            # printed it, with the fix it names; else Slurm's line about the plugin file
+            own = [line for line in result.stderr.splitlines() if "error: transit: " in line]
+            said = own or [line for line in result.stderr.splitlines() if str(self.site.plugin) in line]
+            fix = ("fix the spank_transit.so line in plugstack.conf as srun's line says" if own else
+                   "the plugin must be readable and built for this Slurm (the plugin_version check)")
             return Check("plugin_registered", FAIL, f"srun --help shows no --transit: srun did not load "
-                         f"{self.site.plugin} ({(said[0] if said else _last_line(result))[:200]})",
-                         "the plugin must be readable and built for this Slurm (the plugin_version check)",
-                         details)
+                         f"{self.site.plugin}: {(said[0] if said else _last_line(result))[:400]}", fix,
+                         details | {"srun_error": said[0] if said else _last_line(result)})
         return Check("plugin_registered", OK, f"srun --help shows --transit ({self.site.plugin})", details=details)
 
     def check_plugin_version(self) -> Check:

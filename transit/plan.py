@@ -24,7 +24,7 @@ import math
 import textwrap
 from dataclasses import asdict, dataclass
 
-from transit import bounds
+from transit import bounds, paths
 from transit.errors import UsageError
 from transit.figures import save_png
 from transit.models import PRESETS, ModelSpec, from_hf_config, preset
@@ -565,7 +565,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_count_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (every figure)")
     parser.add_argument("--wide", action="store_true", help="every column, wider than 80 characters")
-    parser.add_argument("--plot", metavar="PNG", help="also draw memory per GPU and efficiency per node count")
+    parser.add_argument("--plot", metavar="PNG", type=paths.output_file, help="also draw memory per GPU and efficiency per node count")
     parser.set_defaults(func=main)
 
 

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from transit import _native
+from transit import _native, paths
 from transit.errors import UsageError
 
 SCHEMA = "transit.profile/1"
@@ -172,7 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--look-ahead", action="store_true", help="hybrid only: with the design of its look-ahead mover "
                    "(host chunks touched by several phases streamed in ahead of use and back behind the compute, "
                    "not read in place), as libtransit runs it in limit mode")
-    p.add_argument("--against", type=Path, metavar="STATS", help="a stats file of the recorded run: its measured "
+    p.add_argument("--against", type=paths.text_path, metavar="STATS", help="a stats file of the recorded run: its measured "
                    "migrations per iteration beside the prediction")
     p.add_argument("--json", action="store_true", help="print JSON (schema transit.replay/1)")
     p.set_defaults(func=main)

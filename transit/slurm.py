@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from transit.errors import UsageError
@@ -322,6 +323,12 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
 # that has the SubmitLine in 22.05 (its JSON, openapi/dbv0.0.38, has no submit_line).
 
 SLURM_QUERY_TIMEOUT_S = 15
+# `transit report` finds the site's report directory through slurmctld, or, when it does not answer
+# this soon, through this node's slurm.conf: the report needs nothing else from the controller.
+PLUGSTACK_QUERY_TIMEOUT_S = 2
+# Where Slurm's commands find slurm.conf without SLURM_CONF: the usual file, then slurmd's cache on a
+# configless node.
+SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf")
 
 SACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "User", "State", "Start", "End", "ElapsedRaw", "NNodes",
                 "NodeList", "AllocTRES", "SubmitLine")
@@ -561,11 +568,12 @@ def _gpus_of_all_nodes(job: dict) -> int | None:
     return per_node * nodes if per_node is not None and nodes else None
 
 
-def _run(command: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
+def _run(command: Sequence[str], env: Mapping[str, str] | None = None,
+         timeout_s: float = SLURM_QUERY_TIMEOUT_S) -> str | None:
     """stdout of a Slurm command; None if it is missing, fails or hangs."""
     try:
         result = subprocess.run(list(command), capture_output=True, text=True, check=False,
-                                timeout=SLURM_QUERY_TIMEOUT_S, env=None if env is None else {**os.environ, **env})
+                                timeout=timeout_s, env=None if env is None else {**os.environ, **env})
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout if result.returncode == 0 else None
@@ -661,14 +669,33 @@ def _plugstack_files(path: str, depth: int = 0) -> list[str]:
 @functools.cache
 def plugstack_arguments() -> dict[str, str]:
     """The key=value arguments of spank_transit.so in the running cluster's plugstack.conf (found
-    through ``scontrol show config``: report_dir=, policy=, lib=); {} when Slurm does not answer."""
-    text = _run(["scontrol", "show", "config"])
+    through ``scontrol show config``: report_dir=, policy=, lib=). When slurmctld does not answer
+    within PLUGSTACK_QUERY_TIMEOUT_S, this node's own slurm.conf names it, as srun reads it; {} when
+    neither does."""
+    text = _run(["scontrol", "show", "config"], timeout_s=PLUGSTACK_QUERY_TIMEOUT_S)
     plugstack = None
     for line in (text or "").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "PlugStackConfig":
             plugstack = value.strip()
+    plugstack = plugstack or (local_plugstack() if text is None else None)
     return plugin_arguments_in_plugstack(plugstack) if plugstack else {}
+
+
+def local_plugstack() -> str | None:
+    """The plugstack.conf this node's slurm.conf names ($SLURM_CONF, else the usual places):
+    PlugStackConfig=, else plugstack.conf beside slurm.conf; None without a readable slurm.conf."""
+    for path in [os.environ["SLURM_CONF"]] if "SLURM_CONF" in os.environ else SLURM_CONF_PATHS:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in text.splitlines():
+            key, _, value = line.split("#", 1)[0].partition("=")
+            if key.strip().lower() == "plugstackconfig" and value.strip():
+                return value.strip()
+        return str(Path(path).parent / "plugstack.conf")
+    return None
 
 
 def plugin_arguments_in_plugstack(plugstack: str) -> dict[str, str]:

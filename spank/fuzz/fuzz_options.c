@@ -141,13 +141,17 @@ static void plugstack_cases(const char *lib)
     char *bad_policy[] = {SITE_LIB, "policy=fast"};
     EXPECT(parse(2, bad_policy) < 0);
     static char *const modes[] = {"report_dir_mode=0600", "report_dir_mode=01777", "report_dir_mode=8",
-                                  "report_dir_mode=", "report_dir_mode=0o750", "report_dir_mode=-700"};
+                                  "report_dir_mode=", "report_dir_mode=0o750", "report_dir_mode=-700",
+                                  "report_dir_mode=0755", "report_dir_mode=0770", "report_dir_mode=0777",
+                                  "report_dir_mode=0751", "report_dir_mode=0760"};
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         char *av[] = {SITE_LIB, modes[i]};
         EXPECT(parse(2, av) < 0);
     }
     char *mode[] = {SITE_LIB, "report_dir_mode=0750"};
     EXPECT(parse(2, mode) == 0 && transit_conf.job_dir_mode == 0750);
+    char *mode_rx[] = {SITE_LIB, "report_dir_mode=0710"};
+    EXPECT(parse(2, mode_rx) == 0 && transit_conf.job_dir_mode == 0710);
 
     char *real[] = {lib_arg, "report_dir=/tmp"};
     EXPECT(parse(2, real) == 0 && transit_conf_check(&transit_conf, err, sizeof(err)) == 0);

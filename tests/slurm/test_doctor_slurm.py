@@ -84,6 +84,26 @@ def test_plugstack_without_the_plugin_fails(cluster: Cluster, tmp_path: Path) ->
     assert checks["munge"]["status"] == OK  # the rest of the site still answers
 
 
+@pytest.mark.parametrize(("argument", "line"), [
+    ("foo=bar", ("srun: error: transit: plugstack.conf: unknown argument 'foo=bar' (allowed: lib=, hook_dir=, "
+                "report_dir=, report_dir_mode=, policy=); an administrator must fix the spank_transit.so line in "
+                "plugstack.conf")),
+    ("hook_dir=/nonexistent-transit", ("srun: error: transit: plugstack.conf: hook_dir=/nonexistent-transit: No such "
+                                      "file or directory; an administrator must fix the spank_transit.so line in "
+                                      "plugstack.conf")),
+])
+def test_a_plugstack_argument_error_is_quoted_as_srun_printed_it(cluster: Cluster, tmp_path: Path, argument: str,
+                                                                 line: str) -> None:
+    """Not "built for this Slurm": srun's own line, which names the argument and the fix."""
+    conf = site_copy(cluster, tmp_path, f"required {cluster.plugin} lib={cluster.lib} {argument}\n")
+    rc, checks = doctor(cluster, conf)
+    registered = checks["plugin_registered"]
+    assert rc == 1 and registered["status"] == FAIL
+    assert registered["summary"] == f"srun --help shows no --transit: srun did not load {cluster.plugin}: {line}"
+    assert registered["fix"] == "fix the spank_transit.so line in plugstack.conf as srun's line says"
+    assert registered["details"]["srun_error"] == line
+
+
 def with_plugin_version(cluster: Cluster, tmp_path: Path, version: int) -> Path:
     """A slurm.conf copy whose plugstack.conf loads a copy of the plugin with plugin_version VERSION (a
     SLURM_VERSION_NUMBER), with the dev cluster's lib= and report_dir=."""

@@ -11,6 +11,7 @@ import os
 import pwd
 import random
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -89,7 +90,7 @@ def test_help_lists_the_options(cluster: Cluster) -> None:
 # What Slurm's plugin loader looks up; spank/spank_transit.map must export nothing else.
 SPANK_EXPORTS = {"plugin_name", "plugin_type", "plugin_version", "spank_plugin_version",
                  "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_user_init",
-                 "slurm_spank_task_init"}
+                 "slurm_spank_task_init", "slurm_spank_exit"}
 
 
 def test_plugin_exports_only_spank_symbols_and_is_hardened(cluster: Cluster) -> None:
@@ -114,8 +115,11 @@ def test_advise_on_two_nodes_as_a_user(cluster: Cluster) -> None:
     out = cluster.run(["srun", "-N2", "-n4", "--transit=advise", "--transit-mem-limit=40G",
                        "bash", "-c", SHOW_TASK_ENV], env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stderr == ""
     tasks = parse_tasks(out.stdout)
+    job = tasks[0]["job"]
+    # one line at the step's end: what it ran with, where the stats are, what to run next
+    assert out.stderr.splitlines() == [(f"srun: transit: step {job}.0: advise, limit 40G; stats in "
+                                       f"{cluster.report_dir}/{job}/; transit report {job}")]
     assert [t["rank"] for t in tasks] == [0, 1, 2, 3]
     assert len({t["node"] for t in tasks}) == 2
     job = tasks[0]["job"]
@@ -136,7 +140,7 @@ def test_advise_on_two_nodes_as_a_user(cluster: Cluster) -> None:
                    "uid": pwd.getpwnam(TEST_USER).pw_uid, "policy": "advise", "mode": "limit",
                    "limit_bytes": 40 * GIB, "report_dir": str(cluster.report_dir),
                    "options": {"transit": "advise", "transit-mem-limit": "40G"},
-                   "nodes": tasks[0]["nodelist"], "ntasks": 4}
+                   "nodes": tasks[0]["nodelist"], "ntasks": 4, "refused": None}
 
 
 def test_other_users_cannot_read_or_write_a_users_job_dir(cluster: Cluster) -> None:
@@ -180,15 +184,42 @@ def test_report_dir_option_overrides_the_site_default(cluster: Cluster, tmp_path
     assert not (cluster.report_dir / job).exists()
 
 
-def test_a_report_dir_the_user_cannot_write_fails_every_task_with_one_line(cluster: Cluster,
-                                                                            tmp_path: Path) -> None:
+def test_a_report_dir_the_user_cannot_write_is_refused_at_submission(cluster: Cluster, tmp_path: Path) -> None:
+    """srun and sbatch run as the user: the kernel answers there whether the tasks could write."""
     marker = tmp_path / "ran"
-    out = cluster.run(["srun", "-N2", "--transit", f"--transit-report-dir={cluster.report_dir}",
-                       "touch", str(marker)])
-    assert out.returncode != 0
-    ours = [line for line in out.stderr.splitlines() if "transit:" in line]
-    refusal = rf"transit: cannot create {cluster.report_dir}/\d+: Permission denied$"
-    assert len(ours) == 2 and all(re.search(refusal, line) for line in ours), out.stderr  # one line per task
+    for command in ("srun", "sbatch"):
+        name = unique_job_name()
+        tail = ["touch", str(marker)] if command == "srun" else ["--wrap", f"touch {marker}"]
+        out = cluster.run([command, "-J", name, "-N2", "--transit", f"--transit-report-dir={cluster.report_dir}",
+                           *tail])
+        assert out.returncode != 0
+        assert out.stderr.splitlines() == [
+            (f"{command}: error: transit: --transit-report-dir='{cluster.report_dir}': uid "
+             f"{pwd.getpwnam(TEST_USER).pw_uid} cannot write in it (Permission denied); use a directory you can "
+             "write, e.g. $HOME/transit")]
+        assert cluster.jobs_named(name) == []
+    assert not marker.exists()
+
+
+def test_a_report_dir_made_unwritable_after_submission_refuses_the_jobs_steps(cluster: Cluster,
+                                                                             tmp_path: Path) -> None:
+    """What sbatch could not see (the directory changed while the job waited): each srun in the job
+    inherits the option and checks it again before its step starts, with one line."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    shutil.chown(reports, TEST_USER, TEST_USER)
+    marker = tmp_path / "ran"
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nsrun -N2 touch {marker}\n")
+    out = cluster.run(["sbatch", "--hold", "--parsable", "-N2", "--transit", f"--transit-report-dir={reports}",
+                       "-o", str(tmp_path / "out.txt"), str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    reports.chmod(0o555)
+    assert release_and_wait(cluster, job) == "FAILED"
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        (f"srun: error: transit: --transit-report-dir='{reports}': uid {pwd.getpwnam(TEST_USER).pw_uid} cannot "
+         "write in it (Permission denied); use a directory you can write, e.g. $HOME/transit")]
     assert not marker.exists()
 
 
@@ -210,8 +241,9 @@ def test_the_environment_applies_and_an_option_wins_over_it(cluster: Cluster, en
                                                             notes: list[str]) -> None:
     out = cluster.run(["srun", "-N1", *options, "bash", "-c", SHOW_TASK_ENV], env=cluster.env(**env))
     assert out.returncode == 0, out.stderr
-    assert out.stderr.splitlines() == [f"srun: transit: {note}" for note in notes]
     (task,) = parse_tasks(out.stdout)
+    assert out.stderr.splitlines()[:-1] == [f"srun: transit: {note}" for note in notes]
+    assert out.stderr.splitlines()[-1].startswith(f"srun: transit: step {task['job']}.0: ")
     assert task["transit"] == {**task_env, "TRANSIT_OUT": f"{cluster.report_dir}/{task['job']}/"}
     doc = step_file(cluster.report_dir / task["job"], "0")
     limit = task_env.get("TRANSIT_MEM_LIMIT")
@@ -244,6 +276,8 @@ BAD_VALUES = [
     *_bad("option", "transit-report-dir", [
         "", "/proc/transit", "/sys/transit", "/dev/transit", "/dev/shm/transit", "/etc/passwd/x", "/tmp/a\nb",
         "/tmp/a\tb", "/tmp/\x1b[31mred", "/" + LONG, "/proc", "/tmp/../proc/x"]),
+    # directories the user cannot write, or cannot create: refused as the user, at submission
+    *_bad("option", "transit-report-dir", ["/etc", "/", "/usr/share/transit", "/root", "/root/transit"]),
     # a path `transit run --out` may take (relative, or libtransit creates its missing parents)
     *_bad("option", "transit-report-dir", ["reports", "./reports", "~/reports", "/nonexistent-transit/a"],
           SRUN_SBATCH),
@@ -372,12 +406,31 @@ def site_plugstack_args(cluster: Cluster, extra: str):
         path.write_text(original)
 
 
-def test_the_site_sets_the_job_dir_mode(cluster: Cluster) -> None:
+def test_the_site_sets_the_job_dir_mode_and_its_files_get_the_same(cluster: Cluster) -> None:
+    """report_dir_mode=0750: the group may read the job's directory; the step file and the stats
+    files get the same mode (0640), so no one but the job's user can write any of them."""
     with site_plugstack_args(cluster, "report_dir_mode=0750"):
-        out = cluster.run(["srun", "-N1", "--transit", "bash", "-c", SHOW_TASK_ENV])
+        out = cluster.run(["srun", "-N1", "--transit=advise", os.path.realpath(sys.executable), "-c", CUDA_TASK,
+                           libcudart()])
     assert out.returncode == 0, out.stderr
-    (task,) = parse_tasks(out.stdout)
-    assert owner_and_mode(cluster.report_dir / task["job"]) == (TEST_USER, 0o750)
+    job = next(line.split("|")[1] for line in out.stdout.splitlines() if line.startswith("CUDA|"))
+    job_dir = cluster.report_dir / job
+    assert owner_and_mode(job_dir) == (TEST_USER, 0o750)
+    files = sorted(job_dir.iterdir())
+    assert [f.name.split(".")[0] for f in files] == ["rank0", "step-0"], files
+    assert {owner_and_mode(f) for f in files} == {(TEST_USER, 0o640)}
+
+
+@pytest.mark.parametrize("mode", ["0755", "0775", "0777", "0751", "0760"])
+def test_a_job_dir_mode_others_could_write_or_enter_is_refused(cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    plugstack = tmp_path / "plugstack.conf"
+    plugstack.write_text(f"required {cluster.plugin} lib={cluster.lib} report_dir_mode={mode}\n")
+    conf = re.sub(r"(?m)^PlugStackConfig=.*$", f"PlugStackConfig={plugstack}", cluster.slurm_conf.read_text())
+    (tmp_path / "slurm.conf").write_text(conf)
+    out = cluster.run(["srun", "--transit", "true"], env=cluster.env(SLURM_CONF=str(tmp_path / "slurm.conf")))
+    assert out.returncode != 0
+    assert out.stderr.splitlines()[0].startswith(f"srun: error: transit: plugstack.conf: report_dir_mode='{mode}' "
+                                                 "is not allowed; use 0700 to 0750"), out.stderr
 
 
 # --- what the privileged code finds where the job's directory goes --------------------------------

@@ -4,6 +4,7 @@ tests/fixtures/report/slurm, tests/fixtures/report/hostlists-scontrol-22.05.tsv)
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -352,3 +353,32 @@ def test_each_step_runs_as_the_job_line_and_its_srun_line_say() -> None:
     assert runs("6") == [("advise", "limit", 8 << 30)]  # the wrapped srun's --transit-mem-limit 8G
     assert runs("8") == [("advise", "physical", None)]  # no step ran: the job's own line
     assert SubmitLines.of_job(None, "advise") == []
+
+
+@pytest.mark.parametrize("scontrol", ["sleep 30", "exit 1"])
+def test_the_site_report_dir_from_this_nodes_plugstack_when_slurmctld_is_silent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scontrol: str) -> None:
+    """slurmctld unreachable (scontrol hangs or fails): within 2 s, the report directory comes from
+    the plugstack.conf this node's slurm.conf names, the file srun itself reads."""
+    import time
+
+    from transit import slurm
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n{scontrol}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    (tmp_path / "plugstack.conf").write_text(
+        "# the site's\nrequired /opt/transit/lib/spank_transit.so lib=/opt/transit/lib/libtransit.so "
+        "report_dir=/shared/transit policy=advise\n")
+    (tmp_path / "slurm.conf").write_text(f"ClusterName=x\nPlugStackConfig={tmp_path / 'plugstack.conf'}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    slurm.plugstack_arguments.cache_clear()
+    started = time.monotonic()
+    try:
+        found = slurm.plugstack_arguments()
+    finally:
+        slurm.plugstack_arguments.cache_clear()
+    assert time.monotonic() - started < slurm.PLUGSTACK_QUERY_TIMEOUT_S + 1
+    assert found == {"lib": "/opt/transit/lib/libtransit.so", "report_dir": "/shared/transit", "policy": "advise"}

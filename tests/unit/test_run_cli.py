@@ -112,3 +112,44 @@ def test_a_memory_limit_from_the_environment_is_noted(clean_env, tmp_path) -> No
     assert r.stderr.splitlines() == [
         ("transit run: note: TRANSIT_MEM_LIMIT='24G' from the environment turns limit mode on, "
         "as --mem-limit would")]
+
+
+def _transit(*args: str, env: dict[str, str], cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*TRANSIT, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60,
+                          check=False)
+
+
+def test_print_env_shows_what_cmd_would_get(clean_env, tmp_path) -> None:
+    r = _transit("run", "--policy", "advise", "--mem-limit", "40G", "--out", str(tmp_path), "--print-env",
+                 env=clean_env)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split("=", 1) for line in r.stdout.splitlines())
+    assert lines["LD_PRELOAD"] == str(_native.lib_path())
+    assert (lines["TRANSIT_POLICY"], lines["TRANSIT_MEM_LIMIT"], lines["TRANSIT_OUT"]) == ("advise", "40G",
+                                                                                           str(tmp_path))
+    doc = json.loads(_transit("run", "--print-env", "--json", "--out", str(tmp_path), env=clean_env).stdout)
+    assert doc["schema"] == "transit.run-env/1" and doc["set"]["TRANSIT_POLICY"] == "base" and doc["unset"] == []
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_policy_off_runs_the_command_without_transit(clean_env, tmp_path, how: str) -> None:
+    """As srun --transit=off: no libtransit, no TRANSIT variable, whether off comes from --policy or
+    TRANSIT_POLICY."""
+    env = dict(clean_env, TRANSIT_POLICY="off") if how == "env" else clean_env
+    args = ["--policy", "off"] if how == "option" else []
+    r = _transit("run", *args, "--", "sh", "-c", 'echo "[${LD_PRELOAD-}]"; env | grep -c ^TRANSIT_ || true',
+                 env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines() == ["[]", "0"]
+    assert not (tmp_path / "transit-out").exists()
+
+
+def test_policy_off_with_a_limit_is_refused(clean_env) -> None:
+    r = _transit("run", "--policy", "off", "--mem-limit", "40G", "--", "true", env=clean_env)
+    assert r.returncode == 2
+    assert r.stderr == "transit run: --policy off runs no TRANSIT, so --mem-limit has nothing to act on; drop one of them\n"
+
+
+def test_help_names_the_policies(clean_env) -> None:
+    r = _transit("run", "--help", env=clean_env)
+    assert f"one of {', '.join(_native.policies())}, or off" in " ".join(r.stdout.split())

@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import track
 
-from transit import slurm
+from transit import paths, slurm
 from transit.errors import UsageError
 from transit.report.aggregate import Report, build_report
 from transit.report.as_json import report_json
@@ -166,6 +166,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--report-dir",
         metavar="DIR",
+        type=paths.input_dir,
         help="directory holding one sub-directory per job (default: $TRANSIT_REPORT_DIR, "
         "else report_dir= in the cluster's plugstack.conf, else .dev-cluster/reports)",
     )
@@ -180,7 +181,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "step), for the step time that replay over the ranks' profiles (TRANSIT_PROFILE=1) "
                         "predicts; without it only their bytes are predicted")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (see docs/report.md)")
-    parser.add_argument("--plot", metavar="DIR", help="also write PNG plots of the job into DIR")
+    parser.add_argument("--plot", metavar="DIR", type=paths.output_dir, help="also write PNG plots of the job into DIR")
     parser.add_argument("--no-color", action="store_true", help="plain text, no colours")
     parser.add_argument(
         "--no-slurm",

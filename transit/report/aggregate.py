@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import pwd
 import re
+import stat
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -555,6 +557,12 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
     unreadable = [w.message for w in warnings if w.code == UNREADABLE_DIRECTORY]
     if unreadable:
         return unreadable[0]
+    refused = [step for step in steps if step.refused]
+    if refused:
+        return f"the plugin refused step {refused[0].step_id} before its program ran: {refused[0].refused}"
+    foreign = _foreign_job_directory(directory, facts)
+    if foreign:
+        return foreign
     state = facts.state if facts else None
     if state and "PENDING" in state:
         return "the job has not started yet"
@@ -569,14 +577,46 @@ def no_stats_reason(directory: Path | None, rows: list[RankRow], warnings: list[
         if facts is not None and facts.submit_line:
             return (f"TRANSIT was not asked for: no --transit on the submit line ({facts.submit_line[:60]}), and "
                     f"{where} (the plugin makes one for every step it runs, also for #SBATCH --transit)")
-        return f"{where}: TRANSIT was not asked for (no --transit), or the report directory is another one"
+        # nothing says how the job was submitted (no accounting): whether --transit was given is unknown
+        return (f"{where}: no step of this job ran under TRANSIT here (the plugin makes the directory for "
+                "every srun step with --transit; a batch script's own commands never run under it), or the "
+                "report directory is another one (--report-dir)")
     if facts is not None and facts.unfinished:
         return (f"the job is {state}: none of its ranks has written stats yet (they write them at exit, and "
                 "every TRANSIT_STATS_INTERVAL seconds once they use CUDA)")
     if state and not state.startswith("COMPLETED"):
         return (f"the job ended {state} before any rank wrote stats: a rank writes them at exit (also on SIGTERM "
                 "or SIGINT), so one killed outright (SIGKILL, out of memory, a node failure) writes none")
+    if not steps and facts is None:
+        return (f"{directory} holds no stats file (rank*.json) and no step file (step-*.json): it is not a "
+                "job's stats directory, or nothing ran under TRANSIT there")
     return "no task called CUDA, so no rank wrote stats (libtransit stays inert in processes that never do)"
+
+
+def _foreign_job_directory(directory: Path | None, facts: JobFacts | None) -> str | None:
+    """What the plugin found where the job's directory goes, when it refused it: a symbolic link or
+    another user's directory fails every step before its program runs (and Slurm only says FAILED)."""
+    if directory is None or facts is None or not facts.user:
+        return None
+    try:
+        st = directory.lstat()
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        found = "a symbolic link"
+    elif stat.S_ISDIR(st.st_mode) and st.st_uid != 0 and _user_name(st.st_uid) != facts.user:
+        found = f"a directory of {_user_name(st.st_uid)}"
+    else:
+        return None
+    return (f"{directory} is {found}, not {facts.user}'s job directory: the plugin refused it, so every step "
+            "failed before its program ran; an administrator must remove it")
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _options(options: dict[str, str]) -> str:

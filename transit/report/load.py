@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import pwd
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -32,8 +33,9 @@ JOB_NOT_FINISHED = "job-not-finished"
 PARTIAL_STATS = "partial-stats"
 UNREADABLE_TICK_LOG = "unreadable-tick-log"
 UNREADABLE_DIRECTORY = "unreadable-directory"
+FOREIGN_FILE = "foreign-file"
 # the codes of warnings that reject a file: when every file got one, the job has no usable stats
-REJECTED_FILE_CODES = (EMPTY_FILE, TRUNCATED_FILE, UNREADABLE_FILE, UNKNOWN_SCHEMA)
+REJECTED_FILE_CODES = (EMPTY_FILE, TRUNCATED_FILE, UNREADABLE_FILE, UNKNOWN_SCHEMA, FOREIGN_FILE)
 
 
 @dataclass(frozen=True)
@@ -175,19 +177,42 @@ class TickLogs:
         return log, None
 
 
-def _listing(directory: Path, pattern: str) -> tuple[list[Path], ReportWarning | None]:
-    """The files matching `pattern` in `directory`, sorted, or why the directory cannot be listed
-    (the plugin makes each job's directory readable by the job's user only)."""
+def _listing(directory: Path, pattern: str) -> tuple[list[Path], list[ReportWarning]]:
+    """The files matching `pattern` in `directory` that belong to the directory's owner (the job's
+    user: the plugin gives the job's directory to them), sorted, and a warning for each file left
+    out as someone else's, or for a directory that cannot be listed (it is readable by the job's
+    user only)."""
     try:
-        return sorted(p for p in directory.iterdir() if p.match(pattern)), None
+        owner = directory.stat().st_uid
+        found = sorted(p for p in directory.iterdir() if p.match(pattern))
     except FileNotFoundError:
-        return [], None
+        return [], []
     except OSError as exc:
-        return [], ReportWarning(
+        return [], [ReportWarning(
             UNREADABLE_DIRECTORY,
             f"cannot read {directory}: {exc.strerror} (a job's directory is readable by the job's user only)",
             str(directory),
-        )
+        )]
+    kept, warnings = [], []
+    for path in found:
+        try:
+            uid = path.lstat().st_uid
+        except FileNotFoundError:
+            continue  # gone since the listing (a temporary file renamed)
+        if uid == owner:
+            kept.append(path)
+            continue
+        warnings.append(ReportWarning(
+            FOREIGN_FILE, f"{path.name} belongs to {_user(uid)}, not to the job's user {_user(owner)} (the owner "
+            f"of {directory}): left out, as no one else can have written a file of this job", str(path)))
+    return kept, warnings
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 class StatsFiles:
@@ -199,8 +224,7 @@ class StatsFiles:
     def load(self) -> tuple[list[RankFile], list[ReportWarning]]:
         """Every readable file with the known schema, and one warning per file that is not."""
         files: list[RankFile] = []
-        paths, unreadable = _listing(self.directory, RANK_FILE_PATTERN)
-        warnings = [unreadable] if unreadable else []
+        paths, warnings = _listing(self.directory, RANK_FILE_PATTERN)
         for path in paths:
             stats, warning = read_document(path, RANK_SCHEMA, "its rank")
             if warning is not None:
@@ -228,6 +252,7 @@ class StepFile:
     nodes: str | None  # a Slurm hostlist
     ntasks: int | None
     start_unix: float | None
+    refused: str | None = None  # the plugin's line when it refused the step before its program ran
 
 
 class StepFiles:
@@ -237,8 +262,9 @@ class StepFiles:
         self.directory = directory
 
     def load(self) -> tuple[list[StepFile], list[ReportWarning]]:
-        steps, warnings = [], []
-        for path in _listing(self.directory, STEP_FILE_PATTERN)[0]:
+        steps = []
+        paths, warnings = _listing(self.directory, STEP_FILE_PATTERN)
+        for path in paths:
             document, warning = read_document(path, STEP_SCHEMA, "this step's record")
             if warning is not None:
                 warnings.append(warning)
@@ -261,6 +287,7 @@ class StepFiles:
             nodes=as_text(document.get("nodes")),
             ntasks=as_int(document.get("ntasks")),
             start_unix=as_float(document.get("start_unix")),
+            refused=as_text(document.get("refused")),
         )
 
 

@@ -8,14 +8,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from transit.report.aggregate import RankRow, Report, small_share, who
+from transit.report.aggregate import Interval, RankRow, Report, small_share, who
 from transit.report.load import as_float
 from transit.report.thresholds import (
     FEWER_NODES_TARGET_SHARE,
     MIGRATING_INTERVAL_SHARE,
     MIN_INTERVALS_FOR_PATTERN,
+    PREFETCH_ADVISED_FROM,
     SMALL_MIGRATION_BYTES,
     SMALL_MIGRATION_SHARE,
+    STEADY_SHARE_OF_POST_WARMUP,
     STRAGGLER_RATIO,
     THRASHING_EVENTS,
     UNDERUSED_CAP_SHARE,
@@ -51,23 +53,39 @@ def _advice(code: str, action: str, message: str, hit: list[RankRow]) -> Note:
     return Note(code, ADVICE, f"try {action}: {message}", _numbers(hit), action)
 
 
+def steady_intervals(row: RankRow) -> list[Interval]:
+    """The steady iterations' timeline intervals: the later half of those after warm-up (the first
+    ones after it still settle: the policy acts, the working set finds its place); [] without any."""
+    after = [i for i in row.intervals if i.iteration > row.warmup_iterations]
+    return after[math.floor(len(after) * (1 - STEADY_SHARE_OF_POST_WARMUP)):]
+
+
+def _still_migrating(row: RankRow) -> bool:
+    """Whether the steady iterations still move data to the GPU (most of them do)."""
+    steady = steady_intervals(row)
+    return bool(steady) and statistics.median(i.htod_bytes for i in steady) > 0
+
+
 def _small_migrations(report: Report) -> Note | None:
-    hit = _ranks(
-        report.ranks, lambda r: r.policy != "prefetch" and (r.small_htod_share or 0.0) > SMALL_MIGRATION_SHARE
-    )
+    hit = _ranks(report.ranks, lambda r: r.policy in PREFETCH_ADVISED_FROM
+                 and (r.small_htod_share or 0.0) > SMALL_MIGRATION_SHARE and _still_migrating(r))
     if not hit:
         return None
     histogram: Counter[str] = Counter()
     for row in hit:
         histogram.update(row.htod_histogram)
+    steady = [steady_intervals(row) for row in hit]
+    per_step = statistics.median(statistics.median(i.htod_bytes for i in intervals) for intervals in steady)
+    first, last = min(s[0].iteration for s in steady), max(s[-1].iteration for s in steady)
     return _advice(
         "small-migrations",
         "--transit=prefetch",
         f"{small_share(dict(histogram)) or 0.0:.0%} of the {format_count(sum(histogram.values()))} migrations "
         f"to the GPU on {who(hit)} were under {format_bytes(SMALL_MIGRATION_BYTES)}: the driver pulled the data in "
         f"on GPU page faults, a small piece at a time, while the kernels waited "
-        f"({format_count(sum(r.gpu_page_faults for r in hit))} faults); prefetch moves what the next kernels read "
-        "ahead of them in large pieces, so most of these faults and waits should go",
+        f"({format_count(sum(r.gpu_page_faults for r in hit))} faults), and past warm-up, in the steady "
+        f"iterations {first}-{last}, {format_bytes(per_step)} a step still migrated; prefetch moves what the next "
+        "kernels read ahead of them in large pieces, so most of these faults and waits should go",
         hit,
     )
 

@@ -1,6 +1,7 @@
 """--plot DIR: the report's PNGs (matplotlib, Agg backend). A plot without data is not written; the
 caller prints the one line that says why instead. Every colour has a legend entry, every memory plot
-the limit (or the GPU's capacity) as a line, and many ranks are drawn as a distribution."""
+the limit (or the GPU's capacity) and the measured bound's peak as lines on its axis, and many ranks
+are drawn as a distribution."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ LEGEND_MAX_RANKS = 8  # up to this many ranks, one colour and legend entry per r
 BARS_MAX_RANKS = 64  # up to this many ranks, one bar per rank; above, the distribution over ranks
 RANK_COLOUR = "tab:blue"  # every rank's line when there are too many for a colour each
 LIMIT_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1, "zorder": 1}  # under the ranks' lines
+PEAK_STYLE = {"color": "tab:red", "linestyle": ":", "linewidth": 1.2, "zorder": 1}
+HEADROOM = 1.08  # above the highest of the data, the limit and the peak: each line clear of the frame
 MEDIAN_STYLE = {"color": "gray", "linestyle": ":", "linewidth": 1.2}
 
 
@@ -48,6 +51,34 @@ def _caps(rows: list[RankRow]) -> list[tuple[float, str]]:
         return [(limit / GIB, f"limit {limit / GIB:.1f} GiB") for limit in limits]
     totals = sorted({row.device_total_bytes for row in rows if row.cuda_active and row.device_total_bytes})
     return [(total / GIB, f"GPU capacity {total / GIB:.1f} GiB") for total in totals]
+
+
+def _ceilings(ax: Any, rows: list[RankRow], peak_gib: float | None, peak_label: str) -> list[Any]:
+    """Draws each limit (or GPU capacity) and the measured bound's peak as horizontal lines, and
+    fixes the y-axis from 0 to above the highest of them and the data, so that neither is ever cut
+    off (an axis fixed before the lines were drawn hid a 25.5 GiB limit under a 26.3 GiB peak).
+    Returns their legend handles."""
+    from matplotlib.lines import Line2D
+
+    ax.autoscale()
+    tops = [ax.get_ylim()[1]]
+    handles = []
+    for cap, label in _caps(rows):
+        ax.axhline(cap, **LIMIT_STYLE)
+        handles.append(Line2D([], [], label=label, **LIMIT_STYLE))
+        tops.append(cap)
+    if peak_gib is not None:
+        ax.axhline(peak_gib, **PEAK_STYLE)
+        handles.append(Line2D([], [], label=f"{peak_label} {peak_gib:.1f} GiB", **PEAK_STYLE))
+        tops.append(peak_gib)
+    ax.set_ylim(0, max(tops) * HEADROOM)
+    return handles
+
+
+def _bound_peak_gib(rows: list[RankRow]) -> float | None:
+    """The highest measured bound on the device's managed data over the ranks (the stats' peak)."""
+    peaks = [row.device_bound_peak_bytes for row in rows if row.device_bound_peak_bytes]
+    return max(peaks) / GIB if peaks else None
 
 
 def _rank_colours(rows: list[RankRow]) -> tuple[list[str], list[Any]]:
@@ -115,13 +146,10 @@ def timeline(report: Report, path: Path) -> Path | str:
     moved_ax.add_collection(LineCollection(htod, colors=colours, **style))
     moved_ax.add_collection(LineCollection(dtoh, colors=colours, linestyles="dashed", **style))
     resident_ax.add_collection(LineCollection(resident, colors=colours, zorder=2, **style))
-    for ax in (moved_ax, resident_ax):
-        ax.autoscale()
-        ax.set_ylim(bottom=0)
-    cap_handles = []
-    for cap, label in _caps([row for row, _ in series]):
-        resident_ax.axhline(cap, **LIMIT_STYLE)
-        cap_handles.append(Line2D([], [], label=label, **LIMIT_STYLE))
+    moved_ax.autoscale()
+    moved_ax.set_ylim(bottom=0)
+    rows = [row for row, _ in series]
+    cap_handles = _ceilings(resident_ax, rows, _bound_peak_gib(rows), "measured bound peak")
     moved_ax.set_ylabel("migrated per interval (GiB)")
     moved_ax.set_title(f"Migrations and resident memory over time, {_name(report)}")
     resident_ax.set_ylabel("resident on GPU (GiB)")
@@ -187,16 +215,12 @@ def control(report: Report, path: Path) -> Path | str:
         return "tick log with readings (limit mode with TRANSIT_TICK_LOG=1 writes one beside each stats file)"
     plt = _pyplot()
     from matplotlib.collections import LineCollection
-    from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(8, 4))
     colours, handles = _rank_colours(logged)
     ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.7))
-    ax.autoscale()
-    ax.set_ylim(bottom=0)
-    for cap, label in _caps(logged):
-        ax.axhline(cap, **LIMIT_STYLE)
-        handles.append(Line2D([], [], label=label, **LIMIT_STYLE))
+    peak = max(b for line in lines for _, b in line)
+    handles += _ceilings(ax, logged, peak, "bound peak")
     ax.legend(handles=handles, fontsize="small")
     ax.set_title(f"Managed data on the device (measured bound), {_name(report)}")
     ax.set_ylabel("GiB")

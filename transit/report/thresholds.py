@@ -2,8 +2,16 @@
 
 # HtoD migrations smaller than this are "small": faults are moving data a page group at a time.
 SMALL_MIGRATION_BYTES = 64 * 1024
-# When more than this share of a rank's HtoD migrations are small, advise --transit=prefetch.
+# When more than this share of a rank's HtoD migrations are small, advise --transit=prefetch...
 SMALL_MIGRATION_SHARE = 0.5
+# ...only to ranks running these policies: prefetch is measured faster than base (6.8 s against
+# 22.5 s a step, bench/results/policies-long-h200x2.summary.json) but slower than advise on the same
+# job (26.6 s against 3.5 s, bench/results/policies-h200x2.summary.json), and hybrid reads in place
+# as advise does...
+PREFETCH_ADVISED_FROM = ("base",)
+# ...and only when the steady iterations, the later half of those after warm-up, still migrate data
+# to the GPU: warm-up's first touches fault in small pieces under every policy.
+STEADY_SHARE_OF_POST_WARMUP = 0.5
 
 # Any thrashing event (the driver moved the same pages back and forth) suggests --transit=advise.
 THRASHING_EVENTS = 1

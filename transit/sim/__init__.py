@@ -21,6 +21,7 @@ from dataclasses import replace
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from transit import paths
 from transit.errors import UsageError
 from transit.sim import audit, output, synthetic
 from transit.sim.jobs import TraceLoad
@@ -93,7 +94,7 @@ def _list(kind):
 
 def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("input")
-    source.add_argument("--trace", metavar="FILE", help="job trace; without it, a synthetic trace")
+    source.add_argument("--trace", metavar="FILE", type=paths.text_file, help="job trace; without it, a synthetic trace")
     source.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
     source.add_argument("--cluster", metavar="NAME",
                         help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
@@ -110,7 +111,7 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
                        help="per-GPU efficiency of a reduced job (default: measured, 0.898)")
     model.add_argument("--efficiency-curve", type=_curve, metavar="CURVE",
                        help="efficiency by the share of nodes removed: 'paper' or R:E,R:E,...")
-    model.add_argument("--factors", metavar="FILE", help="transit.factors/1 or /2 JSON (bench/factors.py)")
+    model.add_argument("--factors", metavar="FILE", type=paths.text_file, help="transit.factors/1 or /2 JSON (bench/factors.py)")
     model.add_argument("--speedup", type=_number, metavar="X", help="several racks -> one: throughput gain (0.5 = +50%%)")
     model.add_argument("--slowdown", type=_number, metavar="Y", help="one rack -> several: throughput loss (0.55)")
     model.add_argument("--slowdown-reading", choices=SLOWDOWN_READINGS,
@@ -123,8 +124,8 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
                        help="share of a multi-node step spent in collectives at line rate (0.2)")
     model.add_argument("--no-contention", action="store_true", help="count the bytes but never slow jobs down")
     audit_group = parser.add_argument_group("audit output")
-    audit_group.add_argument("--jobs-out", metavar="FILE", help="one row per job per replay (CSV; .parquet needs pyarrow)")
-    audit_group.add_argument("--timeline-out", metavar="FILE", help="one row per simulated minute per replay")
+    audit_group.add_argument("--jobs-out", metavar="FILE", type=paths.output_file, help="one row per job per replay (CSV; .parquet needs pyarrow)")
+    audit_group.add_argument("--timeline-out", metavar="FILE", type=paths.output_file, help="one row per simulated minute per replay")
 
 
 def register(subparsers) -> None:
@@ -139,8 +140,8 @@ def register(subparsers) -> None:
                         help="fraction of nodes an eligible job gives up (default 0.5)")
     parser.add_argument("--placement", choices=PLACEMENTS, default="pack")
     parser.add_argument("--json", action="store_true", help=f"print the result as JSON ({SCHEMA})")
-    parser.add_argument("--plot", metavar="PNG", help="write a Figure-12-style bar chart")
-    parser.add_argument("--save-trace", metavar="FILE", help="write the (synthetic) input as transit.trace/1 JSON")
+    parser.add_argument("--plot", metavar="PNG", type=paths.output_file, help="write a Figure-12-style bar chart")
+    parser.add_argument("--save-trace", metavar="FILE", type=paths.output_file, help="write the (synthetic) input as transit.trace/1 JSON")
     parser.set_defaults(func=main)
 
     actions = parser.add_subparsers(dest="action", metavar="[sweep]", required=False,
@@ -159,8 +160,8 @@ def register(subparsers) -> None:
                        help="intra->inter-rack throughput losses to try (default: the one factor)")
     sweep.add_argument("--processes", type=_positive_int, metavar="N", help="worker processes (default: CPUs)")
     sweep.add_argument("--json", action="store_true", help=f"print the results as JSON ({SWEEP_SCHEMA})")
-    sweep.add_argument("--plot", metavar="PNG", help="write a Figure-12-style bar chart of every study")
-    sweep.add_argument("--markdown", metavar="FILE", help="write the results table as Markdown")
+    sweep.add_argument("--plot", metavar="PNG", type=paths.output_file, help="write a Figure-12-style bar chart of every study")
+    sweep.add_argument("--markdown", metavar="FILE", type=paths.output_file, help="write the results table as Markdown")
     sweep.set_defaults(func=sweep_main)
 
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CORR_SLOTS (1u << 20)     /* correlation id -> launch, direct-mapped */
 #define NAME_SLOTS (1u << 16)     /* kernel-name hash -> name index, open addressing */
@@ -391,7 +392,7 @@ void transit_profile_window_end(bool complete)
     } else if (!body || h.overflow) {
         transit_warn("profile: out of memory building it; no profile is written");
     } else if (!transit_out_path(path, sizeof path, steady ? ".steady.profile.json.gz" : ".profile.json.gz")) {
-        if (write_gz(path, head, body))
+        if (write_gz(path, head, body) || chmod(path, transit_out_file_mode()))
             transit_warn("profile: cannot write %s (zlib missing or the directory not writable)", path);
         else if (transit_g.cfg.verbose)
             transit_log("profile written: %s", path);

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define STATS_BUFFER_BYTES (1u << 20)
@@ -33,8 +34,10 @@ void transit_stats_write(const char *exit_reason)
         transit_log("statistics larger than %u bytes; %s not written", STATS_BUFFER_BYTES, path);
         goto out;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, transit_out_file_mode()) < 0) {
+        if (fd >= 0)
+            close(fd);
         transit_log("cannot write %s: %s", tmp, strerror(errno));
         goto out;
     }

@@ -120,6 +120,14 @@ static int make_dirs(const char *path)
     return mkdir(tmp, 0775) && errno != EEXIST ? -1 : 0;
 }
 
+mode_t transit_out_file_mode(void)
+{
+    struct stat st;
+    /* the directory's read and write bits: 0750 (a site's report_dir_mode=) gives 0640, as the
+     * plugin gives the step file; a directory it cannot stat gives the owner's alone */
+    return stat(transit_g.cfg.out_dir, &st) == 0 ? (st.st_mode & 0666) : 0600;
+}
+
 int transit_out_path(char *path, size_t n, const char *suffix)
 {
     const transit_identity *id = &transit_g.id;

@@ -66,6 +66,8 @@ uint64_t transit_device_bytes(void);
 /* path gets $TRANSIT_OUT/rank<R>.<host>.<pid><suffix> (TRANSIT_OUT set), its directory created;
  * -1, logged, when that fails. */
 int transit_out_path(char *path, size_t n, const char *suffix);
+/* The mode of the files written there: the directory's mode without its execute bits. */
+mode_t transit_out_file_mode(void);
 /* The "identity" and "config" objects of the stats file (the profile carries them too), each
  * followed by ", ". */
 void transit_state_identity_json(jbuf *b);

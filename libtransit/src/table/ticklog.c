@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LINE_BYTES 512
@@ -47,7 +48,11 @@ static int open_log(void)
     char path[sizeof transit_g.cfg.out_dir + 320];
     if (transit_out_path(path, sizeof path, ".ticks.csv"))
         return -1; /* transit_out_path said why */
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    if (fd >= 0 && fchmod(fd, transit_out_file_mode()) < 0) {
+        close(fd);
+        fd = -1;
+    }
     if (fd < 0) {
         transit_warn("TRANSIT_TICK_LOG: cannot write %s: %s; no tick log", path, strerror(errno));
         return -1;

@@ -1,0 +1,157 @@
+"""What the plugin refuses, and where, as a non-root user: a policy written after `--transit`
+with a space, `--transit=off` with other TRANSIT options, the task environment that `--export`
+builds (checked in slurmstepd, before the program); and what it tells: `--transit=help`, the
+line at the end of every srun step."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.conftest import OTHER_USER, Cluster, unique_job_name
+from transit import _native
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+@pytest.mark.parametrize("value", [*_native.policies(), "off", "help"])
+def test_a_policy_after_a_space_is_refused_before_a_job(cluster: Cluster, tmp_path: Path, command: str,
+                                                        value: str) -> None:
+    name = unique_job_name()
+    out = cluster.run([command, "-J", name, "--transit", value, "true"], cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [(f"{command}: error: transit: --transit {value}: without '=' Slurm runs "
+                                       f"'{value}' as the program; use --transit={value}")]
+    assert cluster.jobs_named(name) == []
+
+
+def test_a_bare_transit_before_a_program_runs(cluster: Cluster) -> None:
+    """The control: a bare --transit followed by a program that is no policy name."""
+    out = cluster.run(["srun", "-N1", "--transit", "echo", "advise"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "advise\n"
+
+
+@pytest.mark.parametrize(("options", "which"), [
+    (["--transit=off", "--transit-mem-limit=40G"], "--transit-mem-limit"),
+    (["--transit=off", "--transit-report-dir=/tmp"], "--transit-report-dir"),
+])
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+def test_off_with_another_transit_option_is_refused(cluster: Cluster, tmp_path: Path, command: str,
+                                                    options: list[str], which: str) -> None:
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, *options, *tail], cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [(f"{command}: error: transit: --transit=off runs no TRANSIT, so {which} has "
+                                       "nothing to act on; drop one of them")]
+    assert cluster.jobs_named(name) == []
+
+
+def test_transit_policy_off_in_the_environment_is_as_transit_off(cluster: Cluster) -> None:
+    out = cluster.run(["srun", "-N1", "--transit", "bash", "-c", "env | grep ^TRANSIT_ | sort; echo ${LD_PRELOAD-}"],
+                      env=cluster.env(TRANSIT_POLICY="off"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["TRANSIT_POLICY=off", ""]  # no libtransit, nothing set
+    assert out.stderr == ""  # no step line: TRANSIT did not run
+
+
+def test_another_users_directory_is_refused_as_the_user(cluster: Cluster) -> None:
+    other = cluster.work_dir / f"other-{unique_job_name()}"
+    other.mkdir(mode=0o755)
+    _chown(other, OTHER_USER)
+    name = unique_job_name()
+    out = cluster.run(["srun", "-J", name, "--transit=advise", f"--transit-report-dir={other}", "true"])
+    assert out.returncode != 0
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"srun: error: transit: --transit-report-dir='{other}': uid ") and \
+        line.endswith("cannot write in it (Permission denied); use a directory you can write, e.g. $HOME/transit")
+    assert cluster.jobs_named(name) == []
+
+
+def _chown(path: Path, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+EXPORTS = [
+    ("TRANSIT_WARMUP_ITERS=0", "TRANSIT_WARMUP_ITERS='0' is not allowed; use a whole number from 1 to 1000"),
+    ("TRANSIT_POLCY=x", "TRANSIT_POLCY is not a TRANSIT variable (did you mean TRANSIT_POLICY?)"),
+    ("TRANSIT_MEM_LIMIT=40_G", "TRANSIT_MEM_LIMIT='40_G' is not a size"),
+]
+
+
+@pytest.mark.parametrize(("export", "message"), EXPORTS)
+@pytest.mark.parametrize("form", ["srun --export=", "srun --export ", "sbatch --export=", "SLURM_EXPORT_ENV",
+                                  "SBATCH_EXPORT"])
+def test_the_exported_environment_is_refused_at_submission(cluster: Cluster, tmp_path: Path, export: str,
+                                                           message: str, form: str) -> None:
+    """--export's TRANSIT_ items (or the variable standing for the option) are read from the command
+    line: refused before a job exists, as the user's own environment is."""
+    command = form.split()[0] if form.startswith(("srun", "sbatch")) else (
+        "srun" if form == "SLURM_EXPORT_ENV" else "sbatch")
+    value = f"ALL,{export}"
+    options = {"srun --export=": [f"--export={value}"], "srun --export ": ["--export", value],
+               "sbatch --export=": [f"--export={value}"]}.get(form, [])
+    env = cluster.env(**({form: value} if not options else {}))
+    marker = tmp_path / "ran"
+    tail = ["touch", str(marker)] if command == "srun" else ["--wrap", f"touch {marker}"]
+    name = unique_job_name()
+    out = cluster.run([command, "-J", name, "--transit=advise", *options, *tail], env=env)
+    assert out.returncode != 0
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"{command}: error: transit: {message}"), line
+    assert cluster.jobs_named(name) == [] and not marker.exists()
+
+
+@pytest.mark.parametrize(("export", "message"), EXPORTS)
+def test_an_export_srun_did_not_read_fails_the_step_before_the_program(cluster: Cluster, tmp_path: Path,
+                                                                       export: str, message: str) -> None:
+    """What srun's reading of its command line misses (here an abbreviated --expor=, which Slurm
+    accepts) slurmstepd finds in the environment Slurm built, before any task runs the program. The
+    step file records the refusal, which `transit report` gives as the reason for no stats."""
+    marker = tmp_path / "ran"
+    out = cluster.run(["srun", "-N2", "--transit=advise", f"--expor=ALL,{export}", "touch", str(marker)])
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if "error: transit:" in line]
+    assert len(lines) == 2 and all(message in line and "(in the job's environment: --export or the submitting "
+                                   "shell)" in line for line in lines), out.stderr
+    assert not marker.exists()
+    job = out.stderr.splitlines()[-1].split("step ")[1].split(".")[0]
+    doc = json.loads((cluster.report_dir / job / "step-0.json").read_text())
+    assert message in doc["refused"]
+    report = cluster.run(["python3", "-m", "transit", "report", job, "--json"],
+                         env=cluster.env(PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert report.returncode == 1
+    assert json.loads(report.stdout)["no_stats_reason"].startswith("the plugin refused step 0 before its program "
+                                                                  f"ran: {message}")
+
+
+def test_help_lists_the_policies_and_options(cluster: Cluster) -> None:
+    for command in ("srun", "sbatch", "salloc"):
+        out = cluster.run([command, "--transit=help"])
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        listed = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("      ")]
+        assert listed == [*_native.policies(), "off"], out.stdout
+        for option in ("--transit-mem-limit=SIZE", "--transit-report-dir=DIR", "transit report JOBID"):
+            assert option in out.stdout
+        assert f"this site's default: {cluster.report_dir}" in out.stdout
+
+
+def test_the_step_line_names_the_stats_and_the_report(cluster: Cluster, tmp_path: Path) -> None:
+    """In a batch job the line goes to the job's output, after the step's own."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nsrun --transit=prefetch --transit-mem-limit=24G echo step-output\n")
+    out = cluster.run(["sbatch", "--parsable", "-N1", "-o", str(tmp_path / "out.txt"), str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert cluster.wait_job(job) == "COMPLETED"
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "step-output",
+        (f"srun: transit: step {job}.0: prefetch, limit 24G; stats in {cluster.report_dir}/{job}/; "
+        f"transit report {job}")]
