@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from transit.errors import UsageError
-from transit.sim import register, synthetic
+from transit.sim import output, register, synthetic
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"
 
@@ -29,7 +29,7 @@ def test_trace_file_json(capsys):
                      "--gpus-per-node", "8", "--reduction", "0.5", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
-    assert document["schema"] == "transit.sim/2"
+    assert document["schema"] == "transit.sim/3"
     assert document["trace"]["bad_rows"] == 1 and document["trace"]["filtered_rows"] == 2
     assert document["trace"]["bad_by_reason"] == {"gpu_num or node_num is not a number": {"count": 1, "lines": [7]}}
     jobs = document["jobs"]
@@ -78,7 +78,7 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
                      "--markdown", str(markdown)], capsys)
     assert code == 0
     document = json.loads(out)
-    assert document["schema"] == "transit.sim-sweep/2"
+    assert document["schema"] == "transit.sim-sweep/3"
     studies = document["studies"]
     assert [(s["setup"]["gpus_per_node"], s["setup"]["reduction"]) for s in studies] == [
         (4, 0.25), (4, 0.5), (8, 0.25), (8, 0.5)]
@@ -87,9 +87,10 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
     assert json.loads(single)["comparison"] == studies[2]["comparison"]
     table = markdown.read_text()
     assert table.count("\n") == 2 + 4
-    # each study's row says how many jobs each replay dropped
-    dropped = studies[0]["jobs"]["dropped"]
-    assert f"| {dropped['baseline']['count']} / {dropped['transit']['count']} |" in table.splitlines()[2]
+    # each study's row says how many jobs both replays left out, and their GPU-hours
+    left = studies[0]["jobs"]["left_out"]
+    assert left["count"] > 0
+    assert f"| {left['count']} ({output.number(left['gpu_h'], 'GPU-h')}) |" in table.splitlines()[2]
 
 
 def test_sweep_over_placements_and_slowdowns(capsys):
@@ -102,12 +103,12 @@ def test_sweep_over_placements_and_slowdowns(capsys):
     assert setups == [(r, p, y) for r in (8, 16) for p in ("pack", "spread") for y in (0.0, 0.55)]
 
 
-def test_each_study_of_a_sweep_drops_only_what_its_own_cluster_cannot_hold(capsys):
+def test_each_study_of_a_sweep_leaves_out_only_what_its_own_cluster_cannot_hold(capsys):
     code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "2000", "--seed", "4",
                      "--racks", "8,76", "--gpus-per-node", "8", "--reductions", "0.5", "--json"], capsys)
     assert code == 0
     studies = json.loads(out)["studies"]
-    small, full = (s["jobs"]["dropped"]["baseline"]["count"] for s in studies)
+    small, full = (s["jobs"]["left_out"]["count"] for s in studies)
     assert small > 0 and full == 0
 
 

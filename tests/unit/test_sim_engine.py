@@ -179,16 +179,51 @@ def test_node_counts_from_the_trace_make_a_job_eligible():
     assert base.nodes.tolist() == [4] and base.held_gpus.tolist() == [32]
 
 
-def test_reduction_comes_before_the_fits_in_cluster_check():
-    # 128 GPUs = 16 nodes = 4 racks: too big for a 2-rack baseline, fits 2 racks at r = 0.5
+def test_both_scenarios_replay_the_same_jobs_and_the_unholdable_ones_get_their_own_row():
+    # 128 GPUs = 16 nodes = 4 racks: too big for a 2-rack baseline, yet 2 racks at r = 0.5. It is
+    # left out of both replays, so TRANSIT's figures count only jobs the baseline ran too.
     trace = prepare([Job("big", 0, 100.0, 128), Job("small", 0, 100.0, 8)])
     setup = Setup(2, 8, 0.5, network=NO_NETWORK)
     document, base, transit = study(trace, setup)
-    assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [True, True]
-    assert base.drop_reason[0] == "larger than the 8 nodes of 2 racks"
-    assert document["jobs"]["only_transit"] == 1 and document["jobs"]["compared"] == 1
-    assert document["jobs"]["dropped"]["baseline"] == {"count": 1, "by_reason": {
-        "larger than the 8 nodes of 2 racks": 1}}
+    assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [False, True]
+    assert base.drop_reason[0] == transit.drop_reason[0] == "larger than the baseline's 8 nodes of 2 racks"
+    assert document["jobs"]["compared"] == 1
+    assert document["jobs"]["left_out"] == {"count": 1, "gpu_h": pytest.approx(128 * 100 / 3600), "by_reason": {
+        "larger than the baseline's 8 nodes of 2 racks": {"count": 1, "gpu_h": pytest.approx(128 * 100 / 3600)}}}
+    assert document["baseline"]["jobs_replayed"] == document["transit"]["jobs_replayed"] == 1
+    assert document["unholdable_study"] is None
+    assert any("left out of both replays" in note and "--unholdable-study" in note for note in document["warnings"])
+
+
+def test_the_separate_study_says_how_much_the_unholdable_jobs_delay_the_others():
+    # On 2 racks (8 nodes): "big" (16 nodes, 4 racks as is) runs reduced on 8 nodes for 100 / 0.5 x
+    # 1/0.898 s from t=0; "small" (1 node, 100 s) arrives at t=1 and must wait for it.
+    trace = prepare([Job("big", 0, 100.0, 128), Job("small", 1, 100.0, 8)])
+    setup = Setup(2, 8, 0.5, factors=Factors(0.0, 0.55), network=NO_NETWORK)
+    document, _, transit = study(trace, setup, with_unholdable=True)
+    assert transit.ran.tolist() == [False, True]        # the main study still leaves it out
+    separate = document["unholdable_study"]
+    assert (separate["admitted_jobs"], separate["jobs_replayed"]) == (1, 2)
+    queue = separate["comparison"]["queue_mean_all"]
+    assert (queue["baseline"], queue["transit"]) == (0.0, pytest.approx(200 / 0.898 - 1))
+    assert any(note.startswith("separate study: admitting the 1 job only TRANSIT can hold (3.556 GPU-h) moves "
+                               "the mean queue time (all) of the others 0 s -> 221.7 s") for note in document["warnings"])
+
+
+def test_the_notes_take_a_queue_rise_apart_into_longer_jobs_and_the_efficiency_assumption():
+    # 3 jobs of 8 nodes, all submitted at 0, on 8 nodes: as is they run one after another (queues
+    # 0, 1000, 2000). Reduced to 4 nodes at efficiency 1 they run 2000 s, two at once (0, 0,
+    # 2000); at efficiency 0.5, 4000 s (0, 0, 4000).
+    trace = prepare([Job(name, 0.0, 1000.0, 64) for name in "ABC"])
+    setup = Setup(2, 8, 0.5, factors=Factors(0.0, 0.55), efficiency=Efficiency(0.5), network=NO_NETWORK)
+    document, _, _ = study(trace, setup)
+    parts = document["attribution"]["queue_mean_all"]
+    assert parts["at_efficiency_1"] == pytest.approx(2000 / 3)
+    assert parts["longer_jobs"] == pytest.approx(2000 / 3 - 1000)
+    assert parts["efficiency"] == pytest.approx(2000 / 3)
+    note = next(n for n in document["warnings"] if n.startswith("mean queue time (all)"))
+    assert note == ("mean queue time (all) rises with TRANSIT: 1,000.0 s -> 1,333.3 s (+333.3 s); longer jobs (the "
+                    "reduction at efficiency 1) -333.3 s, the efficiency assumption (0.5) +666.7 s")
 
 
 def test_metrics_of_a_hand_checked_replay():
@@ -217,10 +252,11 @@ def test_an_empty_group_keeps_every_key():
 
 def test_study_on_a_small_synthetic_trace():
     trace = prepare(synthetic.generate("kalos", 2000, seed=4))
-    document, _, _ = study(trace, Setup(8, 8, 0.5))
-    dropped = document["jobs"]["dropped"]
-    assert dropped["baseline"]["count"] > 0      # some Kalos jobs exceed 256 GPUs
-    assert document["jobs"]["compared"] + document["jobs"]["only_transit"] + dropped["transit"]["count"] == 2000
+    document, base, transit = study(trace, Setup(8, 8, 0.5))
+    left = document["jobs"]["left_out"]
+    assert left["count"] > 0      # some Kalos jobs exceed 256 GPUs
+    assert document["jobs"]["compared"] + left["count"] == 2000
+    assert (base.ran == transit.ran).all()
     compared = document["jobs"]["compared"]
     assert document["baseline"]["all"]["jobs"] == compared == document["transit"]["all"]["jobs"]
     assert document["comparison"]["mean_racks_eligible"]["change"] < 0

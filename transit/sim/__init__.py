@@ -1,7 +1,8 @@
 """`transit simulate`: what scale-in with TRANSIT would do to a cluster's queues and rack traffic.
 
 A discrete-event simulator of a multi-rack cluster (the paper's section 4.3). It replays a job
-trace twice, as is and with TRANSIT's node-count reduction on multi-node jobs, and compares.
+trace twice, as is and with TRANSIT's node-count reduction on multi-node jobs, over the same jobs,
+and compares.
 Where the trace records start times, the baseline's queues are first checked against them.
 Input: the cluster's own Slurm history (``sacct -P`` or ``sacct --json``), the ACME or Helios
 traces, the project's ``transit.trace/1`` JSON, or, with no ``--trace``, a synthetic Seren-like
@@ -43,8 +44,8 @@ from transit.sim.traces import FORMATS, read_trace
 
 GPUS_PER_NODE_CHOICES = (4, 8)
 DEFAULT_RACKS = 72  # for a user trace: the paper's Seren-sized cluster
-SCHEMA = "transit.sim/2"
-SWEEP_SCHEMA = "transit.sim-sweep/2"
+SCHEMA = "transit.sim/3"
+SWEEP_SCHEMA = "transit.sim-sweep/3"
 
 
 def _positive_int(text: str) -> int:
@@ -122,6 +123,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--comm-fraction", type=_number, metavar="F",
                        help="share of a multi-node step spent in collectives at line rate (0.2)")
     model.add_argument("--no-contention", action="store_true", help="count the bytes but never slow jobs down")
+    model.add_argument("--unholdable-study", action="store_true",
+                       help="also replay, under TRANSIT, the jobs the baseline's cluster cannot hold, as a separate "
+                            "study of how much they delay the others (by default they are left out of both)")
     audit_group = parser.add_argument_group("audit output")
     audit_group.add_argument("--jobs-out", metavar="FILE", help="one row per job per replay (CSV; .parquet needs pyarrow)")
     audit_group.add_argument("--timeline-out", metavar="FILE", help="one row per simulated minute per replay")
@@ -269,7 +273,7 @@ def main(args: argparse.Namespace) -> int:
     with replay_progress(sys.stderr.isatty()) as progress:
         tasks = {name: progress.add_task(f"{name} replay", total=len(trace)) for name in ("baseline", "transit")}
         result, base, transit = study(trace, setup, progress=lambda name, done, jobs: progress.update(
-            tasks[name], completed=done, total=jobs))
+            tasks[name], completed=done, total=jobs), with_unholdable=args.unholdable_study)
     write_audit(args, trace, [(0, setup, base, transit)])
     document = {"schema": SCHEMA, "command": _command(), "trace": load.summary(), "synthetic": synthetic_info,
                 **result}
@@ -302,7 +306,8 @@ def sweep_main(args: argparse.Namespace) -> int:
         point.factors.check()
         check_not_all_dropped(trace, point)
     keep_runs = bool(args.jobs_out or args.timeline_out)
-    results = sweep.run(trace, points, args.processes, quiet=not sys.stderr.isatty(), keep_runs=keep_runs)
+    results = sweep.run(trace, points, args.processes, quiet=not sys.stderr.isatty(), keep_runs=keep_runs,
+                        with_unholdable=args.unholdable_study)
     if keep_runs:
         write_audit(args, trace, [(i, point, base_run, transit_run)
                                   for i, (point, (_, base_run, transit_run)) in enumerate(zip(points, results))])

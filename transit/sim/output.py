@@ -4,7 +4,7 @@ Every metric shows baseline, TRANSIT, the absolute change and the relative chang
 change is "n/a" where the baseline is under the metric's floor or missing, and a plot leaves such
 a bar out (marked "n/a") rather than drawing it as zero. Relative changes beyond
 ``PLOT_CAP_PCT`` are drawn to the cap with their value written on the bar. Queue-time increases
-and dropped jobs are called out in yellow, after the table and in the study's ``warnings``.
+and jobs left out are called out in yellow, after the table and in the study's ``warnings``.
 """
 
 from __future__ import annotations
@@ -112,24 +112,26 @@ def model_lines(model: dict) -> list[str]:
 
 
 def jobs_lines(study: dict) -> list[str]:
-    jobs, setup = study["jobs"], study["setup"]
+    jobs = study["jobs"]
     lines = [(f"{jobs['compared']:,} of {jobs['in_trace']:,} jobs replayed in both scenarios, {jobs['eligible']:,} "
               f"eligible (multi-node), {jobs['reduced']:,} given fewer nodes")]
-    for name, key in (("baseline", "baseline"), ("TRANSIT", "transit")):
-        dropped = study["jobs"]["dropped"][key]
-        if dropped["count"]:
-            why = "; ".join(f"{n:,} {reason}" for reason, n in dropped["by_reason"].items())
-            lines.append(f"[yellow]{dropped['count']:,} jobs dropped from the {name} replay[/yellow]: {why}")
-        else:
-            lines.append(f"0 jobs dropped from the {name} replay")
-    if jobs["only_transit"]:
-        lines.append(f"{jobs['only_transit']:,} jobs fit only with TRANSIT (the baseline's {setup['baseline_nodes']} "
-                     "nodes are too few for them): replayed, not compared job by job (makespan, GPU idle and "
-                     "utilization count them)")
-    if jobs["only_baseline"]:
-        lines.append(f"{jobs['only_baseline']:,} jobs fit only the baseline's cluster: replayed, not compared job "
-                     "by job (makespan, GPU idle and utilization count them)")
+    left = jobs["left_out"]
+    if not left["count"]:
+        lines.append("0 jobs left out: both clusters hold every job")
+    for reason, entry in left["by_reason"].items():
+        lines.append(f"[yellow]{entry['count']:,} jobs left out of both replays[/yellow] "
+                     f"({number(entry['gpu_h'], 'GPU-h')} in the trace): {reason}")
     return lines
+
+
+def unholdable_lines(study: dict) -> list[str]:
+    separate = study.get("unholdable_study")
+    if separate is None:
+        return []
+    return [f"separate study: TRANSIT replayed again with the {separate['admitted_jobs']:,} jobs only it can hold "
+            f"({number(separate['admitted_gpu_h'], 'GPU-h')}); the jobs both scenarios replay, without -> with them:"] + [
+        f"  {entry['label']}: {number(entry['baseline'], entry['unit'])} -> {number(entry['transit'], entry['unit'])} "
+        f"({signed(entry['change'], entry['unit'])})" for entry in separate["comparison"].values()]
 
 
 def validation_lines(validation: dict | None) -> list[str]:
@@ -179,6 +181,8 @@ def print_study(document: dict, console: Console | None = None) -> None:
         floors.setdefault(floor_text(entry["relative_floor"], entry["unit"]), None)
     console.print("change % is n/a where the baseline is under the floor of its unit: " + ", ".join(floors))
     moves = document["transitions"]
+    for line in unholdable_lines(document):
+        console.print(line)
     console.print(f"reduced jobs: {moves['inter_to_intra']:,} went from several racks to one, {moves['intra_to_inter']:,} "
                   f"from one to several, {moves['unchanged']:,} kept their kind; {moves['not_reduced']:,} eligible jobs "
                   "kept every node (rounding)")
@@ -194,12 +198,11 @@ def print_json(document: dict) -> None:
 def label(study: dict) -> str:
     setup, model = study["setup"], study["model"]
     racks = f"{setup['racks']}" + (f"/{setup['baseline_racks']}b" if setup["baseline_racks"] != setup["racks"] else "")
-    dropped = study["jobs"]["dropped"]
     return (f"{racks} racks, {setup['gpus_per_node']} GPU/node, r={setup['reduction']}, "
             f"+{100 * model['factors']['inter_to_intra_speedup']:.0f}%/-"
             f"{100 * model['factors']['intra_to_inter_slowdown']:.0f}%"
             + ("" if setup["placement"] == "pack" else f", {setup['placement']}")
-            + f"; dropped {dropped['baseline']['count']:,}/{dropped['transit']['count']:,}")
+            + f"; left out {study['jobs']['left_out']['count']:,}")
 
 
 def plot_bars(studies: list[dict]) -> list[dict]:
@@ -238,7 +241,7 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
                       bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % colours.N)) for i in range(len(studies))]
     axes.legend(handles, [label(s) for s in studies], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs dropped baseline/TRANSIT",
+                title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs left out of both",
                 title_fontsize=7)
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_ylim(-PLOT_CAP_PCT * 1.08, PLOT_CAP_PCT * 1.08)
@@ -248,15 +251,15 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     axes.set_title(title, fontsize=9)
     axes.grid(axis="y", alpha=0.3)
     figure.text(0.01, 0.01, "hatched: beyond the cap (value written); n/a: baseline under the metric's floor, "
-                "relative change not meaningful. Lower is better except throughput. Jobs dropped: larger than "
-                "that replay's cluster.", fontsize=7)
+                "relative change not meaningful. Lower is better except throughput. Jobs left out: larger than "
+                "a cluster can hold, replayed in neither scenario.", fontsize=7)
     figure.tight_layout(rect=(0, 0.03, 1, 1))
     save_png(figure, path, dpi=120)
     plt.close(figure)
 
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
-                "intra->inter slowdown", "dropped, larger than the cluster (base / TRANSIT)", "cross-rack traffic", "inter-node traffic",
+                "intra->inter slowdown", "left out of both (jobs, GPU-h)", "cross-rack traffic", "inter-node traffic",
                 "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput",
                 "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node"]
 
@@ -275,11 +278,11 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
     rows = []
     for study in studies:
         setup, factors = study["setup"], study["model"]["factors"]
-        dropped = study["jobs"]["dropped"]
+        left = study["jobs"]["left_out"]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}", f"{setup['reduction']:g}",
                setup["placement"], f"{100 * factors['inter_to_intra_speedup']:.0f} %",
                f"{100 * factors['intra_to_inter_slowdown']:.0f} % ({factors['slowdown_reading']})",
-               f"{dropped['baseline']['count']:,} / {dropped['transit']['count']:,}"]
+               f"{left['count']:,} ({number(left['gpu_h'], 'GPU-h')})"]
         for key in SWEEP_CHANGES:
             entry = dict(study["comparison"][key], key_is_queue=key.startswith("queue"))
             row.append(_change_cell(entry))
@@ -289,7 +292,7 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
     return rows
 
 
-TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "too large b/T", "cross-rack", "inter-node",
+TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "left out", "cross-rack", "inter-node",
                    "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU held", "GPU idle"]
 
 
@@ -300,10 +303,10 @@ def print_sweep(studies: list[dict], console: Console | None = None) -> None:
     for name in TERMINAL_HEADER:
         table.add_column(name, justify="right")
     for study in studies:
-        setup, factors, dropped = study["setup"], study["model"]["factors"], study["jobs"]["dropped"]
+        setup, factors = study["setup"], study["model"]["factors"]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}", f"{setup['reduction']:g}",
                f"+{100 * factors['inter_to_intra_speedup']:.0f}/-{100 * factors['intra_to_inter_slowdown']:.0f} %",
-               f"{dropped['baseline']['count']:,}/{dropped['transit']['count']:,}"]
+               f"{study['jobs']['left_out']['count']:,}"]
         for key in SWEEP_CHANGES:
             entry = study["comparison"][key]
             cell = _percent(entry) if entry["change_pct"] is not None else signed(entry["change"], entry["unit"])

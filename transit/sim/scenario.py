@@ -18,8 +18,9 @@ not change (a 2-node job at r = 0.25) is left as it is. A reduced job's run time
 
 The paper normalises its factors against the no-offload baseline, so they fold TRANSIT's own
 efficiency in; here efficiency is separate, and ``--efficiency 1`` gives the paper's model.
-A job that does not fit a replay's cluster (before reduction in the baseline, after it in the
-TRANSIT scenario) is dropped from that replay, and counted with the reason.
+Both scenarios replay the same jobs: a job the baseline's cluster cannot hold as is (or, when
+TRANSIT has fewer racks, that TRANSIT's cannot hold even reduced) is left out of both replays and
+counted with the reason (``left_out``), so no figure counts jobs only one scenario ran.
 
 ``--factors FILE``: ``transit.factors/2`` (bench/factors.py) carries a measured efficiency and
 network-only factors; ``transit.factors/1`` (factors normalised as the paper does) is read as
@@ -264,15 +265,33 @@ class Run:
         return np.where(self.ran & (self.nodes > 1), self.nodes * self.boundary_bytes_per_step * self.steps, 0.0)
 
 
-def _too_big(nodes: np.ndarray, racks: int, gpus_per_node: int) -> list[str]:
-    limit = nodes_per_cluster(racks, gpus_per_node)
-    return [f"larger than the {limit} nodes of {racks} racks" if n > limit else "" for n in nodes]
+def too_big_for_baseline(setup: Setup) -> str:
+    """The reason a job the baseline's cluster cannot hold is left out."""
+    racks = setup.baseline_cluster_racks
+    return f"larger than the baseline's {nodes_per_cluster(racks, setup.gpus_per_node)} nodes of {racks} racks"
+
+
+def left_out(setup: Setup, sized: Shape) -> list[str]:
+    """Why each job is left out of both replays ('' for the jobs both replay): the baseline's
+    cluster cannot hold it as is, or TRANSIT's cannot hold it even reduced."""
+    base_limit = nodes_per_cluster(setup.baseline_cluster_racks, setup.gpus_per_node)
+    transit_limit = nodes_per_cluster(setup.racks, setup.gpus_per_node)
+    transit_reason = f"larger than TRANSIT's {transit_limit} nodes of {setup.racks} racks, even reduced"
+    base_reason = too_big_for_baseline(setup)
+    return [base_reason if before > base_limit else transit_reason if after > transit_limit else ""
+            for before, after in zip(sized.nodes.tolist(), sized.transit_nodes.tolist())]
+
+
+def held_by_transit(setup: Setup, sized: Shape) -> list[str]:
+    """Why each job is left out of a TRANSIT replay that admits every job TRANSIT's cluster holds."""
+    limit = nodes_per_cluster(setup.racks, setup.gpus_per_node)
+    reason = f"larger than TRANSIT's {limit} nodes of {setup.racks} racks, even reduced"
+    return [reason if after > limit else "" for after in sized.transit_nodes.tolist()]
 
 
 def _run(trace: Trace, racks: int, setup: Setup, gpus: np.ndarray, nodes: np.ndarray, duration: np.ndarray,
-         dp: np.ndarray, traffic_of: Traffic, duration_at_start=None, progress=None) -> Run:
+         dp: np.ndarray, traffic_of: Traffic, reasons: list[str], duration_at_start=None, progress=None) -> Run:
     per_node = setup.gpus_per_node
-    reasons = _too_big(nodes, racks, per_node)
     ran = np.array([not reason for reason in reasons], dtype=bool)
     index = np.flatnonzero(ran)
     cluster = Cluster(racks, per_node, setup.placement)
@@ -308,10 +327,11 @@ def baseline_traffic(trace: Trace, setup: Setup, sized: Shape) -> Traffic:
 
 
 def run_baseline(trace: Trace, setup: Setup, progress=None) -> Run:
+    """The trace as is, over the jobs both scenarios replay."""
     sized = shape(trace, setup)
     flows = baseline_traffic(trace, setup, sized)
     return _run(trace, setup.baseline_cluster_racks, setup, trace.gpus, sized.nodes, trace.duration, flows.dp,
-                flows, progress=progress)
+                flows, left_out(setup, sized), progress=progress)
 
 
 def baseline_racks_before(baseline: Run, sized: Shape, gpus_per_node: int) -> np.ndarray:
@@ -320,8 +340,9 @@ def baseline_racks_before(baseline: Run, sized: Shape, gpus_per_node: int) -> np
     return np.where(baseline.ran, baseline.racks, fewest)
 
 
-def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None) -> Run:
-    """Replay with eligible jobs reduced; transitions compare with ``baseline``'s racks per job."""
+def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None, reasons: list[str] | None = None) -> Run:
+    """Replay with eligible jobs reduced; transitions compare with ``baseline``'s racks per job.
+    ``reasons``: why each job is left out (default: ``left_out``, the jobs the baseline replays)."""
     sized = shape(trace, setup)
     flows = baseline_traffic(trace, setup, sized)
     dp = np.where(sized.reduced, flows.dp * sized.transit_nodes / np.maximum(sized.nodes, 1), flows.dp)
@@ -344,7 +365,7 @@ def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None) -> Run
         return at_start
 
     return _run(trace, setup.racks, setup, sized.transit_gpus, sized.transit_nodes, sized.transit_duration, dp,
-                flows, duration_at_start, progress)
+                flows, left_out(setup, sized) if reasons is None else reasons, duration_at_start, progress)
 
 
 def describe_setup(setup: Setup) -> dict:
