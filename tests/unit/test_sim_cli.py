@@ -144,6 +144,7 @@ def test_a_trace_where_every_job_is_dropped_exits_2_with_one_line():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["simulate", "--format", "acme"], "--format needs --trace"),
+    (["simulate", "--dedupe"], "--dedupe needs --trace"),
     (["simulate", "--trace", str(FIXTURES / "helios.csv"), "--jobs", "5"], "--jobs sizes a synthetic trace"),
     (["simulate", "--factors", str(FIXTURES / "helios.csv")], "cannot read JSON"),
     (["simulate", "--slowdown", "1.5"], "intra_to_inter_slowdown"),
@@ -212,3 +213,15 @@ def test_one_cluster_of_a_multi_cluster_export(tmp_path, capsys):
     assert validation["replayed_queue"]["p50_s"] == 0 and validation["abs_error_p90_s"] == pytest.approx(3560 - 0.1 * 3550)
     with pytest.raises(UsageError, match="--cluster 'gamma': the trace's clusters are 'alpha', 'beta'"):
         run(["simulate", "--trace", str(trace), "--cluster", "gamma"], capsys)
+
+
+def test_dedupe_names_the_repeated_ids_in_one_line(tmp_path, capsys):
+    trace = tmp_path / "jobs.txt"
+    lines = TWO_CLUSTERS.splitlines()
+    trace.write_text("\n".join(lines + lines[1:3]) + "\n")          # jobs 1 and 2 exported twice
+    result = transit_cli("--trace", str(trace), "--racks", "2")
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert "2 job ids appear more than once: 1 (lines 2, 5), 2 (lines 3, 6)" in result.stderr
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--dedupe"], capsys)
+    assert ("--dedupe: 2 job ids appeared more than once; the latest record of each kept (latest End, then the "
+            "later line), 2 older rows left out: 1, 2") in out

@@ -150,8 +150,9 @@ def sacct_row(job="300", submit="1700000000", start="1700000010", end="170000361
     return f"{job}|{submit}|{start}|{end}|{elapsed}|{tres}|{nodes}|{state}"
 
 
-def record(elapsed=3600, gpus=8, state="COMPLETED", start=1700000010, end=1700003610, het=0):
-    return {"job_id": 9, "state": {"current": [state]}, "allocation_nodes": 1, "het": {"job_id": het},
+def record(elapsed=3600, gpus=8, state="COMPLETED", start=1700000010, end=1700003610, het=0, offset=0, job_id=9):
+    return {"job_id": job_id, "state": {"current": [state]}, "allocation_nodes": 1,
+            "het": {"job_id": het, "job_offset": offset},
             "time": {"submission": 1700000000, "start": start, "end": end, "elapsed": elapsed},
             "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]}}
 
@@ -196,7 +197,7 @@ MALFORMED = [
     ("sacct-json", None, [record(gpus=-8)], "negative GPU count", [1]),
     ("sacct-json", None, [record(state="RUNNING", end=0, elapsed=100)], "job not finished (RUNNING)", [1]),
     ("sacct-json", None, [record(start=1700003610, end=1700000010)], "End before Start", [1]),
-    ("sacct-json", None, [record(het=500), record(het=500)], HET_COMPONENT, [2]),
+    ("sacct-json", None, [record(het=500, job_id=500), record(het=500, offset=1, job_id=501)], HET_COMPONENT, [2]),
     ("sacct-json", None, [{"job_id": 9, "state": {"current": ["COMPLETED"]}}], "job record without a 'time' object",
      [1]),
 ]
@@ -223,6 +224,44 @@ def test_het_job_components_merge_into_one_job(tmp_path):
                                sacct_row("400+1", tres="gres/gpu=16", nodes="2"), sacct_row("401")]) + "\n")
     load = read_trace(str(path), "sacct")
     assert [(j.job_id, j.gpus, j.nodes, j.duration) for j in load.jobs] == [("401", 8, 1, 3600), ("400", 24, 3, 3600)]
+
+
+def test_repeated_job_ids_are_refused_naming_them(tmp_path):
+    # an overlapping export: job 300 and het job 400's components appear twice
+    path = tmp_path / "twice.txt"
+    rows = [sacct_row("300"), sacct_row("400+0"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"), sacct_row("401")]
+    path.write_text("\n".join([SACCT_HEADER, *rows, *rows[:3]]) + "\n")
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), "sacct")
+    assert str(refused.value) == (f"{path}: 3 job ids appear more than once: 300 (lines 2, 6), 400+0 (lines 3, 7), "
+                                  "400+1 (lines 4, 8); overlapping exports? --dedupe keeps the latest record of "
+                                  "each (latest End, then the later line)")
+
+
+def test_dedupe_keeps_the_latest_record_of_each_id(tmp_path):
+    # job 300 was running when the first export was taken (End unset) and finished by the second;
+    # het job 400's components were exported twice and must not merge into one inflated job
+    path = tmp_path / "twice.txt"
+    path.write_text("\n".join([
+        SACCT_HEADER, sacct_row("300", end="1700001000", elapsed="990", state="CANCELLED"),
+        sacct_row("400+0", tres="gres/gpu=8"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"),
+        sacct_row("300"), sacct_row("400+0", tres="gres/gpu=8"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"),
+    ]) + "\n")
+    load = read_trace(str(path), "sacct", dedupe=True)
+    assert sorted((j.job_id, j.gpus, j.nodes, j.duration) for j in load.jobs) == [
+        ("300", 8, 1, 3600), ("400", 24, 3, 3600)]
+    summary = load.summary()
+    assert summary["duplicate_ids"] == {"ids": 3, "rows_dropped": 3, "named": ["300", "400+0", "400+1"]}
+    assert summary["filtered_by_reason"] == {"an older record of a job id that appears again (--dedupe)": 3}
+    assert summary["jobs_kept"] + summary["bad_rows"] + summary["filtered_rows"] == summary["rows"]
+
+
+def test_repeated_ids_in_sacct_json_are_refused_too(tmp_path):
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps({"jobs": [record(job_id=7), record(job_id=8), record(job_id=7)]}))
+    with pytest.raises(UsageError, match=r"1 job id appears more than once: 7 \(records 1, 3\)"):
+        read_trace(str(path))
+    assert [j.job_id for j in read_trace(str(path), dedupe=True).jobs] == ["8", "7"]
 
 
 def test_over_a_thousand_malformed_rows_all_counted(tmp_path):

@@ -96,6 +96,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("input")
     source.add_argument("--trace", metavar="FILE", help="job trace; without it, a synthetic trace")
     source.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
+    source.add_argument("--dedupe", action="store_true",
+                        help="keep the latest record of a job id that appears more than once (overlapping "
+                             "exports) instead of refusing the trace")
     source.add_argument("--cluster", metavar="NAME",
                         help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
     source.add_argument("--workload", choices=sorted(synthetic.WORKLOADS), default="seren",
@@ -201,14 +204,15 @@ def _load(args: argparse.Namespace) -> tuple[TraceLoad, dict | None]:
     if args.trace:
         if args.jobs is not None:
             raise UsageError("--jobs sizes a synthetic trace; it cannot be used with --trace")
-        load = read_trace(args.trace, args.format)
+        load = read_trace(args.trace, args.format, args.dedupe)
         if args.cluster is not None:
             _keep_cluster(load, args.cluster)
         if not load.jobs:
             raise UsageError(f"{args.trace}: no meaningful GPU jobs in {load.rows} rows")
         return load, None
-    if args.format or args.cluster:
-        raise UsageError(f"{'--format' if args.format else '--cluster'} needs --trace")
+    for option in ("format", "cluster", "dedupe"):
+        if getattr(args, option):
+            raise UsageError(f"--{option} needs --trace")
     jobs = synthetic.generate(args.workload, args.jobs, args.seed)
     load = TraceLoad(source=f"synthetic {args.workload}-like, seed {args.seed}", fmt="synthetic",
                      jobs=jobs, rows=len(jobs))

@@ -83,6 +83,13 @@ def trace_lines(load: dict) -> list[str]:
             lines.append(f"  {entry['count']:,} {reason}: {unit} {shown}{more}")
     else:
         lines.append("0 bad rows")
+    repeated = load["duplicate_ids"]
+    if repeated["ids"]:
+        more = ", ..." if repeated["ids"] > len(repeated["named"]) else ""
+        lines.append(f"[yellow]--dedupe: {counted(repeated['ids'], 'job id')} appeared more than once[/yellow]; the "
+                     f"latest record of each kept (latest End, then the later line), "
+                     f"{counted(repeated['rows_dropped'], 'older row')} left out: "
+                     f"{', '.join(repeated['named'])}{more}")
     if load["filtered_rows"]:
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in load["filtered_by_reason"].items())
         noun = "row is not a meaningful GPU job" if load["filtered_rows"] == 1 else "rows are not meaningful GPU jobs"

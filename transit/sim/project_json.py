@@ -42,7 +42,7 @@ def read_document(document: dict, source: str) -> TraceLoad:
         except (KeyError, TypeError, ValueError) as exc:
             load.reject(index, f"job record unreadable ({exc.__class__.__name__}: {exc})")
             continue
-        load.add(index, job, None if job.start is None else job.start + job.duration)
+        load.offer(index, job, None if job.start is None else job.start + job.duration)
     return load
 
 

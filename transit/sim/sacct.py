@@ -23,7 +23,7 @@ from datetime import datetime
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad, merge_het_components, unfinished
+from transit.sim.jobs import Job, TraceLoad, unfinished
 
 GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NODE_COLUMNS = ("NNodes", "AllocNodes")
@@ -76,7 +76,6 @@ def parse_gpus(text: str) -> int:
 
 def read(path: str) -> TraceLoad:
     load = TraceLoad(source=path, fmt="sacct")
-    het: dict[str, list[tuple[int, Job, float | None]]] = {}
     with open(path, encoding="utf-8") as handle:
         header = handle.readline().rstrip("\n").split("|")
         col = {name: i for i, name in enumerate(header)}
@@ -130,12 +129,7 @@ def read(path: str) -> TraceLoad:
             cluster = row[col["Cluster"]] if "Cluster" in col else ""
             job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster)
             leader, plus, _ = job_id.partition("+")
-            if plus:
-                job.job_id = leader
-                het.setdefault(leader, []).append((line_no, job, end))
-            else:
-                load.add(line_no, job, end)
-    merge_het_components(load, het)
+            load.offer(line_no, job, end, leader if plus else "")
     return load
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad, load_json, merge_het_components, unfinished
+from transit.sim.jobs import Job, TraceLoad, load_json, unfinished
 
 
 def gpu_count(tres: object) -> int:
@@ -39,7 +39,6 @@ def read_document(document: dict, source: str) -> TraceLoad:
     jobs = document.get("jobs") if isinstance(document, dict) else None
     if not isinstance(jobs, list):
         raise UsageError(f"{source}: not sacct --json output, no 'jobs' list")
-    het: dict[str, list[tuple[int, Job, float | None]]] = {}
     for label, record in enumerate(jobs, start=1):
         load.rows += 1
         if not isinstance(record, dict) or not isinstance(record.get("time"), dict):
@@ -68,13 +67,11 @@ def read_document(document: dict, source: str) -> TraceLoad:
         nodes = slurm.number(record.get("allocation_nodes"))
         job = Job(job_id(record, label), submit, duration, gpus, state,
                   int(nodes) if nodes else None, start, str(record.get("cluster") or ""))
-        leader = slurm.number((record.get("het") or {}).get("job_id"))
-        if leader:
-            job.job_id = str(int(leader))
-            het.setdefault(job.job_id, []).append((label, job, end or None))
-        else:
-            load.add(label, job, end or None)
-    merge_het_components(load, het)
+        het = record.get("het") or {}
+        leader = slurm.number(het.get("job_id"))
+        if leader:      # a component's id as sacct -P shows it: LEADER+OFFSET
+            job.job_id = f"{int(leader)}+{int(slurm.number(het.get('job_offset')) or 0)}"
+        load.offer(label, job, end or None, str(int(leader)) if leader else "")
     return load
 
 

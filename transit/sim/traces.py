@@ -42,15 +42,18 @@ def detect_format(path: str) -> str:
     raise UsageError(f"{path}: cannot tell its format; pass --format {'|'.join(FORMATS)}")
 
 
-def read_trace(path: str, fmt: str | None = None) -> TraceLoad:
+def read_trace(path: str, fmt: str | None = None, dedupe: bool = False) -> TraceLoad:
+    """Every row of ``path`` read and accounted for; repeated job ids refused unless ``dedupe``."""
     fmt = fmt or detect_format(path)
     readers = {"acme": acme.read, "helios": helios.read, "sacct": sacct.read,
                "sacct-json": sacct_json.read, "transit-json": project_json.read}
     if fmt not in readers:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:
-        return readers[fmt](path)
+        load = readers[fmt](path)
     except OSError as exc:
         raise UsageError(f"cannot read trace {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a text file ({exc.reason})") from exc
+    load.settle(dedupe, path)
+    return load
