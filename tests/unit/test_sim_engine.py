@@ -274,3 +274,15 @@ def test_spread_fragments_racks_more_than_pack():
         eligible = shape(trace, setup).eligible & run.ran
         share[placement] = (run.racks[eligible] > 1).mean()
     assert share["spread"] > share["pack"] + 0.05, share
+
+
+def test_with_contention_and_backfill_every_start_is_at_a_real_event():
+    # Contention re-timing leaves superseded heap entries behind. On this trace 74 of 9,957 jobs used
+    # to start at such a stale time (or at the next event after a re-timing made them fit), late.
+    # Every start must be at a submit or at the real end of some job.
+    trace = prepare(synthetic.generate("seren", 10_000, seed=1))
+    setup = Setup(4, 8, 0.5, backfill=True, network=Network(oversubscription=16, comm_fraction=0.367))
+    for run in (base := run_baseline(trace, setup), run_transit(trace, setup, base)):
+        events = set(trace.submit.tolist()) | set(run.end[run.ran].tolist())
+        assert (run.contention_s > 0).sum() > 50
+        assert [s for s in run.start[run.ran].tolist() if s not in events] == []

@@ -17,7 +17,9 @@ the jobs not examined since resources were last freed.
 Contention (optional, ``Contention``): a job spanning several racks offers each of their uplinks
 a load (bytes/s); where a rack's load exceeds its capacity, the collective part (``phi``) of the
 step time of every multi-rack job on it stretches by load / capacity (a fluid model: rates change
-at job starts and ends, and a job's remaining work is re-timed then).
+at job starts and ends, and a job's remaining work is re-timed then). A re-timing leaves the old
+heap entry behind; such an entry is skipped before it can set the clock, and when starts move end
+times the backfill pass runs again at the same moment, so every start is at a real event.
 """
 
 from __future__ import annotations
@@ -134,8 +136,14 @@ def replay(
         if fluid is not None and fluid.moved:
             fluid.moved = False
             plan["head"] = -1      # end times moved: plan the shadow again
+        while backfill_pass(now):
+            pass
+
+    def backfill_pass(now: float) -> bool:
+        """One backfill pass; True when its starts moved end times, so the shadow must be planned
+        again and the queue examined again at this same moment (not at a later, unrelated event)."""
         if not backfill or len(queue) < 2 or not cluster.free_gpus:
-            return
+            return False
         head = queue[0]
         if plan["head"] != head:
             plan.update(head=head, shadow=None, clean=0, whole=inf, gpus=inf)
@@ -169,9 +177,16 @@ def replay(
         if fluid is not None and fluid.moved:
             fluid.moved = False
             plan["head"] = -1
+            return True
+        return False
 
     arrival = 0
     while arrival < count or finishing:
+        # an entry superseded by contention re-timing is no event: never let it set the clock
+        while finishing and (finishing[0][0] != end[finishing[0][1]] or allocations[finishing[0][1]] is None):
+            heappop(finishing)
+        if not (arrival < count or finishing):
+            break
         now = submit[arrival] if arrival < count else inf
         if finishing and finishing[0][0] < now:
             now = finishing[0][0]
