@@ -225,3 +225,15 @@ def test_dedupe_names_the_repeated_ids_in_one_line(tmp_path, capsys):
     _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--dedupe"], capsys)
     assert ("--dedupe: 2 job ids appeared more than once; the latest record of each kept (latest End, then the "
             "later line), 2 older rows left out: 1, 2") in out
+
+
+def test_a_reduction_above_three_quarters_carries_a_note(capsys):
+    _, out = run(["simulate", "--workload", "kalos", "--jobs", "300", "--racks", "8", "--reduction", "0.95",
+                  "--json"], capsys)
+    assert json.loads(out)["warnings"][0] == (
+        "r = 0.95 removes more than 75 % of each eligible job's nodes: beyond anything the efficiency was measured "
+        "on (the paper's curve ends at 75 % removed, this project's 0.898 is at 50 %), so every figure here "
+        "extrapolates")
+    _, out = run(["simulate", "--workload", "kalos", "--jobs", "300", "--racks", "8", "--reduction", "0.75",
+                  "--json"], capsys)
+    assert not any(note.startswith("r = ") for note in json.loads(out)["warnings"])

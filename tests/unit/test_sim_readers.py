@@ -183,7 +183,6 @@ MALFORMED = [
     ("sacct", SACCT_HEADER, [sacct_row(start="Unknown", end="Unknown", elapsed="0", state="PENDING")],
      "job not finished (PENDING)", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(state="SUSPENDED")], "job not finished (SUSPENDED)", [2]),
-    ("sacct", SACCT_HEADER, [sacct_row(state="REQUEUED")], "job not finished (REQUEUED)", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(submit="Unknown")], "Submit is unset", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(elapsed="abc")], "Elapsed, a GPU count or NNodes is not a number", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(start="1699999990")], "Start before Submit", [2]),
@@ -262,6 +261,55 @@ def test_repeated_ids_in_sacct_json_are_refused_too(tmp_path):
     with pytest.raises(UsageError, match=r"1 job id appears more than once: 7 \(records 1, 3\)"):
         read_trace(str(path))
     assert [j.job_id for j in read_trace(str(path), dedupe=True).jobs] == ["8", "7"]
+
+
+def test_a_requeued_run_keeps_its_gpu_time(tmp_path):
+    # sacct -D: job 300 ran 600 s, was requeued, then ran 3600 s to the end; both runs held 8 GPUs
+    path = tmp_path / "requeued.txt"
+    path.write_text("\n".join([SACCT_HEADER, sacct_row(end="1700000610", elapsed="600", state="REQUEUED"),
+                               sacct_row(start="1700000700", end="1700004300")]) + "\n")
+    load = read_trace(str(path), "sacct")
+    assert [(j.job_id, j.state, j.duration, j.gpus) for j in load.jobs] == [
+        ("300", "REQUEUED", 600, 8), ("300", "COMPLETED", 3600, 8)]
+    assert load.bad == {}
+
+
+SACCT_ADVICE = ("export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END "
+                "--format=JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State")
+
+
+@pytest.mark.parametrize("fmt", [None, "sacct"])
+def test_sacct_with_default_fields_is_told_what_it_lacks_and_the_format_to_use(fmt):
+    # captured: `sacct -P -a -j 1,2,3` with sacct's default fields
+    path = FIXTURES / "sacct_default_fields.txt"
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == (f"{path}: the sacct -P header lacks Submit; AllocTRES (or ReqTRES, AllocGRES, "
+                                  f"ReqGRES); ElapsedRaw (or Elapsed, or Start and End); {SACCT_ADVICE}")
+
+
+@pytest.mark.parametrize("fmt", [None, "sacct"])
+def test_sacct_without_p_is_told_to_use_p(fmt):
+    # captured: `sacct -a -j 1,2,3`, the fixed-width table
+    path = FIXTURES / "sacct_fixed_width.txt"
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == (f"{path}: sacct's fixed-width table, which cannot be split into fields; "
+                                  f"{SACCT_ADVICE}")
+
+
+@pytest.mark.parametrize(("fmt", "message"), [
+    (None, "the file is empty; a trace is expected (acme, helios, sacct, sacct-json, transit-json)"),
+    ("sacct", f"the file is empty; {SACCT_ADVICE}"),
+    ("sacct-json", "the file is empty; JSON is expected"),
+    ("transit-json", "the file is empty; JSON is expected"),
+])
+def test_an_empty_file_is_called_empty(tmp_path, fmt, message):
+    path = tmp_path / "jobs.txt"
+    path.write_text("")
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == f"{path}: {message}"
 
 
 def test_over_a_thousand_malformed_rows_all_counted(tmp_path):

@@ -29,8 +29,11 @@ MAX_DURATION_DAYS = 366
 MAX_DURATION_S = MAX_DURATION_DAYS * 86400.0
 
 # Final states that mean the row is not a finished job: replaying it would use a partial run time.
-UNFINISHED_STATES = frozenset({"RUNNING", "PENDING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "RESIZING",
-                               "CONFIGURING", "COMPLETING", "STOPPED", "SIGNALING", "STAGE_OUT"})
+UNFINISHED_STATES = frozenset({"RUNNING", "PENDING", "SUSPENDED", "RESIZING", "CONFIGURING", "COMPLETING",
+                               "STOPPED", "SIGNALING", "STAGE_OUT"})
+# A run that ended in a requeue: it held its GPUs from Start to End, so it is replayed as a run of
+# its own (``sacct -D`` lists each such run beside the job's final one, under the same JobID).
+REQUEUED_STATES = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 
 HET_COMPONENT = "het-job component (merged into its job)"
 OLDER_DUPLICATE = "an older record of a job id that appears again (--dedupe)"
@@ -125,7 +128,7 @@ class TraceLoad:
         each id wins (the latest End, unset counting as earliest; then the later in the file)."""
         positions: dict[str, list[int]] = {}
         for index, (_, job, _, _) in enumerate(self.offered):
-            positions.setdefault(job.job_id, []).append(index)
+            positions.setdefault(record_key(job), []).append(index)
         repeated = {job_id: where for job_id, where in positions.items() if len(where) > 1}
         if repeated and not dedupe:
             raise UsageError(f"{source}: {counted_ids(repeated, self.offered, self.line_unit)}; overlapping exports? "
@@ -189,6 +192,13 @@ class TraceLoad:
         }
 
 
+def record_key(job: Job) -> str:
+    """What makes a record one run: its job id, and for a run ended by a requeue its start too."""
+    if job.state in REQUEUED_STATES and job.start is not None:
+        return f"{job.job_id} (run requeued, started {job.start:.0f})"
+    return job.job_id
+
+
 def counted_ids(repeated: dict[str, list[int]], offered: list, unit: str) -> str:
     """ "2 job ids appear more than once: 7 (lines 2, 9), 8 (lines 3, 10)", the first ``IDS_NAMED``."""
     named = sorted(repeated, key=lambda job_id: repeated[job_id][0])
@@ -231,6 +241,9 @@ def merge_het_components(load: TraceLoad, components: dict[str, list[tuple[int, 
 def load_json(path: str) -> object:
     """A whole JSON trace document; a file that is not JSON is one clear error."""
     with open(path, encoding="utf-8") as handle:
+        if not handle.read(4096).strip():
+            raise UsageError(f"{path}: the file is empty; JSON is expected")
+        handle.seek(0)
         try:
             return json.load(handle)
         except json.JSONDecodeError as exc:

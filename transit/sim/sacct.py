@@ -28,6 +28,8 @@ from transit.sim.jobs import Job, TraceLoad, unfinished
 GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NODE_COLUMNS = ("NNodes", "AllocNodes")
 UNSET_TIMES = frozenset({"", "Unknown", "None"})
+EXPORT_FORMAT = "JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State"
+EXPORT_ADVICE = f"export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END --format={EXPORT_FORMAT}"
 
 
 def parse_time(text: str) -> float | None:
@@ -74,19 +76,36 @@ def parse_gpus(text: str) -> int:
     return typed
 
 
+def fixed_width(first: str, second: str) -> bool:
+    """Whether two lines open sacct's default output: a space-aligned header over dashes (no -P)."""
+    return "JobID" in first.split() and bool(second.strip()) and set(second.strip()) <= {"-", " "}
+
+
+def missing_fields(col: dict[str, int]) -> list[str]:
+    """The fields an export lacks, each with the ones that can stand in for it."""
+    missing = [name for name in ("JobID", "Submit") if name not in col]
+    if not any(name in col for name in GPU_COLUMNS):
+        missing.append(f"AllocTRES (or {', '.join(GPU_COLUMNS[1:])})")
+    if not ("ElapsedRaw" in col or "Elapsed" in col or ("Start" in col and "End" in col)):
+        missing.append("ElapsedRaw (or Elapsed, or Start and End)")
+    return missing
+
+
 def read(path: str) -> TraceLoad:
     load = TraceLoad(source=path, fmt="sacct")
     with open(path, encoding="utf-8") as handle:
+        first = handle.readline()
+        if not first.strip():
+            raise UsageError(f"{path}: the file is empty; {EXPORT_ADVICE}")
+        if "|" not in first and fixed_width(first, handle.readline()):
+            raise UsageError(f"{path}: sacct's fixed-width table, which cannot be split into fields; {EXPORT_ADVICE}")
+        handle.seek(0)
         header = handle.readline().rstrip("\n").split("|")
         col = {name: i for i, name in enumerate(header)}
-        if "JobID" not in col or "Submit" not in col:
-            raise UsageError(f"{path}: not a sacct -P export, header lacks JobID and Submit")
+        missing = missing_fields(col)
+        if missing:
+            raise UsageError(f"{path}: the sacct -P header lacks {'; '.join(missing)}; {EXPORT_ADVICE}")
         gpu_cols = [col[name] for name in GPU_COLUMNS if name in col]
-        if not gpu_cols:
-            raise UsageError(f"{path}: sacct export has none of {', '.join(GPU_COLUMNS)}; add AllocTRES")
-        has_run_time = "ElapsedRaw" in col or "Elapsed" in col or ("Start" in col and "End" in col)
-        if not has_run_time:
-            raise UsageError(f"{path}: sacct export needs ElapsedRaw, Elapsed or Start and End")
         node_col = next((col[name] for name in NODE_COLUMNS if name in col), None)
         for line_no, line in enumerate(handle, start=2):
             line = line.rstrip("\n")

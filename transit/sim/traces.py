@@ -31,9 +31,15 @@ def detect_format(path: str) -> str:
         if isinstance(document.get("jobs"), list):
             return "sacct-json"
         raise UsageError(f"{path}: JSON that is neither sacct --json nor {project_json.SCHEMA}")
-    first = head.splitlines()[0] if head else ""
+    lines = head.splitlines()
+    if not head.strip():
+        raise UsageError(f"{path}: the file is empty; a trace is expected ({', '.join(FORMATS)})")
+    first = lines[0]
     if "|" in first:
         return "sacct"
+    if len(lines) > 1 and sacct.fixed_width(first, lines[1]):
+        raise UsageError(f"{path}: sacct's fixed-width table, which cannot be split into fields; "
+                         f"{sacct.EXPORT_ADVICE}")
     columns = {name.strip() for name in first.split(",")}
     if "vc" in columns and "gpu_num" in columns:
         return "helios"
