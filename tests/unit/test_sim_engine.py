@@ -286,3 +286,22 @@ def test_with_contention_and_backfill_every_start_is_at_a_real_event():
         events = set(trace.submit.tolist()) | set(run.end[run.ran].tolist())
         assert (run.contention_s > 0).sum() > 50
         assert [s for s in run.start[run.ran].tolist() if s not in events] == []
+
+
+@pytest.mark.parametrize(("every_s", "settles"), [(20.0, False), (30.0, True)])
+def test_an_overloaded_trace_is_called_unsettled(every_s, settles):
+    # 1-node 100-s jobs on 4 nodes: one every 20 s needs 5 nodes (the queue grows for ever), one every
+    # 30 s needs 3.3 (it never forms)
+    trace = prepare([Job(str(i), i * every_s, 100.0, 8) for i in range(400)])
+    document, _, _ = study(trace, Setup(1, 8, 0.5, network=NO_NETWORK))
+    grows = document["baseline"]["backlog"]
+    assert grows["settles"] is settles
+    quarter = grows["last_s"] - grows["first_s"]
+    if settles:
+        assert grows["queued_at_last"] == 0 and abs(grows["work_growth_s"]) < 1
+        assert not any("backlog does not settle" in note for note in document["warnings"])
+    else:
+        # offered 5 nodes' work on 4: the cluster falls behind by a quarter of the time that passes
+        assert grows["work_growth_s"] == pytest.approx(0.25 * quarter, rel=0.05)
+        assert grows["queued_at_last"] > grows["queued_at_first"] > 0
+        assert any(note.startswith("the baseline's backlog does not settle") for note in document["warnings"])

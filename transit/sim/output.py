@@ -268,7 +268,7 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
                 "intra->inter slowdown", "left out of both (jobs, GPU-h)", "cross-rack traffic", "inter-node traffic",
                 "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput",
-                "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node"]
+                "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node", "backlog settles (base / TRANSIT)"]
 
 
 def _change_cell(entry: dict) -> str:
@@ -295,6 +295,7 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
             row.append(_change_cell(entry))
         row.append(number(study["baseline"]["gpu_utilization_pct"], "%"))
         row.append(number(study["transit"]["eligible"]["single_node_share_pct"], "%"))
+        row.append(" / ".join("yes" if study[name]["backlog"]["settles"] else "**no**" for name in ("baseline", "transit")))
         rows.append(row)
     return rows
 

@@ -125,6 +125,20 @@ def _moved_note(entry: dict, parts: dict, efficiency: str) -> str:
             f"the efficiency assumption ({efficiency}) {signed(parts['efficiency'], unit)}")
 
 
+def backlog_notes(summaries: dict[str, dict]) -> list[str]:
+    """A note per replay whose queue still grows over the last quarter of the trace."""
+    notes = []
+    for name, summary in summaries.items():
+        grows = summary["backlog"]
+        if grows["settles"]:
+            continue
+        notes.append(f"the {name}'s backlog does not settle: over the last quarter of the trace, jobs waiting went "
+                     f"from {grows['queued_at_first']:,} to {grows['queued_at_last']:,} and the cluster fell "
+                     f"{number(grows['work_growth_s'], 's')} further behind; it is offered more than it can run, so "
+                     "its queue figures grow with the trace's length: compare them only at one length")
+    return notes
+
+
 def _warnings(comparison: dict, attribution: dict, jobs: dict, validation: dict | None, efficiency: str,
               unholdable: dict | None, unholdable_reason: str) -> list[str]:
     notes = []
@@ -227,7 +241,8 @@ def study(trace: Trace, setup: Setup, baseline: Run | None = None, progress=None
         "attribution": attribution,
         "unholdable_study": unholdable,
         "transitions": transitions(base, transit, sized.reduced, sized.eligible),
-        "warnings": _reduction_notes(setup) + _warnings(comparison, attribution, jobs, validation, efficiency,
+        "warnings": _reduction_notes(setup) + backlog_notes({"baseline": base_summary, "TRANSIT replay": transit_summary})
+        + _warnings(comparison, attribution, jobs, validation, efficiency,
                                                         unholdable, too_big_for_baseline(setup)),
         "replay_seconds": {"baseline": round(base.seconds, 3), "transit": round(transit.seconds, 3)},
     }
