@@ -145,6 +145,9 @@ def test_a_trace_where_every_job_is_dropped_exits_2_with_one_line():
 @pytest.mark.parametrize(("argv", "message"), [
     (["simulate", "--format", "acme"], "--format needs --trace"),
     (["simulate", "--dedupe"], "--dedupe needs --trace"),
+    (["simulate", "--racks", "2", "--nodes", "4"], "--racks and --nodes both size the cluster"),
+    (["simulate", "--backfill-interval", "30"], "--backfill-interval 30: expected 0 or more seconds, with --backfill"),
+    (["simulate", "--backfill", "--backfill-interval", "-1"], "--backfill-interval -1"),
     (["simulate", "--trace", str(FIXTURES / "helios.csv"), "--jobs", "5"], "--jobs sizes a synthetic trace"),
     (["simulate", "--factors", str(FIXTURES / "helios.csv")], "cannot read JSON"),
     (["simulate", "--slowdown", "1.5"], "intra_to_inter_slowdown"),

@@ -47,6 +47,21 @@ def test_backfill_starts_the_short_job_before_the_blocked_head():
     assert result.start == [0.0, 100.0, 20.0]    # C ends at 50, before B's shadow time of 100
 
 
+def test_backfill_every_interval_waits_for_the_next_pass():
+    # as Slurm's bf_interval: C fits at 20 but the pass runs at 30 (ends at 60, before B's shadow)
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, backfill_interval=30.0)
+    assert result.start == [0.0, 100.0, 30.0]
+
+
+def test_backfill_plans_with_the_time_limits_when_given():
+    # C runs 30 s but asked for 200: planned past B's shadow (100), it waits as Slurm's backfill would
+    # have it wait; A's limit of 150 puts the shadow at 150, and a C asking 120 fits before it
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, estimate=[100.0, 50.0, 200.0])
+    assert result.start == [0.0, 100.0, 100.0]
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, estimate=[150.0, 50.0, 120.0])
+    assert result.start == [0.0, 100.0, 20.0]
+
+
 def test_backfill_never_delays_the_head():
     # C would run 200 s, past B's shadow time (100): it must not start early
     result = replay(SUBMIT, GPUS, whole(GPUS), [100.0, 50.0, 200.0], Cluster(1, 8), backfill=True)
@@ -305,3 +320,13 @@ def test_an_overloaded_trace_is_called_unsettled(every_s, settles):
         assert grows["work_growth_s"] == pytest.approx(0.25 * quarter, rel=0.05)
         assert grows["queued_at_last"] > grows["queued_at_first"] > 0
         assert any(note.startswith("the baseline's backlog does not settle") for note in document["warnings"])
+
+
+def test_a_cluster_of_a_few_nodes_fills_part_of_a_rack():
+    # the 4-node dev cluster with 4 GPUs per node: 16 GPUs, half a 32-GPU rack
+    cluster = Cluster(1, 4, nodes=4)
+    assert (cluster.total_gpus, cluster.whole_free, cluster.free_gpus) == (16, 4, 16)
+    assert cluster.place(0, 3) is not None and cluster.place(0, 2) is None
+    assert cluster.place(1)[0] == [(3, 1)] and cluster.max_free == 3
+    with pytest.raises(ValueError, match="9 nodes of 4 GPUs do not fill 1 racks"):
+        Cluster(1, 4, nodes=9)

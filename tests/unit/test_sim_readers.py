@@ -275,7 +275,7 @@ def test_a_requeued_run_keeps_its_gpu_time(tmp_path):
 
 
 SACCT_ADVICE = ("export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END "
-                "--format=JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State")
+                "--format=JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State")
 
 
 @pytest.mark.parametrize("fmt", [None, "sacct"])

@@ -110,6 +110,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--baseline-racks", type=_positive_int, metavar="N",
                        help="replay the baseline on N racks instead (e.g. the full-size cluster)")
     model.add_argument("--backfill", action="store_true", help="EASY backfill instead of strict FIFO")
+    model.add_argument("--backfill-interval", type=_number, default=0.0, metavar="S",
+                       help="run backfill passes only every S seconds, as Slurm's bf_interval (its default is "
+                            "30); default 0: at every event")
     model.add_argument("--efficiency", type=_number, metavar="E",
                        help="per-GPU efficiency of a reduced job (default: measured, 0.898)")
     model.add_argument("--efficiency-curve", type=_curve, metavar="CURVE",
@@ -141,6 +144,8 @@ def register(subparsers) -> None:
     _add_input_arguments(parser)
     parser.add_argument("--racks", type=_positive_int, metavar="N",
                         help=f"racks of {RACK_GPUS} GPUs (default: 72 Seren, 76 Kalos, {DEFAULT_RACKS} for a trace)")
+    parser.add_argument("--nodes", type=_positive_int, metavar="N",
+                        help="a cluster of N nodes instead of whole racks (a small cluster; the last rack is part-filled)")
     parser.add_argument("--gpus-per-node", type=int, choices=GPUS_PER_NODE_CHOICES, default=8)
     parser.add_argument("--reduction", type=_reduction, default=0.5, metavar="R",
                         help="fraction of nodes an eligible job gives up (default 0.5)")
@@ -173,6 +178,9 @@ def register(subparsers) -> None:
 
 def _model(args: argparse.Namespace) -> tuple[Factors, Efficiency, Network]:
     """The model's parameters from the command line, checked before anything runs."""
+    if args.backfill_interval < 0 or (args.backfill_interval and not args.backfill):
+        raise UsageError(f"--backfill-interval {args.backfill_interval:g}: expected 0 or more seconds, "
+                         "with --backfill")
     factors, efficiency = read_factors(args.factors) if args.factors else (Factors(), Efficiency())
     overrides = {name: value for name, value in (("inter_to_intra_speedup", args.speedup),
                                                   ("intra_to_inter_slowdown", args.slowdown),
@@ -266,13 +274,15 @@ def write_audit(args: argparse.Namespace, trace: Trace, studies: list[tuple[int,
 
 def main(args: argparse.Namespace) -> int:
     factors, efficiency, network = _model(args)
-    racks = args.racks or _default_racks(args)
+    if args.nodes and args.racks:
+        raise UsageError("--racks and --nodes both size the cluster: give one of them")
+    racks = -(-args.nodes * args.gpus_per_node // RACK_GPUS) if args.nodes else args.racks or _default_racks(args)
     load, synthetic_info = _load(args)
     if args.save_trace:
         write_trace(args.save_trace, load.jobs, load.source)
     trace = prepare(load.jobs)
     setup = Setup(racks, args.gpus_per_node, args.reduction, args.placement, args.backfill, factors,
-                  args.baseline_racks, efficiency, network)
+                  args.baseline_racks, efficiency, network, args.nodes, args.backfill_interval)
     check_not_all_dropped(trace, setup)
     with replay_progress(sys.stderr.isatty()) as progress:
         tasks = {name: progress.add_task(f"{name} replay", total=len(trace)) for name in ("baseline", "transit")}
@@ -303,7 +313,8 @@ def sweep_main(args: argparse.Namespace) -> int:
     racks = args.racks_list or [_default_racks(args)]
     load, synthetic_info = _load(args)
     trace = prepare(load.jobs)
-    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks, efficiency, network)
+    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks, efficiency, network,
+                 backfill_interval=args.backfill_interval)
     points = sweep.setups(racks, args.gpn_list, args.reductions, args.placements, args.speedups,
                           args.slowdowns, base)
     for point in points:

@@ -56,6 +56,7 @@ class Job:
     params: float | None = None   # model parameters, where the trace says (transit.trace/1)
     dp: int | None = None         # data-parallel degree, where the trace says
     tp: int | None = None         # tensor-parallel degree (within a node), where the trace says
+    time_limit: float | None = None   # seconds the job asked for (sacct Timelimit), where the trace says
 
 
 def meaningful_gpu_job(job: Job) -> str | None:

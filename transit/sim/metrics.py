@@ -82,8 +82,8 @@ def backlog(run: Run, submit: np.ndarray) -> dict:
     jobs = _waiting(moments, arrived, began, np.ones(len(arrived)))
     work = _waiting(moments, arrived, began, (run.gpus * run.run_time)[ran] / run.total_gpus)
     growth = float(np.polyfit(moments, work, 1)[0] * (last - first))
-    return {"first_s": float(first), "last_s": last, "queued_at_first": int(round(jobs[0])),
-            "queued_at_last": int(round(jobs[-1])), "work_growth_s": growth,
+    return {"first_s": float(first), "last_s": last, "queued_at_first": int(jobs[0]),
+            "queued_at_last": int(jobs[-1]), "work_growth_s": growth,
             "settles": bool(growth <= BACKLOG_GROWTH_SHARE * (last - first))}
 
 

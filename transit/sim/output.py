@@ -135,8 +135,9 @@ def unholdable_lines(study: dict) -> list[str]:
     separate = study.get("unholdable_study")
     if separate is None:
         return []
-    return [f"separate study: TRANSIT replayed again with the {separate['admitted_jobs']:,} jobs only it can hold "
-            f"({number(separate['admitted_gpu_h'], 'GPU-h')}); the jobs both scenarios replay, without -> with them:"] + [
+    head = (f"separate study: TRANSIT replayed again with the {separate['admitted_jobs']:,} jobs only it can hold "
+            f"({number(separate['admitted_gpu_h'], 'GPU-h')}); the jobs both scenarios replay, without -> with them:")
+    return [head] + [
         f"  {entry['label']}: {number(entry['baseline'], entry['unit'])} -> {number(entry['transit'], entry['unit'])} "
         f"({signed(entry['change'], entry['unit'])})" for entry in separate["comparison"].values()]
 
@@ -154,6 +155,11 @@ def validation_lines(validation: dict | None) -> list[str]:
                      f"p90 {number(rec['p90_s'], 's')}, replayed p50 {number(rep['p50_s'], 's')} p90 "
                      f"{number(rep['p90_s'], 's')}; absolute error p50 {number(cluster['abs_error_p50_s'], 's')} "
                      f"p90 {number(cluster['abs_error_p90_s'], 's')}: the replay {verdict} its queues")
+        wait_error, order = cluster["mean_wait_error_pct"], cluster["start_order_rank_correlation"]
+        lines.append(f"    mean queue recorded {number(rec['mean_s'], 's')}, replayed {number(rep['mean_s'], 's')} "
+                     f"({'n/a' if wait_error is None else f'{wait_error:+.1f} %'}); per-job absolute error mean "
+                     f"{number(cluster['abs_error_mean_s'], 's')}; start-order rank correlation "
+                     f"{'n/a' if order is None else f'{order:.4f}'}")
     return lines
 
 

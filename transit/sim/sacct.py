@@ -3,7 +3,7 @@
 A suitable export (one row per job; ``-X`` leaves out the step rows)::
 
     SLURM_TIME_FORMAT=%s sacct -P -a -X -S 2024-01-01 -E now \\
-        --format=JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State > jobs.txt
+        --format=JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State > jobs.txt
 
 Field forms, from sacct(1) of Slurm 22.05 (the version installed here): ``JobID`` is ``123``,
 ``123_4`` for an array task, ``123+1`` for a heterogeneous-job component, with ``.batch``,
@@ -13,7 +13,8 @@ zone, so export and read with the same ``TZ``), ``Unknown``/``None`` when unset.
 ``[D-]HH:MM:SS``; ``ElapsedRaw`` seconds. ``State`` may carry a reason (``CANCELLED by 1000``).
 Run time comes from ``ElapsedRaw``, else ``Elapsed``, else ``End - Start``. GPUs come from
 ``AllocTRES`` (``gres/gpu=N``, or the sum of typed ``gres/gpu:TYPE=N``), else ``ReqTRES``, else
-``AllocGRES``/``ReqGRES`` (``gpu:N``). Nodes from ``NNodes`` (or ``AllocNodes``).
+``AllocGRES``/``ReqGRES`` (``gpu:N``). Nodes from ``NNodes`` (or ``AllocNodes``). The time limit,
+which backfill plans with, from ``TimelimitRaw`` (minutes) or ``Timelimit``, where exported.
 Step rows are counted as filtered; het-job components are merged into one job.
 """
 
@@ -28,7 +29,7 @@ from transit.sim.jobs import Job, TraceLoad, unfinished
 GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NODE_COLUMNS = ("NNodes", "AllocNodes")
 UNSET_TIMES = frozenset({"", "Unknown", "None"})
-EXPORT_FORMAT = "JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State"
+EXPORT_FORMAT = "JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State"
 EXPORT_ADVICE = f"export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END --format={EXPORT_FORMAT}"
 
 
@@ -146,10 +147,24 @@ def read(path: str) -> TraceLoad:
                 load.filtered["never started"] += 1
                 continue
             cluster = row[col["Cluster"]] if "Cluster" in col else ""
-            job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster)
+            job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster,
+                      time_limit=_time_limit(row, col))
             leader, plus, _ = job_id.partition("+")
             load.offer(line_no, job, end, leader if plus else "")
     return load
+
+
+def _time_limit(row: list[str], col: dict[str, int]) -> float | None:
+    """Seconds from ``TimelimitRaw`` (minutes) or ``Timelimit`` (``[D-]HH:MM:SS``); None when unset,
+    ``UNLIMITED`` or ``Partition_Limit`` (the partition's, which the export does not say)."""
+    try:
+        if "TimelimitRaw" in col and row[col["TimelimitRaw"]].strip().isdigit():
+            return 60.0 * int(row[col["TimelimitRaw"]])
+        if "Timelimit" in col and row[col["Timelimit"]].strip()[:1].isdigit():
+            return parse_elapsed(row[col["Timelimit"]])
+    except ValueError:
+        pass
+    return None
 
 
 def _run_time(row: list[str], col: dict[str, int], start: float | None, end: float | None) -> float | None:

@@ -5,7 +5,7 @@ shows it); ``time.submission``, ``time.start``, ``time.end``, ``time.elapsed`` (
 seconds; in 23.02+ each may be ``{"set": bool, "infinite": bool, "number": N}``);
 ``tres.allocated`` (else ``tres.requested``), a list of ``{"type": "gres", "name": "gpu", "count": N}``;
 ``allocation_nodes``; ``cluster``; ``state.current`` (a string in 22.05, a list of strings later);
-``het.job_id`` (the leader, 0 for an ordinary job) and ``het.job_offset``. Step records are not
+``het.job_id`` (the leader, 0 for an ordinary job) and ``het.job_offset``; ``time.limit`` (minutes). Step records are not
 read. Bad records are numbered by their place in ``jobs`` (from 1), not by line.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 from transit import slurm
 from transit.errors import UsageError
 from transit.sim.jobs import Job, TraceLoad, load_json, unfinished
+
+INFINITE_MINUTES = 0xFFFFFFFE   # Slurm's NO_VAL - 1 and INFINITE (2^32 - 1): no limit
 
 
 def gpu_count(tres: object) -> int:
@@ -65,8 +67,10 @@ def read_document(document: dict, source: str) -> TraceLoad:
         tres = record.get("tres") or {}
         gpus = gpu_count(tres.get("allocated")) or gpu_count(tres.get("requested"))
         nodes = slurm.number(record.get("allocation_nodes"))
+        limit = slurm.number(times.get("limit"))     # minutes; 22.05 writes INFINITE as 2^32 - 1
         job = Job(job_id(record, label), submit, duration, gpus, state,
-                  int(nodes) if nodes else None, start, str(record.get("cluster") or ""))
+                  int(nodes) if nodes else None, start, str(record.get("cluster") or ""),
+                  time_limit=60.0 * limit if limit is not None and 0 < limit < INFINITE_MINUTES else None)
         het = record.get("het") or {}
         leader = slurm.number(het.get("job_id"))
         if leader:      # a component's id as sacct -P shows it: LEADER+OFFSET

@@ -24,14 +24,12 @@ from transit.sim.scenario import (
     describe_setup,
     held_by_transit,
     left_out,
-    nodes_per_cluster,
     run_baseline,
     run_transit,
     shape,
     too_big_for_baseline,
 )
 from transit.sim.validation import validate
-
 
 HOUR_S = 3600.0
 MEASURED_REDUCTION_MAX = 0.75   # the paper's efficiency curve (section 4.2) ends at 75 % of nodes removed
@@ -59,12 +57,11 @@ def _left_out(trace: Trace, reasons: list[str]) -> dict:
 def check_not_all_dropped(trace: Trace, setup: Setup) -> None:
     """Refuse a setup under which no job could be replayed (before any replay starts)."""
     sized = shape(trace, setup)
-    for name, racks, nodes in (("baseline", setup.baseline_cluster_racks, sized.nodes),
-                               ("TRANSIT", setup.racks, sized.transit_nodes)):
-        limit = nodes_per_cluster(racks, setup.gpus_per_node)
+    for name, limit, nodes in (("baseline", setup.baseline_cluster_nodes, sized.nodes),
+                               ("TRANSIT", setup.cluster_nodes, sized.transit_nodes)):
         if len(trace) and not (nodes <= limit).any():
-            raise UsageError(f"all {len(trace):,} jobs dropped from the {name} replay: each is larger than the "
-                             f"{limit} nodes of {racks} racks (the smallest takes {int(nodes.min())}); raise --racks")
+            raise UsageError(f"all {len(trace):,} jobs dropped from the {name} replay: each is larger than its "
+                             f"{limit} nodes (the smallest takes {int(nodes.min())}); raise --racks")
     if len(trace) and all(left_out(setup, sized)):
         raise UsageError(f"all {len(trace):,} jobs left out: none fits both the baseline's and TRANSIT's cluster; "
                          "raise --racks")
@@ -106,9 +103,9 @@ def _attribution(comparison: dict, at_efficiency_1: dict | None) -> dict:
 def _reduction_notes(setup: Setup) -> list[str]:
     if setup.reduction <= MEASURED_REDUCTION_MAX:
         return []
-    return [f"r = {setup.reduction:g} removes more than {100 * MEASURED_REDUCTION_MAX:.0f} % of each eligible job's nodes: "
-            "beyond anything the efficiency was measured on (the paper's curve ends at 75 % removed, this "
-            "project's 0.898 is at 50 %), so every figure here extrapolates"]
+    return [(f"r = {setup.reduction:g} removes more than {100 * MEASURED_REDUCTION_MAX:.0f} % of each eligible "
+             "job's nodes: beyond anything the efficiency was measured on (the paper's curve ends at 75 % "
+             "removed, this project's 0.898 is at 50 %), so every figure here extrapolates")]
 
 
 def _moved_note(entry: dict, parts: dict, efficiency: str) -> str:

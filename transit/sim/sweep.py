@@ -62,8 +62,8 @@ def setups(racks: list[int], gpus_per_node: list[int], reductions: list[float], 
 def _baseline_key(trace: Trace, setup: Setup) -> tuple:
     """What a baseline replay depends on, including which jobs both scenarios replay."""
     replayed = hashlib.sha1(np.array([not r for r in left_out(setup, shape(trace, setup))]).tobytes()).hexdigest()
-    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill, setup.network,
-            replayed)
+    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill,
+            setup.backfill_interval, setup.network, replayed)
 
 
 def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: bool = False,
