@@ -263,15 +263,13 @@ def test_repeated_ids_in_sacct_json_are_refused_too(tmp_path):
     assert [j.job_id for j in read_trace(str(path), dedupe=True).jobs] == ["8", "7"]
 
 
-def test_a_requeued_run_keeps_its_gpu_time(tmp_path):
-    # sacct -D: job 300 ran 600 s, was requeued, then ran 3600 s to the end; both runs held 8 GPUs
-    path = tmp_path / "requeued.txt"
-    path.write_text("\n".join([SACCT_HEADER, sacct_row(end="1700000610", elapsed="600", state="REQUEUED"),
-                               sacct_row(start="1700000700", end="1700004300")]) + "\n")
-    load = read_trace(str(path), "sacct")
-    assert [(j.job_id, j.state, j.duration, j.gpus) for j in load.jobs] == [
-        ("300", "REQUEUED", 600, 8), ("300", "COMPLETED", 3600, 8)]
-    assert load.bad == {}
+def test_a_requeued_run_keeps_its_gpu_time():
+    # captured: `sacct -P -D -X` of a 2-node 8-GPU job requeued (scontrol requeue) 1 s into its
+    # first run; it ran again 146 s later for 8 s. Both runs held the GPUs, under the same JobID.
+    load = read_trace(str(FIXTURES / "sacct_requeued.txt"))
+    assert [(j.job_id, j.state, j.duration, j.gpus, j.nodes) for j in load.jobs] == [
+        ("1", "REQUEUED", 1, 8, 2), ("1", "COMPLETED", 8, 8, 2)]
+    assert load.bad == {} and load.summary()["duplicate_ids"]["ids"] == 0
 
 
 SACCT_ADVICE = ("export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END "
