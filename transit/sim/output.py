@@ -165,8 +165,10 @@ def validation_lines(validation: dict | None) -> list[str]:
 
 def _title(study: dict) -> str:
     setup = study["setup"]
-    where = f"{setup['baseline_racks']} racks" + (" (same cluster)" if setup["baseline_racks"] == setup["racks"] else "")
-    return (f"baseline on {where}, TRANSIT on {setup['racks']} racks; {setup['gpus_per_node']} GPUs/node, "
+    same = setup["baseline_nodes"] == setup["nodes"]
+    where = f"{setup['baseline_nodes']} nodes in {setup['baseline_racks']} racks" + (" (same cluster)" if same else "")
+    return (f"baseline on {where}, TRANSIT on {setup['nodes']} nodes in {setup['racks']} racks; "
+            f"{setup['gpus_per_node']} GPUs/node, "
             f"r = {setup['reduction']}, {setup['placement']}, {'backfill' if setup['backfill'] else 'FIFO'}")
 
 

@@ -110,8 +110,7 @@ def _reduction_notes(setup: Setup) -> list[str]:
 
 def _moved_note(entry: dict, parts: dict, efficiency: str) -> str:
     unit = entry["unit"]
-    head = (f"{entry['label']} {'rises' if entry['lower_is_better'] else 'falls'} with TRANSIT"
-            if metrics.worse(entry) else f"{entry['label']} moves with TRANSIT")
+    head = f"{entry['label']} {'rises' if entry['change'] > 0 else 'falls'} with TRANSIT"
     text = (f"{head}: {number(entry['baseline'], unit)} -> {number(entry['transit'], unit)} "
             f"({signed(entry['change'], unit)})")
     if parts["longer_jobs"] is None:
