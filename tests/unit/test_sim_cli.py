@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from transit.errors import UsageError
-from transit.sim import register, synthetic
+from transit.sim import output, register, synthetic
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"
 
@@ -29,7 +29,7 @@ def test_trace_file_json(capsys):
                      "--gpus-per-node", "8", "--reduction", "0.5", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
-    assert document["schema"] == "transit.sim/2"
+    assert document["schema"] == "transit.sim/3"
     assert document["trace"]["bad_rows"] == 1 and document["trace"]["filtered_rows"] == 2
     assert document["trace"]["bad_by_reason"] == {"gpu_num or node_num is not a number": {"count": 1, "lines": [7]}}
     jobs = document["jobs"]
@@ -78,7 +78,7 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
                      "--markdown", str(markdown)], capsys)
     assert code == 0
     document = json.loads(out)
-    assert document["schema"] == "transit.sim-sweep/2"
+    assert document["schema"] == "transit.sim-sweep/3"
     studies = document["studies"]
     assert [(s["setup"]["gpus_per_node"], s["setup"]["reduction"]) for s in studies] == [
         (4, 0.25), (4, 0.5), (8, 0.25), (8, 0.5)]
@@ -87,9 +87,10 @@ def test_sweep_matches_single_studies(capsys, tmp_path):
     assert json.loads(single)["comparison"] == studies[2]["comparison"]
     table = markdown.read_text()
     assert table.count("\n") == 2 + 4
-    # each study's row says how many jobs each replay dropped
-    dropped = studies[0]["jobs"]["dropped"]
-    assert f"| {dropped['baseline']['count']} / {dropped['transit']['count']} |" in table.splitlines()[2]
+    # each study's row says how many jobs both replays left out, and their GPU-hours
+    left = studies[0]["jobs"]["left_out"]
+    assert left["count"] > 0
+    assert f"| {left['count']} ({output.number(left['gpu_h'], 'GPU-h')}) |" in table.splitlines()[2]
 
 
 def test_sweep_over_placements_and_slowdowns(capsys):
@@ -102,12 +103,12 @@ def test_sweep_over_placements_and_slowdowns(capsys):
     assert setups == [(r, p, y) for r in (8, 16) for p in ("pack", "spread") for y in (0.0, 0.55)]
 
 
-def test_each_study_of_a_sweep_drops_only_what_its_own_cluster_cannot_hold(capsys):
+def test_each_study_of_a_sweep_leaves_out_only_what_its_own_cluster_cannot_hold(capsys):
     code, out = run(["simulate", "sweep", "--workload", "kalos", "--jobs", "2000", "--seed", "4",
                      "--racks", "8,76", "--gpus-per-node", "8", "--reductions", "0.5", "--json"], capsys)
     assert code == 0
     studies = json.loads(out)["studies"]
-    small, full = (s["jobs"]["dropped"]["baseline"]["count"] for s in studies)
+    small, full = (s["jobs"]["left_out"]["count"] for s in studies)
     assert small > 0 and full == 0
 
 
@@ -143,6 +144,10 @@ def test_a_trace_where_every_job_is_dropped_exits_2_with_one_line():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["simulate", "--format", "acme"], "--format needs --trace"),
+    (["simulate", "--dedupe"], "--dedupe needs --trace"),
+    (["simulate", "--racks", "2", "--nodes", "4"], "--racks and --nodes both size the cluster"),
+    (["simulate", "--backfill-interval", "30"], "--backfill-interval 30: expected 0 or more seconds, with --backfill"),
+    (["simulate", "--backfill", "--backfill-interval", "-1"], "--backfill-interval -1"),
     (["simulate", "--trace", str(FIXTURES / "helios.csv"), "--jobs", "5"], "--jobs sizes a synthetic trace"),
     (["simulate", "--factors", str(FIXTURES / "helios.csv")], "cannot read JSON"),
     (["simulate", "--slowdown", "1.5"], "intra_to_inter_slowdown"),
@@ -211,3 +216,27 @@ def test_one_cluster_of_a_multi_cluster_export(tmp_path, capsys):
     assert validation["replayed_queue"]["p50_s"] == 0 and validation["abs_error_p90_s"] == pytest.approx(3560 - 0.1 * 3550)
     with pytest.raises(UsageError, match="--cluster 'gamma': the trace's clusters are 'alpha', 'beta'"):
         run(["simulate", "--trace", str(trace), "--cluster", "gamma"], capsys)
+
+
+def test_dedupe_names_the_repeated_ids_in_one_line(tmp_path, capsys):
+    trace = tmp_path / "jobs.txt"
+    lines = TWO_CLUSTERS.splitlines()
+    trace.write_text("\n".join(lines + lines[1:3]) + "\n")          # jobs 1 and 2 exported twice
+    result = transit_cli("--trace", str(trace), "--racks", "2")
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert "2 job ids appear more than once: 1 (lines 2, 5), 2 (lines 3, 6)" in result.stderr
+    _, out = run(["simulate", "--trace", str(trace), "--racks", "2", "--dedupe"], capsys)
+    assert ("--dedupe: 2 job ids appeared more than once; the latest record of each kept (latest End, then the "
+            "later line), 2 older rows left out: 1, 2") in out
+
+
+def test_a_reduction_above_three_quarters_carries_a_note(capsys):
+    _, out = run(["simulate", "--workload", "kalos", "--jobs", "300", "--racks", "8", "--reduction", "0.95",
+                  "--json"], capsys)
+    assert json.loads(out)["warnings"][0] == (
+        "r = 0.95 removes more than 75 % of each eligible job's nodes: beyond anything the efficiency was measured "
+        "on (the paper's curve ends at 75 % removed, this project's 0.898 is at 50 %), so every figure here "
+        "extrapolates")
+    _, out = run(["simulate", "--workload", "kalos", "--jobs", "300", "--racks", "8", "--reduction", "0.75",
+                  "--json"], capsys)
+    assert not any(note.startswith("r = ") for note in json.loads(out)["warnings"])

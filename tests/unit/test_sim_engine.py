@@ -47,6 +47,21 @@ def test_backfill_starts_the_short_job_before_the_blocked_head():
     assert result.start == [0.0, 100.0, 20.0]    # C ends at 50, before B's shadow time of 100
 
 
+def test_backfill_every_interval_waits_for_the_next_pass():
+    # as Slurm's bf_interval: C fits at 20 but the pass runs at 30 (ends at 60, before B's shadow)
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, backfill_interval=30.0)
+    assert result.start == [0.0, 100.0, 30.0]
+
+
+def test_backfill_plans_with_the_time_limits_when_given():
+    # C runs 30 s but asked for 200: planned past B's shadow (100), it waits as Slurm's backfill would
+    # have it wait; A's limit of 150 puts the shadow at 150, and a C asking 120 fits before it
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, estimate=[100.0, 50.0, 200.0])
+    assert result.start == [0.0, 100.0, 100.0]
+    result = replay(SUBMIT, GPUS, whole(GPUS), DURATION, Cluster(1, 8), backfill=True, estimate=[150.0, 50.0, 120.0])
+    assert result.start == [0.0, 100.0, 20.0]
+
+
 def test_backfill_never_delays_the_head():
     # C would run 200 s, past B's shadow time (100): it must not start early
     result = replay(SUBMIT, GPUS, whole(GPUS), [100.0, 50.0, 200.0], Cluster(1, 8), backfill=True)
@@ -179,16 +194,51 @@ def test_node_counts_from_the_trace_make_a_job_eligible():
     assert base.nodes.tolist() == [4] and base.held_gpus.tolist() == [32]
 
 
-def test_reduction_comes_before_the_fits_in_cluster_check():
-    # 128 GPUs = 16 nodes = 4 racks: too big for a 2-rack baseline, fits 2 racks at r = 0.5
+def test_both_scenarios_replay_the_same_jobs_and_the_unholdable_ones_get_their_own_row():
+    # 128 GPUs = 16 nodes = 4 racks: too big for a 2-rack baseline, yet 2 racks at r = 0.5. It is
+    # left out of both replays, so TRANSIT's figures count only jobs the baseline ran too.
     trace = prepare([Job("big", 0, 100.0, 128), Job("small", 0, 100.0, 8)])
     setup = Setup(2, 8, 0.5, network=NO_NETWORK)
     document, base, transit = study(trace, setup)
-    assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [True, True]
-    assert base.drop_reason[0] == "larger than the 8 nodes of 2 racks"
-    assert document["jobs"]["only_transit"] == 1 and document["jobs"]["compared"] == 1
-    assert document["jobs"]["dropped"]["baseline"] == {"count": 1, "by_reason": {
-        "larger than the 8 nodes of 2 racks": 1}}
+    assert base.ran.tolist() == [False, True] and transit.ran.tolist() == [False, True]
+    assert base.drop_reason[0] == transit.drop_reason[0] == "larger than the baseline's 8 nodes of 2 racks"
+    assert document["jobs"]["compared"] == 1
+    assert document["jobs"]["left_out"] == {"count": 1, "gpu_h": pytest.approx(128 * 100 / 3600), "by_reason": {
+        "larger than the baseline's 8 nodes of 2 racks": {"count": 1, "gpu_h": pytest.approx(128 * 100 / 3600)}}}
+    assert document["baseline"]["jobs_replayed"] == document["transit"]["jobs_replayed"] == 1
+    assert document["unholdable_study"] is None
+    assert any("left out of both replays" in note and "--unholdable-study" in note for note in document["warnings"])
+
+
+def test_the_separate_study_says_how_much_the_unholdable_jobs_delay_the_others():
+    # On 2 racks (8 nodes): "big" (16 nodes, 4 racks as is) runs reduced on 8 nodes for 100 / 0.5 x
+    # 1/0.898 s from t=0; "small" (1 node, 100 s) arrives at t=1 and must wait for it.
+    trace = prepare([Job("big", 0, 100.0, 128), Job("small", 1, 100.0, 8)])
+    setup = Setup(2, 8, 0.5, factors=Factors(0.0, 0.55), network=NO_NETWORK)
+    document, _, transit = study(trace, setup, with_unholdable=True)
+    assert transit.ran.tolist() == [False, True]        # the main study still leaves it out
+    separate = document["unholdable_study"]
+    assert (separate["admitted_jobs"], separate["jobs_replayed"]) == (1, 2)
+    queue = separate["comparison"]["queue_mean_all"]
+    assert (queue["baseline"], queue["transit"]) == (0.0, pytest.approx(200 / 0.898 - 1))
+    assert any(note.startswith("separate study: admitting the 1 job only TRANSIT can hold (3.556 GPU-h) moves "
+                               "the mean queue time (all) of the others 0 s -> 221.7 s") for note in document["warnings"])
+
+
+def test_the_notes_take_a_queue_rise_apart_into_longer_jobs_and_the_efficiency_assumption():
+    # 3 jobs of 8 nodes, all submitted at 0, on 8 nodes: as is they run one after another (queues
+    # 0, 1000, 2000). Reduced to 4 nodes at efficiency 1 they run 2000 s, two at once (0, 0,
+    # 2000); at efficiency 0.5, 4000 s (0, 0, 4000).
+    trace = prepare([Job(name, 0.0, 1000.0, 64) for name in "ABC"])
+    setup = Setup(2, 8, 0.5, factors=Factors(0.0, 0.55), efficiency=Efficiency(0.5), network=NO_NETWORK)
+    document, _, _ = study(trace, setup)
+    parts = document["attribution"]["queue_mean_all"]
+    assert parts["at_efficiency_1"] == pytest.approx(2000 / 3)
+    assert parts["longer_jobs"] == pytest.approx(2000 / 3 - 1000)
+    assert parts["efficiency"] == pytest.approx(2000 / 3)
+    note = next(n for n in document["warnings"] if n.startswith("mean queue time (all)"))
+    assert note == ("mean queue time (all) rises with TRANSIT: 1,000.0 s -> 1,333.3 s (+333.3 s); longer jobs (the "
+                    "reduction at efficiency 1) -333.3 s, the efficiency assumption (0.5) +666.7 s")
 
 
 def test_metrics_of_a_hand_checked_replay():
@@ -217,10 +267,11 @@ def test_an_empty_group_keeps_every_key():
 
 def test_study_on_a_small_synthetic_trace():
     trace = prepare(synthetic.generate("kalos", 2000, seed=4))
-    document, _, _ = study(trace, Setup(8, 8, 0.5))
-    dropped = document["jobs"]["dropped"]
-    assert dropped["baseline"]["count"] > 0      # some Kalos jobs exceed 256 GPUs
-    assert document["jobs"]["compared"] + document["jobs"]["only_transit"] + dropped["transit"]["count"] == 2000
+    document, base, transit = study(trace, Setup(8, 8, 0.5))
+    left = document["jobs"]["left_out"]
+    assert left["count"] > 0      # some Kalos jobs exceed 256 GPUs
+    assert document["jobs"]["compared"] + left["count"] == 2000
+    assert (base.ran == transit.ran).all()
     compared = document["jobs"]["compared"]
     assert document["baseline"]["all"]["jobs"] == compared == document["transit"]["all"]["jobs"]
     assert document["comparison"]["mean_racks_eligible"]["change"] < 0
@@ -238,3 +289,44 @@ def test_spread_fragments_racks_more_than_pack():
         eligible = shape(trace, setup).eligible & run.ran
         share[placement] = (run.racks[eligible] > 1).mean()
     assert share["spread"] > share["pack"] + 0.05, share
+
+
+def test_with_contention_and_backfill_every_start_is_at_a_real_event():
+    # Contention re-timing leaves superseded heap entries behind. On this trace 74 of 9,957 jobs used
+    # to start at such a stale time (or at the next event after a re-timing made them fit), late.
+    # Every start must be at a submit or at the real end of some job.
+    trace = prepare(synthetic.generate("seren", 10_000, seed=1))
+    setup = Setup(4, 8, 0.5, backfill=True, network=Network(oversubscription=16, comm_fraction=0.367))
+    for run in (base := run_baseline(trace, setup), run_transit(trace, setup, base)):
+        events = set(trace.submit.tolist()) | set(run.end[run.ran].tolist())
+        assert (run.contention_s > 0).sum() > 50
+        assert [s for s in run.start[run.ran].tolist() if s not in events] == []
+
+
+@pytest.mark.parametrize(("every_s", "settles"), [(20.0, False), (30.0, True)])
+def test_an_overloaded_trace_is_called_unsettled(every_s, settles):
+    # 1-node 100-s jobs on 4 nodes: one every 20 s needs 5 nodes (the queue grows for ever), one every
+    # 30 s needs 3.3 (it never forms)
+    trace = prepare([Job(str(i), i * every_s, 100.0, 8) for i in range(400)])
+    document, _, _ = study(trace, Setup(1, 8, 0.5, network=NO_NETWORK))
+    grows = document["baseline"]["backlog"]
+    assert grows["settles"] is settles
+    quarter = grows["last_s"] - grows["first_s"]
+    if settles:
+        assert grows["queued_at_last"] == 0 and abs(grows["work_growth_s"]) < 1
+        assert not any("backlog does not settle" in note for note in document["warnings"])
+    else:
+        # offered 5 nodes' work on 4: the cluster falls behind by a quarter of the time that passes
+        assert grows["work_growth_s"] == pytest.approx(0.25 * quarter, rel=0.05)
+        assert grows["queued_at_last"] > grows["queued_at_first"] > 0
+        assert any(note.startswith("the baseline's backlog does not settle") for note in document["warnings"])
+
+
+def test_a_cluster_of_a_few_nodes_fills_part_of_a_rack():
+    # the 4-node dev cluster with 4 GPUs per node: 16 GPUs, half a 32-GPU rack
+    cluster = Cluster(1, 4, nodes=4)
+    assert (cluster.total_gpus, cluster.whole_free, cluster.free_gpus) == (16, 4, 16)
+    assert cluster.place(0, 3) is not None and cluster.place(0, 2) is None
+    assert cluster.place(1)[0] == [(3, 1)] and cluster.max_free == 3
+    with pytest.raises(ValueError, match="9 nodes of 4 GPUs do not fill 1 racks"):
+        Cluster(1, 4, nodes=9)

@@ -150,8 +150,9 @@ def sacct_row(job="300", submit="1700000000", start="1700000010", end="170000361
     return f"{job}|{submit}|{start}|{end}|{elapsed}|{tres}|{nodes}|{state}"
 
 
-def record(elapsed=3600, gpus=8, state="COMPLETED", start=1700000010, end=1700003610, het=0):
-    return {"job_id": 9, "state": {"current": [state]}, "allocation_nodes": 1, "het": {"job_id": het},
+def record(elapsed=3600, gpus=8, state="COMPLETED", start=1700000010, end=1700003610, het=0, offset=0, job_id=9):
+    return {"job_id": job_id, "state": {"current": [state]}, "allocation_nodes": 1,
+            "het": {"job_id": het, "job_offset": offset},
             "time": {"submission": 1700000000, "start": start, "end": end, "elapsed": elapsed},
             "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]}}
 
@@ -182,7 +183,6 @@ MALFORMED = [
     ("sacct", SACCT_HEADER, [sacct_row(start="Unknown", end="Unknown", elapsed="0", state="PENDING")],
      "job not finished (PENDING)", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(state="SUSPENDED")], "job not finished (SUSPENDED)", [2]),
-    ("sacct", SACCT_HEADER, [sacct_row(state="REQUEUED")], "job not finished (REQUEUED)", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(submit="Unknown")], "Submit is unset", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(elapsed="abc")], "Elapsed, a GPU count or NNodes is not a number", [2]),
     ("sacct", SACCT_HEADER, [sacct_row(start="1699999990")], "Start before Submit", [2]),
@@ -196,7 +196,7 @@ MALFORMED = [
     ("sacct-json", None, [record(gpus=-8)], "negative GPU count", [1]),
     ("sacct-json", None, [record(state="RUNNING", end=0, elapsed=100)], "job not finished (RUNNING)", [1]),
     ("sacct-json", None, [record(start=1700003610, end=1700000010)], "End before Start", [1]),
-    ("sacct-json", None, [record(het=500), record(het=500)], HET_COMPONENT, [2]),
+    ("sacct-json", None, [record(het=500, job_id=500), record(het=500, offset=1, job_id=501)], HET_COMPONENT, [2]),
     ("sacct-json", None, [{"job_id": 9, "state": {"current": ["COMPLETED"]}}], "job record without a 'time' object",
      [1]),
 ]
@@ -223,6 +223,91 @@ def test_het_job_components_merge_into_one_job(tmp_path):
                                sacct_row("400+1", tres="gres/gpu=16", nodes="2"), sacct_row("401")]) + "\n")
     load = read_trace(str(path), "sacct")
     assert [(j.job_id, j.gpus, j.nodes, j.duration) for j in load.jobs] == [("401", 8, 1, 3600), ("400", 24, 3, 3600)]
+
+
+def test_repeated_job_ids_are_refused_naming_them(tmp_path):
+    # an overlapping export: job 300 and het job 400's components appear twice
+    path = tmp_path / "twice.txt"
+    rows = [sacct_row("300"), sacct_row("400+0"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"), sacct_row("401")]
+    path.write_text("\n".join([SACCT_HEADER, *rows, *rows[:3]]) + "\n")
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), "sacct")
+    assert str(refused.value) == (f"{path}: 3 job ids appear more than once: 300 (lines 2, 6), 400+0 (lines 3, 7), "
+                                  "400+1 (lines 4, 8); overlapping exports? --dedupe keeps the latest record of "
+                                  "each (latest End, then the later line)")
+
+
+def test_dedupe_keeps_the_latest_record_of_each_id(tmp_path):
+    # job 300 was running when the first export was taken (End unset) and finished by the second;
+    # het job 400's components were exported twice and must not merge into one inflated job
+    path = tmp_path / "twice.txt"
+    path.write_text("\n".join([
+        SACCT_HEADER, sacct_row("300", end="1700001000", elapsed="990", state="CANCELLED"),
+        sacct_row("400+0", tres="gres/gpu=8"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"),
+        sacct_row("300"), sacct_row("400+0", tres="gres/gpu=8"), sacct_row("400+1", tres="gres/gpu=16", nodes="2"),
+    ]) + "\n")
+    load = read_trace(str(path), "sacct", dedupe=True)
+    assert sorted((j.job_id, j.gpus, j.nodes, j.duration) for j in load.jobs) == [
+        ("300", 8, 1, 3600), ("400", 24, 3, 3600)]
+    summary = load.summary()
+    assert summary["duplicate_ids"] == {"ids": 3, "rows_dropped": 3, "named": ["300", "400+0", "400+1"]}
+    assert summary["filtered_by_reason"] == {"an older record of a job id that appears again (--dedupe)": 3}
+    assert summary["jobs_kept"] + summary["bad_rows"] + summary["filtered_rows"] == summary["rows"]
+
+
+def test_repeated_ids_in_sacct_json_are_refused_too(tmp_path):
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps({"jobs": [record(job_id=7), record(job_id=8), record(job_id=7)]}))
+    with pytest.raises(UsageError, match=r"1 job id appears more than once: 7 \(records 1, 3\)"):
+        read_trace(str(path))
+    assert [j.job_id for j in read_trace(str(path), dedupe=True).jobs] == ["8", "7"]
+
+
+def test_a_requeued_run_keeps_its_gpu_time():
+    # captured: `sacct -P -D -X` of a 2-node 8-GPU job requeued (scontrol requeue) 1 s into its
+    # first run; it ran again 146 s later for 8 s. Both runs held the GPUs, under the same JobID.
+    load = read_trace(str(FIXTURES / "sacct_requeued.txt"))
+    assert [(j.job_id, j.state, j.duration, j.gpus, j.nodes) for j in load.jobs] == [
+        ("1", "REQUEUED", 1, 8, 2), ("1", "COMPLETED", 8, 8, 2)]
+    assert load.bad == {} and load.summary()["duplicate_ids"]["ids"] == 0
+
+
+SACCT_ADVICE = ("export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END "
+                "--format=JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State")
+
+
+@pytest.mark.parametrize("fmt", [None, "sacct"])
+def test_sacct_with_default_fields_is_told_what_it_lacks_and_the_format_to_use(fmt):
+    # captured: `sacct -P -a -j 1,2,3` with sacct's default fields
+    path = FIXTURES / "sacct_default_fields.txt"
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == (f"{path}: the sacct -P header lacks Submit; AllocTRES (or ReqTRES, AllocGRES, "
+                                  f"ReqGRES); ElapsedRaw (or Elapsed, or Start and End); {SACCT_ADVICE}")
+
+
+@pytest.mark.parametrize("fmt", [None, "sacct"])
+def test_sacct_without_p_is_told_to_use_p(fmt):
+    # captured: `sacct -a -j 1,2,3`, the fixed-width table
+    path = FIXTURES / "sacct_fixed_width.txt"
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == (f"{path}: sacct's fixed-width table, which cannot be split into fields; "
+                                  f"{SACCT_ADVICE}")
+
+
+@pytest.mark.parametrize(("fmt", "message"), [
+    (None, "the file is empty; a trace is expected (acme, helios, sacct, sacct-json, transit-json)"),
+    ("sacct", f"the file is empty; {SACCT_ADVICE}"),
+    ("sacct-json", "the file is empty; JSON is expected"),
+    ("transit-json", "the file is empty; JSON is expected"),
+])
+def test_an_empty_file_is_called_empty(tmp_path, fmt, message):
+    path = tmp_path / "jobs.txt"
+    path.write_text("")
+    with pytest.raises(UsageError) as refused:
+        read_trace(str(path), fmt)
+    assert str(refused.value) == f"{path}: {message}"
 
 
 def test_over_a_thousand_malformed_rows_all_counted(tmp_path):

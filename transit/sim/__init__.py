@@ -1,7 +1,8 @@
 """`transit simulate`: what scale-in with TRANSIT would do to a cluster's queues and rack traffic.
 
 A discrete-event simulator of a multi-rack cluster (the paper's section 4.3). It replays a job
-trace twice, as is and with TRANSIT's node-count reduction on multi-node jobs, and compares.
+trace twice, as is and with TRANSIT's node-count reduction on multi-node jobs, over the same jobs,
+and compares.
 Where the trace records start times, the baseline's queues are first checked against them.
 Input: the cluster's own Slurm history (``sacct -P`` or ``sacct --json``), the ACME or Helios
 traces, the project's ``transit.trace/1`` JSON, or, with no ``--trace``, a synthetic Seren-like
@@ -44,8 +45,8 @@ from transit.sim.traces import FORMATS, read_trace
 
 GPUS_PER_NODE_CHOICES = (4, 8)
 DEFAULT_RACKS = 72  # for a user trace: the paper's Seren-sized cluster
-SCHEMA = "transit.sim/2"
-SWEEP_SCHEMA = "transit.sim-sweep/2"
+SCHEMA = "transit.sim/3"
+SWEEP_SCHEMA = "transit.sim-sweep/3"
 
 
 def _positive_int(text: str) -> int:
@@ -96,6 +97,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("input")
     source.add_argument("--trace", metavar="FILE", type=paths.text_file, help="job trace; without it, a synthetic trace")
     source.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
+    source.add_argument("--dedupe", action="store_true",
+                        help="keep the latest record of a job id that appears more than once (overlapping "
+                             "exports) instead of refusing the trace")
     source.add_argument("--cluster", metavar="NAME",
                         help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
     source.add_argument("--workload", choices=sorted(synthetic.WORKLOADS), default="seren",
@@ -107,6 +111,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--baseline-racks", type=_positive_int, metavar="N",
                        help="replay the baseline on N racks instead (e.g. the full-size cluster)")
     model.add_argument("--backfill", action="store_true", help="EASY backfill instead of strict FIFO")
+    model.add_argument("--backfill-interval", type=_number, default=0.0, metavar="S",
+                       help="run backfill passes only every S seconds, as Slurm's bf_interval (its default is "
+                            "30); default 0: at every event")
     model.add_argument("--efficiency", type=_number, metavar="E",
                        help="per-GPU efficiency of a reduced job (default: measured, 0.898)")
     model.add_argument("--efficiency-curve", type=_curve, metavar="CURVE",
@@ -123,6 +130,9 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--comm-fraction", type=_number, metavar="F",
                        help="share of a multi-node step spent in collectives at line rate (0.2)")
     model.add_argument("--no-contention", action="store_true", help="count the bytes but never slow jobs down")
+    model.add_argument("--unholdable-study", action="store_true",
+                       help="also replay, under TRANSIT, the jobs the baseline's cluster cannot hold, as a separate "
+                            "study of how much they delay the others (by default they are left out of both)")
     audit_group = parser.add_argument_group("audit output")
     audit_group.add_argument("--jobs-out", metavar="FILE", type=paths.output_file, help="one row per job per replay (CSV; .parquet needs pyarrow)")
     audit_group.add_argument("--timeline-out", metavar="FILE", type=paths.output_file, help="one row per simulated minute per replay")
@@ -135,6 +145,8 @@ def register(subparsers) -> None:
     _add_input_arguments(parser)
     parser.add_argument("--racks", type=_positive_int, metavar="N",
                         help=f"racks of {RACK_GPUS} GPUs (default: 72 Seren, 76 Kalos, {DEFAULT_RACKS} for a trace)")
+    parser.add_argument("--nodes", type=_positive_int, metavar="N",
+                        help="a cluster of N nodes instead of whole racks (a small cluster; the last rack is part-filled)")
     parser.add_argument("--gpus-per-node", type=int, choices=GPUS_PER_NODE_CHOICES, default=8)
     parser.add_argument("--reduction", type=_reduction, default=0.5, metavar="R",
                         help="fraction of nodes an eligible job gives up (default 0.5)")
@@ -167,6 +179,9 @@ def register(subparsers) -> None:
 
 def _model(args: argparse.Namespace) -> tuple[Factors, Efficiency, Network]:
     """The model's parameters from the command line, checked before anything runs."""
+    if args.backfill_interval < 0 or (args.backfill_interval and not args.backfill):
+        raise UsageError(f"--backfill-interval {args.backfill_interval:g}: expected 0 or more seconds, "
+                         "with --backfill")
     factors, efficiency = read_factors(args.factors) if args.factors else (Factors(), Efficiency())
     overrides = {name: value for name, value in (("inter_to_intra_speedup", args.speedup),
                                                   ("intra_to_inter_slowdown", args.slowdown),
@@ -198,14 +213,15 @@ def _load(args: argparse.Namespace) -> tuple[TraceLoad, dict | None]:
     if args.trace:
         if args.jobs is not None:
             raise UsageError("--jobs sizes a synthetic trace; it cannot be used with --trace")
-        load = read_trace(args.trace, args.format)
+        load = read_trace(args.trace, args.format, args.dedupe)
         if args.cluster is not None:
             _keep_cluster(load, args.cluster)
         if not load.jobs:
             raise UsageError(f"{args.trace}: no meaningful GPU jobs in {load.rows} rows")
         return load, None
-    if args.format or args.cluster:
-        raise UsageError(f"{'--format' if args.format else '--cluster'} needs --trace")
+    for option in ("format", "cluster", "dedupe"):
+        if getattr(args, option):
+            raise UsageError(f"--{option} needs --trace")
     jobs = synthetic.generate(args.workload, args.jobs, args.seed)
     load = TraceLoad(source=f"synthetic {args.workload}-like, seed {args.seed}", fmt="synthetic",
                      jobs=jobs, rows=len(jobs))
@@ -259,18 +275,20 @@ def write_audit(args: argparse.Namespace, trace: Trace, studies: list[tuple[int,
 
 def main(args: argparse.Namespace) -> int:
     factors, efficiency, network = _model(args)
-    racks = args.racks or _default_racks(args)
+    if args.nodes and args.racks:
+        raise UsageError("--racks and --nodes both size the cluster: give one of them")
+    racks = -(-args.nodes * args.gpus_per_node // RACK_GPUS) if args.nodes else args.racks or _default_racks(args)
     load, synthetic_info = _load(args)
     if args.save_trace:
         write_trace(args.save_trace, load.jobs, load.source)
     trace = prepare(load.jobs)
     setup = Setup(racks, args.gpus_per_node, args.reduction, args.placement, args.backfill, factors,
-                  args.baseline_racks, efficiency, network)
+                  args.baseline_racks, efficiency, network, args.nodes, args.backfill_interval)
     check_not_all_dropped(trace, setup)
     with replay_progress(sys.stderr.isatty()) as progress:
         tasks = {name: progress.add_task(f"{name} replay", total=len(trace)) for name in ("baseline", "transit")}
         result, base, transit = study(trace, setup, progress=lambda name, done, jobs: progress.update(
-            tasks[name], completed=done, total=jobs))
+            tasks[name], completed=done, total=jobs), with_unholdable=args.unholdable_study)
     write_audit(args, trace, [(0, setup, base, transit)])
     document = {"schema": SCHEMA, "command": _command(), "trace": load.summary(), "synthetic": synthetic_info,
                 **result}
@@ -296,14 +314,16 @@ def sweep_main(args: argparse.Namespace) -> int:
     racks = args.racks_list or [_default_racks(args)]
     load, synthetic_info = _load(args)
     trace = prepare(load.jobs)
-    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks, efficiency, network)
+    base = Setup(racks[0], 8, 0.5, "pack", args.backfill, factors, args.baseline_racks, efficiency, network,
+                 backfill_interval=args.backfill_interval)
     points = sweep.setups(racks, args.gpn_list, args.reductions, args.placements, args.speedups,
                           args.slowdowns, base)
     for point in points:
         point.factors.check()
         check_not_all_dropped(trace, point)
     keep_runs = bool(args.jobs_out or args.timeline_out)
-    results = sweep.run(trace, points, args.processes, quiet=not sys.stderr.isatty(), keep_runs=keep_runs)
+    results = sweep.run(trace, points, args.processes, quiet=not sys.stderr.isatty(), keep_runs=keep_runs,
+                        with_unholdable=args.unholdable_study)
     if keep_runs:
         write_audit(args, trace, [(i, point, base_run, transit_run)
                                   for i, (point, (_, base_run, transit_run)) in enumerate(zip(points, results))])

@@ -77,7 +77,7 @@ def read_gpu_csv(path: str, fmt: str, required: tuple[str, ...], cluster: str) -
             if duration is None:
                 load.reject(line, "no duration and no end time")
                 continue
-            load.add(line, Job(row[i_id], submit, duration, gpus, state, nodes or None, start, cluster), end)
+            load.offer(line, Job(row[i_id], submit, duration, gpus, state, nodes or None, start, cluster), end)
     return load
 
 

@@ -17,7 +17,9 @@ the jobs not examined since resources were last freed.
 Contention (optional, ``Contention``): a job spanning several racks offers each of their uplinks
 a load (bytes/s); where a rack's load exceeds its capacity, the collective part (``phi``) of the
 step time of every multi-rack job on it stretches by load / capacity (a fluid model: rates change
-at job starts and ends, and a job's remaining work is re-timed then).
+at job starts and ends, and a job's remaining work is re-timed then). A re-timing leaves the old
+heap entry behind; such an entry is skipped before it can set the clock, and when starts move end
+times the backfill pass runs again at the same moment, so every start is at a real event.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def replay(
     duration_at_start: Callable[[int, int], float] | None = None,
     contention: Contention | None = None,
     progress: Callable[[int, int], None] | None = None,
+    estimate: list[float] | None = None,
+    backfill_interval: float = 0.0,
 ) -> Replay:
     """Replay jobs (sorted by ``submit``) on ``cluster``; every job must fit the empty cluster.
 
@@ -74,6 +78,10 @@ def replay(
     ``duration_at_start(job, racks)``, when given, decides a job's run time once its placement is
     known (the TRANSIT scenario's placement-transition factors); otherwise ``duration`` is used.
     ``progress(arrivals, jobs)`` is called every ``PROGRESS_EVERY`` arrivals, and at the end.
+    ``estimate[j]``, when given, is what backfill plans job j to run (its time limit, as Slurm's
+    backfill plans), instead of its run time: a running job is planned to end at start + estimate.
+    ``backfill_interval`` > 0: backfill passes run only every that many seconds (Slurm's
+    ``bf_interval``), at multiples of it from the first submit; FIFO starts still happen at every event.
     """
     count = len(submit)
     start = [0.0] * count
@@ -115,27 +123,41 @@ def replay(
             heappush(finishing, (now + length, job))
         return True
 
+    planned = duration if estimate is None else estimate
+
+    def running_by_planned_end(now: float):
+        """(planned end, job) of the running jobs, earliest first: their real ends (the heap), or,
+        with estimates, start + estimate (never before now: a job past its limit ends any moment)."""
+        if estimate is None:
+            return ((finish, job) for finish, job in _in_order(finishing) if finish == end[job])
+        running = {job for _, job in finishing if allocations[job] is not None}
+        return iter(sorted((max(now, start[job] + estimate[job]), job) for job in running))
+
     def shadow_time(head: int, now: float) -> float:
         """Earliest time enough nodes free up for ``head`` (GPU-fraction estimate for shared nodes)."""
         if not whole[head]:
-            return next((t for t, job in _in_order(finishing) if t == end[job]), now)
+            return next((t for t, _ in running_by_planned_end(now)), now)
         missing = (whole[head] - cluster.whole_free) * gpus_per_node
-        for finish, job in _in_order(finishing):
-            if finish != end[job]:
-                continue        # superseded by a re-timed entry
+        for finish, job in running_by_planned_end(now):
             missing -= held[job]
             if missing <= 0:
                 return finish
         return float("inf")
 
-    def schedule(now: float) -> None:
+    def schedule(now: float, backfill_now: bool) -> None:
         while queue and try_start(queue[0], now):
             queue.popleft()
         if fluid is not None and fluid.moved:
             fluid.moved = False
             plan["head"] = -1      # end times moved: plan the shadow again
+        while backfill_now and backfill_pass(now):
+            pass
+
+    def backfill_pass(now: float) -> bool:
+        """One backfill pass; True when its starts moved end times, so the shadow must be planned
+        again and the queue examined again at this same moment (not at a later, unrelated event)."""
         if not backfill or len(queue) < 2 or not cluster.free_gpus:
-            return
+            return False
         head = queue[0]
         if plan["head"] != head:
             plan.update(head=head, shadow=None, clean=0, whole=inf, gpus=inf)
@@ -155,7 +177,7 @@ def replay(
                 continue
             if plan["shadow"] is None:
                 plan["shadow"] = shadow_time(head, now)
-            if now + duration[job] > plan["shadow"]:
+            if now + planned[job] > plan["shadow"]:
                 continue           # too long to end before the head's shadow: fails until the head changes
             try_start(job, now)
             started.append(position)
@@ -169,12 +191,26 @@ def replay(
         if fluid is not None and fluid.moved:
             fluid.moved = False
             plan["head"] = -1
+            return True
+        return False
 
+    periodic = backfill and backfill_interval > 0
+    next_tick = backfill_interval if periodic else inf
     arrival = 0
     while arrival < count or finishing:
+        # an entry superseded by contention re-timing is no event: never let it set the clock
+        while finishing and (finishing[0][0] != end[finishing[0][1]] or allocations[finishing[0][1]] is None):
+            heappop(finishing)
+        if not (arrival < count or finishing):
+            break
         now = submit[arrival] if arrival < count else inf
         if finishing and finishing[0][0] < now:
             now = finishing[0][0]
+        tick = periodic and len(queue) > 1 and next_tick <= now
+        if tick:
+            now = next_tick    # a backfill pass with jobs waiting behind the head
+        if periodic:
+            next_tick = (now // backfill_interval + 1) * backfill_interval
         freed = False
         while finishing and finishing[0][0] <= now:
             finish, job = heappop(finishing)
@@ -185,6 +221,8 @@ def replay(
             freed = True
             if fluid is not None and racks[job] > 1:
                 fluid.ends(job, now)
+        if freed and estimate is not None:
+            plan.update(shadow=None, clean=0)    # a job ended before its limit: the head's start moves
         if freed and (cluster.whole_free >= plan["whole"] or cluster.max_free >= plan["gpus"]):
             plan.update(clean=0, whole=inf, gpus=inf)     # some examined job may fit now: examine again
         while arrival < count and submit[arrival] <= now:
@@ -192,7 +230,7 @@ def replay(
             arrival += 1
             if progress is not None and not arrival % PROGRESS_EVERY:
                 progress(arrival, count)
-        schedule(now)
+        schedule(now, backfill and (tick or not periodic))
     if queue:
         raise ValueError(f"{len(queue)} jobs never fit the cluster; filter them before replaying")
     if progress is not None:

@@ -1,8 +1,9 @@
 """The normalized job record every trace reader produces, row validation, and the "meaningful GPU
 job" filter.
 
-A reader turns one trace row into a ``Job`` and hands it to ``TraceLoad.add`` with the row's line
-number; nothing is dropped silently. Rows whose values cannot be true of a finished job (a
+A reader turns one trace row into a ``Job`` and offers it to ``TraceLoad.offer`` with the row's
+line number; ``TraceLoad.settle`` then refuses repeated job ids (or keeps the latest record of
+each, with ``--dedupe``) and keeps the rest. Nothing is dropped silently. Rows whose values cannot be true of a finished job (a
 negative GPU count, End before Start, a run time over ``MAX_DURATION_S``, a job still running or
 pending) are *bad*, counted by reason with their line numbers. Rows that are valid but are not
 meaningful GPU jobs (no GPU, never started, under a second) are *filtered*, counted by reason.
@@ -28,10 +29,15 @@ MAX_DURATION_DAYS = 366
 MAX_DURATION_S = MAX_DURATION_DAYS * 86400.0
 
 # Final states that mean the row is not a finished job: replaying it would use a partial run time.
-UNFINISHED_STATES = frozenset({"RUNNING", "PENDING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "RESIZING",
-                               "CONFIGURING", "COMPLETING", "STOPPED", "SIGNALING", "STAGE_OUT"})
+UNFINISHED_STATES = frozenset({"RUNNING", "PENDING", "SUSPENDED", "RESIZING", "CONFIGURING", "COMPLETING",
+                               "STOPPED", "SIGNALING", "STAGE_OUT"})
+# A run that ended in a requeue: it held its GPUs from Start to End, so it is replayed as a run of
+# its own (``sacct -D`` lists each such run beside the job's final one, under the same JobID).
+REQUEUED_STATES = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 
 HET_COMPONENT = "het-job component (merged into its job)"
+OLDER_DUPLICATE = "an older record of a job id that appears again (--dedupe)"
+IDS_NAMED = 10   # job ids a duplicate message names; the count is always complete
 LINES_KEPT_PER_REASON = 20   # line numbers listed per bad-row reason; the count is always complete
 
 
@@ -50,6 +56,7 @@ class Job:
     params: float | None = None   # model parameters, where the trace says (transit.trace/1)
     dp: int | None = None         # data-parallel degree, where the trace says
     tp: int | None = None         # tensor-parallel degree (within a node), where the trace says
+    time_limit: float | None = None   # seconds the job asked for (sacct Timelimit), where the trace says
 
 
 def meaningful_gpu_job(job: Job) -> str | None:
@@ -106,6 +113,46 @@ class TraceLoad:
     bad: Counter = field(default_factory=Counter)        # rows that cannot be a finished job, by reason
     bad_lines: dict[str, list[int]] = field(default_factory=dict)
     filtered: Counter = field(default_factory=Counter)   # valid rows that are not meaningful GPU jobs
+    # records read, not yet kept: (line, job, recorded End, het leader or ""); ``settle`` keeps them
+    offered: list[tuple[int, Job, float | None, str]] = field(default_factory=list)
+    duplicates: dict = field(default_factory=lambda: {"ids": 0, "rows_dropped": 0, "named": []})
+
+    def offer(self, line: int, job: Job, end: float | None = None, het_leader: str = "") -> None:
+        """A job record as read (``job.job_id`` as the trace spells it, a het component's own id)."""
+        self.offered.append((line, job, end, het_leader))
+
+    def settle(self, dedupe: bool, source: str) -> None:
+        """Check the offered records for repeated job ids, then keep them (het components merged).
+
+        A repeated id (overlapping ``sacct -S/-E`` exports) would replay a job twice, or inflate a
+        het job. Without ``dedupe`` it is refused, naming the ids; with it, the latest record of
+        each id wins (the latest End, unset counting as earliest; then the later in the file)."""
+        positions: dict[str, list[int]] = {}
+        for index, (_, job, _, _) in enumerate(self.offered):
+            positions.setdefault(record_key(job), []).append(index)
+        repeated = {job_id: where for job_id, where in positions.items() if len(where) > 1}
+        if repeated and not dedupe:
+            raise UsageError(f"{source}: {counted_ids(repeated, self.offered, self.line_unit)}; overlapping exports? "
+                             "--dedupe keeps the latest record of each (latest End, then the later line)")
+        dropped = set()
+        for where in repeated.values():
+            latest = max(where, key=lambda i: (self.offered[i][2] is not None, self.offered[i][2] or 0.0, i))
+            for index in where:
+                if index != latest:
+                    dropped.add(index)
+                    self.filtered[OLDER_DUPLICATE] += 1
+        self.duplicates = {"ids": len(repeated), "rows_dropped": len(dropped),
+                           "named": sorted(repeated, key=lambda job_id: repeated[job_id][0])[:IDS_NAMED]}
+        het: dict[str, list[tuple[int, Job, float | None]]] = {}
+        for index, (line, job, end, leader) in enumerate(self.offered):
+            if index in dropped:
+                continue
+            if leader:
+                het.setdefault(leader, []).append((line, job, end))
+            else:
+                self.add(line, job, end)
+        self.offered = []
+        merge_het_components(self, het)
 
     def add(self, line: int, job: Job, end: float | None = None) -> None:
         """Keep ``job`` (read at ``line``) if it is valid and a meaningful GPU job, else count why not."""
@@ -139,10 +186,28 @@ class TraceLoad:
                               for reason, count in self.bad.most_common()},
             "filtered_rows": sum(self.filtered.values()),
             "filtered_by_reason": dict(self.filtered.most_common()),
+            "duplicate_ids": self.duplicates,
             "clusters": clusters,
             "recorded_starts": sum(job.start is not None for job in self.jobs),
             "node_counts": sum(job.nodes is not None for job in self.jobs),
         }
+
+
+def record_key(job: Job) -> str:
+    """What makes a record one run: its job id, and for a run ended by a requeue its start too."""
+    if job.state in REQUEUED_STATES and job.start is not None:
+        return f"{job.job_id} (run requeued, started {job.start:.0f})"
+    return job.job_id
+
+
+def counted_ids(repeated: dict[str, list[int]], offered: list, unit: str) -> str:
+    """ "2 job ids appear more than once: 7 (lines 2, 9), 8 (lines 3, 10)", the first ``IDS_NAMED``."""
+    named = sorted(repeated, key=lambda job_id: repeated[job_id][0])
+    shown = ", ".join(f"{job_id} ({unit}s {', '.join(str(offered[i][0]) for i in repeated[job_id])})"
+                      for job_id in named[:IDS_NAMED])
+    more = f", and {len(named) - IDS_NAMED:,} more" if len(named) > IDS_NAMED else ""
+    noun = "job id appears" if len(named) == 1 else "job ids appear"
+    return f"{len(named):,} {noun} more than once: {shown}{more}"
 
 
 def merge_het_components(load: TraceLoad, components: dict[str, list[tuple[int, Job, float | None]]]) -> None:
@@ -177,6 +242,9 @@ def merge_het_components(load: TraceLoad, components: dict[str, list[tuple[int, 
 def load_json(path: str) -> object:
     """A whole JSON trace document; a file that is not JSON is one clear error."""
     with open(path, encoding="utf-8") as handle:
+        if not handle.read(4096).strip():
+            raise UsageError(f"{path}: the file is empty; JSON is expected")
+        handle.seek(0)
         try:
             return json.load(handle)
         except json.JSONDecodeError as exc:

@@ -52,6 +52,41 @@ def _group(run: Run, submit: np.ndarray, mask: np.ndarray, origin: float) -> dic
     }
 
 
+BACKLOG_SAMPLES = 200        # moments of the trace's last quarter at which the queue is measured
+BACKLOG_GROWTH_SHARE = 0.1   # the cluster falls behind by this share of the quarter's time: "not settled"
+
+
+def _waiting(moments: np.ndarray, submit: np.ndarray, start: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Sum of ``weight`` over the jobs waiting (submitted, not started) at each moment."""
+    def arrived_by(times: np.ndarray) -> np.ndarray:
+        order = np.argsort(times, kind="stable")
+        total = np.concatenate(([0.0], np.cumsum(weight[order])))
+        return total[np.searchsorted(times[order], moments, side="right")]
+    return arrived_by(submit) - arrived_by(start)
+
+
+def backlog(run: Run, submit: np.ndarray) -> dict:
+    """Whether the replay's queue settles. At ``BACKLOG_SAMPLES`` moments of the last quarter of
+    the trace's submit span: the jobs waiting, and the work waiting in seconds of the whole
+    cluster (GPU-seconds asked / the cluster's GPUs). A least-squares line through the work gives
+    its growth over the quarter; growth above ``BACKLOG_GROWTH_SHARE`` of the quarter's length
+    means the cluster kept falling behind (offered more than it can run): its queue figures then
+    grow with the trace's length."""
+    ran = run.ran
+    arrived, began = submit[ran], run.start[ran]
+    if len(arrived) < 2 or arrived.max() <= arrived.min():
+        return {"first_s": None, "last_s": None, "queued_at_first": 0, "queued_at_last": 0,
+                "work_growth_s": 0.0, "settles": True}
+    first, last = arrived.min() + 0.75 * (arrived.max() - arrived.min()), float(arrived.max())
+    moments = np.linspace(first, last, BACKLOG_SAMPLES)
+    jobs = _waiting(moments, arrived, began, np.ones(len(arrived)))
+    work = _waiting(moments, arrived, began, (run.gpus * run.run_time)[ran] / run.total_gpus)
+    growth = float(np.polyfit(moments, work, 1)[0] * (last - first))
+    return {"first_s": float(first), "last_s": last, "queued_at_first": int(jobs[0]),
+            "queued_at_last": int(jobs[-1]), "work_growth_s": growth,
+            "settles": bool(growth <= BACKLOG_GROWTH_SHARE * (last - first))}
+
+
 def summarize(run: Run, submit: np.ndarray, compared: np.ndarray, eligible: np.ndarray) -> dict:
     """Metrics of ``run``; groups over ``compared`` jobs (and those of them ``eligible``)."""
     ran = run.ran
@@ -73,6 +108,7 @@ def summarize(run: Run, submit: np.ndarray, compared: np.ndarray, eligible: np.n
             "contention_gpu_h": float((contention * run.held_gpus).sum() / HOUR_S),
             "jobs_slowed": int((contention > 0).sum()),
         },
+        "backlog": backlog(run, submit),
         "all": _group(run, submit, compared, origin),
         "eligible": _group(run, submit, compared & eligible, origin),
     }

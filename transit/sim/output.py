@@ -4,7 +4,7 @@ Every metric shows baseline, TRANSIT, the absolute change and the relative chang
 change is "n/a" where the baseline is under the metric's floor or missing, and a plot leaves such
 a bar out (marked "n/a") rather than drawing it as zero. Relative changes beyond
 ``PLOT_CAP_PCT`` are drawn to the cap with their value written on the bar. Queue-time increases
-and dropped jobs are called out in yellow, after the table and in the study's ``warnings``.
+and jobs left out are called out in yellow, after the table and in the study's ``warnings``.
 """
 
 from __future__ import annotations
@@ -83,6 +83,13 @@ def trace_lines(load: dict) -> list[str]:
             lines.append(f"  {entry['count']:,} {reason}: {unit} {shown}{more}")
     else:
         lines.append("0 bad rows")
+    repeated = load["duplicate_ids"]
+    if repeated["ids"]:
+        more = ", ..." if repeated["ids"] > len(repeated["named"]) else ""
+        lines.append(f"[yellow]--dedupe: {counted(repeated['ids'], 'job id')} appeared more than once[/yellow]; the "
+                     f"latest record of each kept (latest End, then the later line), "
+                     f"{counted(repeated['rows_dropped'], 'older row')} left out: "
+                     f"{', '.join(repeated['named'])}{more}")
     if load["filtered_rows"]:
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in load["filtered_by_reason"].items())
         noun = "row is not a meaningful GPU job" if load["filtered_rows"] == 1 else "rows are not meaningful GPU jobs"
@@ -112,24 +119,27 @@ def model_lines(model: dict) -> list[str]:
 
 
 def jobs_lines(study: dict) -> list[str]:
-    jobs, setup = study["jobs"], study["setup"]
+    jobs = study["jobs"]
     lines = [(f"{jobs['compared']:,} of {jobs['in_trace']:,} jobs replayed in both scenarios, {jobs['eligible']:,} "
               f"eligible (multi-node), {jobs['reduced']:,} given fewer nodes")]
-    for name, key in (("baseline", "baseline"), ("TRANSIT", "transit")):
-        dropped = study["jobs"]["dropped"][key]
-        if dropped["count"]:
-            why = "; ".join(f"{n:,} {reason}" for reason, n in dropped["by_reason"].items())
-            lines.append(f"[yellow]{dropped['count']:,} jobs dropped from the {name} replay[/yellow]: {why}")
-        else:
-            lines.append(f"0 jobs dropped from the {name} replay")
-    if jobs["only_transit"]:
-        lines.append(f"{jobs['only_transit']:,} jobs fit only with TRANSIT (the baseline's {setup['baseline_nodes']} "
-                     "nodes are too few for them): replayed, not compared job by job (makespan, GPU idle and "
-                     "utilization count them)")
-    if jobs["only_baseline"]:
-        lines.append(f"{jobs['only_baseline']:,} jobs fit only the baseline's cluster: replayed, not compared job "
-                     "by job (makespan, GPU idle and utilization count them)")
+    left = jobs["left_out"]
+    if not left["count"]:
+        lines.append("0 jobs left out: both clusters hold every job")
+    for reason, entry in left["by_reason"].items():
+        lines.append(f"[yellow]{entry['count']:,} jobs left out of both replays[/yellow] "
+                     f"({number(entry['gpu_h'], 'GPU-h')} in the trace): {reason}")
     return lines
+
+
+def unholdable_lines(study: dict) -> list[str]:
+    separate = study.get("unholdable_study")
+    if separate is None:
+        return []
+    head = (f"separate study: TRANSIT replayed again with the {separate['admitted_jobs']:,} jobs only it can hold "
+            f"({number(separate['admitted_gpu_h'], 'GPU-h')}); the jobs both scenarios replay, without -> with them:")
+    return [head] + [
+        f"  {entry['label']}: {number(entry['baseline'], entry['unit'])} -> {number(entry['transit'], entry['unit'])} "
+        f"({signed(entry['change'], entry['unit'])})" for entry in separate["comparison"].values()]
 
 
 def validation_lines(validation: dict | None) -> list[str]:
@@ -145,13 +155,20 @@ def validation_lines(validation: dict | None) -> list[str]:
                      f"p90 {number(rec['p90_s'], 's')}, replayed p50 {number(rep['p50_s'], 's')} p90 "
                      f"{number(rep['p90_s'], 's')}; absolute error p50 {number(cluster['abs_error_p50_s'], 's')} "
                      f"p90 {number(cluster['abs_error_p90_s'], 's')}: the replay {verdict} its queues")
+        wait_error, order = cluster["mean_wait_error_pct"], cluster["start_order_rank_correlation"]
+        lines.append(f"    mean queue recorded {number(rec['mean_s'], 's')}, replayed {number(rep['mean_s'], 's')} "
+                     f"({'n/a' if wait_error is None else f'{wait_error:+.1f} %'}); per-job absolute error mean "
+                     f"{number(cluster['abs_error_mean_s'], 's')}; start-order rank correlation "
+                     f"{'n/a' if order is None else f'{order:.4f}'}")
     return lines
 
 
 def _title(study: dict) -> str:
     setup = study["setup"]
-    where = f"{setup['baseline_racks']} racks" + (" (same cluster)" if setup["baseline_racks"] == setup["racks"] else "")
-    return (f"baseline on {where}, TRANSIT on {setup['racks']} racks; {setup['gpus_per_node']} GPUs/node, "
+    same = setup["baseline_nodes"] == setup["nodes"]
+    where = f"{setup['baseline_nodes']} nodes in {setup['baseline_racks']} racks" + (" (same cluster)" if same else "")
+    return (f"baseline on {where}, TRANSIT on {setup['nodes']} nodes in {setup['racks']} racks; "
+            f"{setup['gpus_per_node']} GPUs/node, "
             f"r = {setup['reduction']}, {setup['placement']}, {'backfill' if setup['backfill'] else 'FIFO'}")
 
 
@@ -179,6 +196,8 @@ def print_study(document: dict, console: Console | None = None) -> None:
         floors.setdefault(floor_text(entry["relative_floor"], entry["unit"]), None)
     console.print("change % is n/a where the baseline is under the floor of its unit: " + ", ".join(floors))
     moves = document["transitions"]
+    for line in unholdable_lines(document):
+        console.print(line)
     console.print(f"reduced jobs: {moves['inter_to_intra']:,} went from several racks to one, {moves['intra_to_inter']:,} "
                   f"from one to several, {moves['unchanged']:,} kept their kind; {moves['not_reduced']:,} eligible jobs "
                   "kept every node (rounding)")
@@ -194,12 +213,11 @@ def print_json(document: dict) -> None:
 def label(study: dict) -> str:
     setup, model = study["setup"], study["model"]
     racks = f"{setup['racks']}" + (f"/{setup['baseline_racks']}b" if setup["baseline_racks"] != setup["racks"] else "")
-    dropped = study["jobs"]["dropped"]
     return (f"{racks} racks, {setup['gpus_per_node']} GPU/node, r={setup['reduction']}, "
             f"+{100 * model['factors']['inter_to_intra_speedup']:.0f}%/-"
             f"{100 * model['factors']['intra_to_inter_slowdown']:.0f}%"
             + ("" if setup["placement"] == "pack" else f", {setup['placement']}")
-            + f"; dropped {dropped['baseline']['count']:,}/{dropped['transit']['count']:,}")
+            + f"; left out {study['jobs']['left_out']['count']:,}")
 
 
 def plot_bars(studies: list[dict]) -> list[dict]:
@@ -238,7 +256,7 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
                       bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % colours.N)) for i in range(len(studies))]
     axes.legend(handles, [label(s) for s in studies], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs dropped baseline/TRANSIT",
+                title="TRANSIT racks[/baseline racks], GPUs/node, r, speedup/slowdown; jobs left out of both",
                 title_fontsize=7)
     axes.axhline(0, color="black", linewidth=0.8)
     axes.set_ylim(-PLOT_CAP_PCT * 1.08, PLOT_CAP_PCT * 1.08)
@@ -248,17 +266,17 @@ def plot_studies(studies: list[dict], path: str, title: str) -> None:
     axes.set_title(title, fontsize=9)
     axes.grid(axis="y", alpha=0.3)
     figure.text(0.01, 0.01, "hatched: beyond the cap (value written); n/a: baseline under the metric's floor, "
-                "relative change not meaningful. Lower is better except throughput. Jobs dropped: larger than "
-                "that replay's cluster.", fontsize=7)
+                "relative change not meaningful. Lower is better except throughput. Jobs left out: larger than "
+                "a cluster can hold, replayed in neither scenario.", fontsize=7)
     figure.tight_layout(rect=(0, 0.03, 1, 1))
     save_png(figure, path, dpi=120)
     plt.close(figure)
 
 
 SWEEP_HEADER = ["racks", "baseline racks", "GPUs/node", "r", "placement", "inter->intra speedup",
-                "intra->inter slowdown", "dropped, larger than the cluster (base / TRANSIT)", "cross-rack traffic", "inter-node traffic",
+                "intra->inter slowdown", "left out of both (jobs, GPU-h)", "cross-rack traffic", "inter-node traffic",
                 "contention delay", "mean queue (all)", "mean queue (eligible)", "eligible throughput",
-                "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node"]
+                "GPU time held", "GPU idle", "baseline GPU use", "eligible on 1 node", "backlog settles (base / TRANSIT)"]
 
 
 def _change_cell(entry: dict) -> str:
@@ -275,21 +293,22 @@ def sweep_rows(studies: list[dict]) -> list[list[str]]:
     rows = []
     for study in studies:
         setup, factors = study["setup"], study["model"]["factors"]
-        dropped = study["jobs"]["dropped"]
+        left = study["jobs"]["left_out"]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}", f"{setup['reduction']:g}",
                setup["placement"], f"{100 * factors['inter_to_intra_speedup']:.0f} %",
                f"{100 * factors['intra_to_inter_slowdown']:.0f} % ({factors['slowdown_reading']})",
-               f"{dropped['baseline']['count']:,} / {dropped['transit']['count']:,}"]
+               f"{left['count']:,} ({number(left['gpu_h'], 'GPU-h')})"]
         for key in SWEEP_CHANGES:
             entry = dict(study["comparison"][key], key_is_queue=key.startswith("queue"))
             row.append(_change_cell(entry))
         row.append(number(study["baseline"]["gpu_utilization_pct"], "%"))
         row.append(number(study["transit"]["eligible"]["single_node_share_pct"], "%"))
+        row.append(" / ".join("yes" if study[name]["backlog"]["settles"] else "**no**" for name in ("baseline", "transit")))
         rows.append(row)
     return rows
 
 
-TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "too large b/T", "cross-rack", "inter-node",
+TERMINAL_HEADER = ["racks", "base", "GPU/n", "r", "speedup/slowdown", "left out", "cross-rack", "inter-node",
                    "contention", "queue (all)", "queue (elig.)", "thru. (elig.)", "GPU held", "GPU idle"]
 
 
@@ -300,10 +319,10 @@ def print_sweep(studies: list[dict], console: Console | None = None) -> None:
     for name in TERMINAL_HEADER:
         table.add_column(name, justify="right")
     for study in studies:
-        setup, factors, dropped = study["setup"], study["model"]["factors"], study["jobs"]["dropped"]
+        setup, factors = study["setup"], study["model"]["factors"]
         row = [f"{setup['racks']}", f"{setup['baseline_racks']}", f"{setup['gpus_per_node']}", f"{setup['reduction']:g}",
                f"+{100 * factors['inter_to_intra_speedup']:.0f}/-{100 * factors['intra_to_inter_slowdown']:.0f} %",
-               f"{dropped['baseline']['count']:,}/{dropped['transit']['count']:,}"]
+               f"{study['jobs']['left_out']['count']:,}"]
         for key in SWEEP_CHANGES:
             entry = study["comparison"][key]
             cell = _percent(entry) if entry["change_pct"] is not None else signed(entry["change"], entry["unit"])

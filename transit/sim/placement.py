@@ -27,27 +27,34 @@ class Cluster:
     whole free nodes per rack, and ``racks_by_whole[c]`` the racks with exactly ``c`` of them.
     """
 
-    def __init__(self, racks: int, gpus_per_node: int, placement: str = "pack") -> None:
+    def __init__(self, racks: int, gpus_per_node: int, placement: str = "pack", nodes: int | None = None) -> None:
+        """``nodes``: fewer nodes than ``racks`` full racks hold, the last rack taking the rest (a
+        small real cluster, such as the 4-node one the simulator is validated on)."""
         if RACK_GPUS % gpus_per_node:
             raise ValueError(f"gpus_per_node {gpus_per_node} does not divide a {RACK_GPUS}-GPU rack")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement {placement!r} is not one of {PLACEMENTS}")
+        per_rack = self.nodes_per_rack = RACK_GPUS // gpus_per_node
+        self.nodes = racks * per_rack if nodes is None else nodes
+        if not (racks - 1) * per_rack < self.nodes <= racks * per_rack:
+            raise ValueError(f"{self.nodes} nodes of {gpus_per_node} GPUs do not fill {racks} racks")
         self.racks = racks
         self.gpus_per_node = gpus_per_node
-        per_rack = self.nodes_per_rack = RACK_GPUS // gpus_per_node
-        self.nodes = racks * per_rack
-        self.total_gpus = racks * RACK_GPUS
+        rack_nodes = [min(per_rack, self.nodes - rack * per_rack) for rack in range(racks)]
+        self.total_gpus = self.nodes * gpus_per_node
         self.pack = placement == "pack"
         self.node_free = [gpus_per_node] * self.nodes
-        self.rack_free_gpus = [RACK_GPUS] * racks
+        self.rack_free_gpus = [count * gpus_per_node for count in rack_nodes]
         self.whole_free = self.nodes
         self.free_gpus = self.total_gpus
         self.max_free = gpus_per_node          # the most free GPUs any node has
         # nodes_with_free[k]: how many nodes have exactly k free GPUs (k = 0..gpus_per_node)
         self.nodes_with_free = [0] * gpus_per_node + [self.nodes]
-        self.count = [[0] * racks for _ in range(gpus_per_node)] + [[per_rack] * racks]
+        self.count = [[0] * racks for _ in range(gpus_per_node)] + [rack_nodes]
         self.racks_with: list[set[int]] = [set() for _ in range(gpus_per_node)] + [set(range(racks))]
-        self.racks_by_whole: list[set[int]] = [set() for _ in range(per_rack)] + [set(range(racks))]
+        self.racks_by_whole: list[set[int]] = [set() for _ in range(per_rack + 1)]
+        for rack, count in enumerate(rack_nodes):
+            self.racks_by_whole[count].add(rack)
 
     def fits(self, gpus: int, whole: int) -> bool:
         """Whether ``place(gpus, whole)`` would succeed now (counts only)."""
@@ -115,7 +122,7 @@ class Cluster:
             rack = min(self.racks_with[free], key=lambda r: (-spare[r], r))
         per_rack = self.nodes_per_rack
         node_free = self.node_free
-        for node in range(rack * per_rack, (rack + 1) * per_rack):
+        for node in range(rack * per_rack, min((rack + 1) * per_rack, self.nodes)):
             if node_free[node] == free:
                 self._move(node, free, free - gpus)
                 return [(node, gpus)], [rack]
@@ -142,7 +149,7 @@ class Cluster:
         node_free = self.node_free
         remaining = nodes
         for rack in chosen:
-            for node in range(rack * per_rack, (rack + 1) * per_rack):
+            for node in range(rack * per_rack, min((rack + 1) * per_rack, self.nodes)):
                 if node_free[node] == per_node:
                     self._move(node, per_node, 0)
                     allocation.append((node, per_node))

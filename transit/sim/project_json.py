@@ -5,7 +5,8 @@
      "jobs": [{"id": "1", "submit": 0.0, "duration": 3600.0, "gpus": 16, "state": "COMPLETED"}, ...]}
 
 ``submit`` and ``duration`` are seconds. Optional per job: ``state``; ``nodes`` (nodes it ran
-on); ``start`` (recorded start, same clock as ``submit``); ``cluster``; and, for the network
+on); ``start`` (recorded start, same clock as ``submit``); ``cluster``; ``time_limit`` (seconds,
+what backfill plans with); and, for the network
 model, ``params`` (model parameters), ``dp`` and ``tp`` (data- and tensor-parallel degrees).
 """
 
@@ -17,7 +18,7 @@ from transit.errors import UsageError
 from transit.sim.jobs import Job, TraceLoad, load_json
 
 SCHEMA = "transit.trace/1"
-OPTIONAL = (("nodes", int), ("start", float), ("params", float), ("dp", int), ("tp", int))
+OPTIONAL = (("nodes", int), ("start", float), ("params", float), ("dp", int), ("tp", int), ("time_limit", float))
 
 
 def _job(record: object) -> Job:
@@ -42,7 +43,7 @@ def read_document(document: dict, source: str) -> TraceLoad:
         except (KeyError, TypeError, ValueError) as exc:
             load.reject(index, f"job record unreadable ({exc.__class__.__name__}: {exc})")
             continue
-        load.add(index, job, None if job.start is None else job.start + job.duration)
+        load.offer(index, job, None if job.start is None else job.start + job.duration)
     return load
 
 

@@ -3,7 +3,7 @@
 A suitable export (one row per job; ``-X`` leaves out the step rows)::
 
     SLURM_TIME_FORMAT=%s sacct -P -a -X -S 2024-01-01 -E now \\
-        --format=JobID,Cluster,Submit,Start,End,ElapsedRaw,AllocTRES,NNodes,State > jobs.txt
+        --format=JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State > jobs.txt
 
 Field forms, from sacct(1) of Slurm 22.05 (the version installed here): ``JobID`` is ``123``,
 ``123_4`` for an array task, ``123+1`` for a heterogeneous-job component, with ``.batch``,
@@ -13,7 +13,8 @@ zone, so export and read with the same ``TZ``), ``Unknown``/``None`` when unset.
 ``[D-]HH:MM:SS``; ``ElapsedRaw`` seconds. ``State`` may carry a reason (``CANCELLED by 1000``).
 Run time comes from ``ElapsedRaw``, else ``Elapsed``, else ``End - Start``. GPUs come from
 ``AllocTRES`` (``gres/gpu=N``, or the sum of typed ``gres/gpu:TYPE=N``), else ``ReqTRES``, else
-``AllocGRES``/``ReqGRES`` (``gpu:N``). Nodes from ``NNodes`` (or ``AllocNodes``).
+``AllocGRES``/``ReqGRES`` (``gpu:N``). Nodes from ``NNodes`` (or ``AllocNodes``). The time limit,
+which backfill plans with, from ``TimelimitRaw`` (minutes) or ``Timelimit``, where exported.
 Step rows are counted as filtered; het-job components are merged into one job.
 """
 
@@ -23,11 +24,13 @@ from datetime import datetime
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad, merge_het_components, unfinished
+from transit.sim.jobs import Job, TraceLoad, unfinished
 
 GPU_COLUMNS = ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES")
 NODE_COLUMNS = ("NNodes", "AllocNodes")
 UNSET_TIMES = frozenset({"", "Unknown", "None"})
+EXPORT_FORMAT = "JobID,Cluster,Submit,Start,End,ElapsedRaw,Timelimit,AllocTRES,NNodes,State"
+EXPORT_ADVICE = f"export with: SLURM_TIME_FORMAT=%s sacct -P -a -X -S START -E END --format={EXPORT_FORMAT}"
 
 
 def parse_time(text: str) -> float | None:
@@ -74,20 +77,36 @@ def parse_gpus(text: str) -> int:
     return typed
 
 
+def fixed_width(first: str, second: str) -> bool:
+    """Whether two lines open sacct's default output: a space-aligned header over dashes (no -P)."""
+    return "JobID" in first.split() and bool(second.strip()) and set(second.strip()) <= {"-", " "}
+
+
+def missing_fields(col: dict[str, int]) -> list[str]:
+    """The fields an export lacks, each with the ones that can stand in for it."""
+    missing = [name for name in ("JobID", "Submit") if name not in col]
+    if not any(name in col for name in GPU_COLUMNS):
+        missing.append(f"AllocTRES (or {', '.join(GPU_COLUMNS[1:])})")
+    if not ("ElapsedRaw" in col or "Elapsed" in col or ("Start" in col and "End" in col)):
+        missing.append("ElapsedRaw (or Elapsed, or Start and End)")
+    return missing
+
+
 def read(path: str) -> TraceLoad:
     load = TraceLoad(source=path, fmt="sacct")
-    het: dict[str, list[tuple[int, Job, float | None]]] = {}
     with open(path, encoding="utf-8") as handle:
+        first = handle.readline()
+        if not first.strip():
+            raise UsageError(f"{path}: the file is empty; {EXPORT_ADVICE}")
+        if "|" not in first and fixed_width(first, handle.readline()):
+            raise UsageError(f"{path}: sacct's fixed-width table, which cannot be split into fields; {EXPORT_ADVICE}")
+        handle.seek(0)
         header = handle.readline().rstrip("\n").split("|")
         col = {name: i for i, name in enumerate(header)}
-        if "JobID" not in col or "Submit" not in col:
-            raise UsageError(f"{path}: not a sacct -P export, header lacks JobID and Submit")
+        missing = missing_fields(col)
+        if missing:
+            raise UsageError(f"{path}: the sacct -P header lacks {'; '.join(missing)}; {EXPORT_ADVICE}")
         gpu_cols = [col[name] for name in GPU_COLUMNS if name in col]
-        if not gpu_cols:
-            raise UsageError(f"{path}: sacct export has none of {', '.join(GPU_COLUMNS)}; add AllocTRES")
-        has_run_time = "ElapsedRaw" in col or "Elapsed" in col or ("Start" in col and "End" in col)
-        if not has_run_time:
-            raise UsageError(f"{path}: sacct export needs ElapsedRaw, Elapsed or Start and End")
         node_col = next((col[name] for name in NODE_COLUMNS if name in col), None)
         for line_no, line in enumerate(handle, start=2):
             line = line.rstrip("\n")
@@ -128,15 +147,24 @@ def read(path: str) -> TraceLoad:
                 load.filtered["never started"] += 1
                 continue
             cluster = row[col["Cluster"]] if "Cluster" in col else ""
-            job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster)
+            job = Job(job_id, submit, duration, gpus, state, nodes or None, start, cluster,
+                      time_limit=_time_limit(row, col))
             leader, plus, _ = job_id.partition("+")
-            if plus:
-                job.job_id = leader
-                het.setdefault(leader, []).append((line_no, job, end))
-            else:
-                load.add(line_no, job, end)
-    merge_het_components(load, het)
+            load.offer(line_no, job, end, leader if plus else "")
     return load
+
+
+def _time_limit(row: list[str], col: dict[str, int]) -> float | None:
+    """Seconds from ``TimelimitRaw`` (minutes) or ``Timelimit`` (``[D-]HH:MM:SS``); None when unset,
+    ``UNLIMITED`` or ``Partition_Limit`` (the partition's, which the export does not say)."""
+    try:
+        if "TimelimitRaw" in col and row[col["TimelimitRaw"]].strip().isdigit():
+            return 60.0 * int(row[col["TimelimitRaw"]])
+        if "Timelimit" in col and row[col["Timelimit"]].strip()[:1].isdigit():
+            return parse_elapsed(row[col["Timelimit"]])
+    except ValueError:
+        pass
+    return None
 
 
 def _run_time(row: list[str], col: dict[str, int], start: float | None, end: float | None) -> float | None:

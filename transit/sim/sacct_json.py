@@ -5,7 +5,7 @@ shows it); ``time.submission``, ``time.start``, ``time.end``, ``time.elapsed`` (
 seconds; in 23.02+ each may be ``{"set": bool, "infinite": bool, "number": N}``);
 ``tres.allocated`` (else ``tres.requested``), a list of ``{"type": "gres", "name": "gpu", "count": N}``;
 ``allocation_nodes``; ``cluster``; ``state.current`` (a string in 22.05, a list of strings later);
-``het.job_id`` (the leader, 0 for an ordinary job) and ``het.job_offset``. Step records are not
+``het.job_id`` (the leader, 0 for an ordinary job) and ``het.job_offset``; ``time.limit`` (minutes). Step records are not
 read. Bad records are numbered by their place in ``jobs`` (from 1), not by line.
 """
 
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from transit import slurm
 from transit.errors import UsageError
-from transit.sim.jobs import Job, TraceLoad, load_json, merge_het_components, unfinished
+from transit.sim.jobs import Job, TraceLoad, load_json, unfinished
+
+INFINITE_MINUTES = 0xFFFFFFFE   # Slurm's NO_VAL - 1 and INFINITE (2^32 - 1): no limit
 
 
 def gpu_count(tres: object) -> int:
@@ -39,7 +41,6 @@ def read_document(document: dict, source: str) -> TraceLoad:
     jobs = document.get("jobs") if isinstance(document, dict) else None
     if not isinstance(jobs, list):
         raise UsageError(f"{source}: not sacct --json output, no 'jobs' list")
-    het: dict[str, list[tuple[int, Job, float | None]]] = {}
     for label, record in enumerate(jobs, start=1):
         load.rows += 1
         if not isinstance(record, dict) or not isinstance(record.get("time"), dict):
@@ -66,15 +67,15 @@ def read_document(document: dict, source: str) -> TraceLoad:
         tres = record.get("tres") or {}
         gpus = gpu_count(tres.get("allocated")) or gpu_count(tres.get("requested"))
         nodes = slurm.number(record.get("allocation_nodes"))
+        limit = slurm.number(times.get("limit"))     # minutes; 22.05 writes INFINITE as 2^32 - 1
         job = Job(job_id(record, label), submit, duration, gpus, state,
-                  int(nodes) if nodes else None, start, str(record.get("cluster") or ""))
-        leader = slurm.number((record.get("het") or {}).get("job_id"))
-        if leader:
-            job.job_id = str(int(leader))
-            het.setdefault(job.job_id, []).append((label, job, end or None))
-        else:
-            load.add(label, job, end or None)
-    merge_het_components(load, het)
+                  int(nodes) if nodes else None, start, str(record.get("cluster") or ""),
+                  time_limit=60.0 * limit if limit is not None and 0 < limit < INFINITE_MINUTES else None)
+        het = record.get("het") or {}
+        leader = slurm.number(het.get("job_id"))
+        if leader:      # a component's id as sacct -P shows it: LEADER+OFFSET
+            job.job_id = f"{int(leader)}+{int(slurm.number(het.get('job_offset')) or 0)}"
+        load.offer(label, job, end or None, str(int(leader)) if leader else "")
     return load
 
 

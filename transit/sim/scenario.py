@@ -18,8 +18,9 @@ not change (a 2-node job at r = 0.25) is left as it is. A reduced job's run time
 
 The paper normalises its factors against the no-offload baseline, so they fold TRANSIT's own
 efficiency in; here efficiency is separate, and ``--efficiency 1`` gives the paper's model.
-A job that does not fit a replay's cluster (before reduction in the baseline, after it in the
-TRANSIT scenario) is dropped from that replay, and counted with the reason.
+Both scenarios replay the same jobs: a job the baseline's cluster cannot hold as is (or, when
+TRANSIT has fewer racks, that TRANSIT's cannot hold even reduced) is left out of both replays and
+counted with the reason (``left_out``), so no figure counts jobs only one scenario ran.
 
 ``--factors FILE``: ``transit.factors/2`` (bench/factors.py) carries a measured efficiency and
 network-only factors; ``transit.factors/1`` (factors normalised as the paper does) is read as
@@ -156,6 +157,7 @@ class Trace:
     params: np.ndarray           # NaN where unknown
     dp: np.ndarray               # 0 where unknown
     tp: np.ndarray               # 1 where unknown
+    time_limit: np.ndarray       # seconds, NaN where the trace does not say
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -176,6 +178,7 @@ def prepare(jobs: list[Job]) -> Trace:
         params=np.array([nan if j.params is None else j.params for j in ordered], dtype=float),
         dp=np.array([j.dp or 0 for j in ordered], dtype=np.int64),
         tp=np.array([j.tp or 1 for j in ordered], dtype=np.int64),
+        time_limit=np.array([nan if j.time_limit is None else j.time_limit for j in ordered], dtype=float),
     )
 
 
@@ -190,10 +193,23 @@ class Setup:
     baseline_racks: int | None = None    # replay the baseline on another cluster size
     efficiency: Efficiency = field(default_factory=Efficiency)
     network: Network = field(default_factory=Network)
+    nodes: int | None = None             # both clusters have this many nodes (the last rack partly filled)
+    backfill_interval: float = 0.0       # seconds between backfill passes (Slurm's bf_interval); 0: every event
 
     @property
     def baseline_cluster_racks(self) -> int:
         return self.baseline_racks or self.racks
+
+    @property
+    def cluster_nodes(self) -> int:
+        """Nodes of TRANSIT's cluster."""
+        return self.nodes or nodes_per_cluster(self.racks, self.gpus_per_node)
+
+    @property
+    def baseline_cluster_nodes(self) -> int:
+        if self.baseline_racks:
+            return nodes_per_cluster(self.baseline_racks, self.gpus_per_node)
+        return self.cluster_nodes
 
 
 def nodes_per_cluster(racks: int, gpus_per_node: int) -> int:
@@ -264,18 +280,49 @@ class Run:
         return np.where(self.ran & (self.nodes > 1), self.nodes * self.boundary_bytes_per_step * self.steps, 0.0)
 
 
-def _too_big(nodes: np.ndarray, racks: int, gpus_per_node: int) -> list[str]:
-    limit = nodes_per_cluster(racks, gpus_per_node)
-    return [f"larger than the {limit} nodes of {racks} racks" if n > limit else "" for n in nodes]
+def too_big_for_baseline(setup: Setup) -> str:
+    """The reason a job the baseline's cluster cannot hold is left out."""
+    return f"larger than the baseline's {_size(setup.baseline_cluster_nodes, setup.baseline_cluster_racks, setup)}"
 
 
-def _run(trace: Trace, racks: int, setup: Setup, gpus: np.ndarray, nodes: np.ndarray, duration: np.ndarray,
-         dp: np.ndarray, traffic_of: Traffic, duration_at_start=None, progress=None) -> Run:
+def _size(nodes: int, racks: int, setup: Setup) -> str:
+    """ "8 nodes of 2 racks", or "4 nodes" for a cluster of ``--nodes``."""
+    return f"{nodes} nodes" if nodes != nodes_per_cluster(racks, setup.gpus_per_node) else f"{nodes} nodes of {racks} racks"
+
+
+def left_out(setup: Setup, sized: Shape) -> list[str]:
+    """Why each job is left out of both replays ('' for the jobs both replay): the baseline's
+    cluster cannot hold it as is, or TRANSIT's cannot hold it even reduced."""
+    base_limit, transit_limit = setup.baseline_cluster_nodes, setup.cluster_nodes
+    transit_reason = f"larger than TRANSIT's {_size(transit_limit, setup.racks, setup)}, even reduced"
+    base_reason = too_big_for_baseline(setup)
+    return [base_reason if before > base_limit else transit_reason if after > transit_limit else ""
+            for before, after in zip(sized.nodes.tolist(), sized.transit_nodes.tolist())]
+
+
+def held_by_transit(setup: Setup, sized: Shape) -> list[str]:
+    """Why each job is left out of a TRANSIT replay that admits every job TRANSIT's cluster holds."""
+    limit = setup.cluster_nodes
+    reason = f"larger than TRANSIT's {_size(limit, setup.racks, setup)}, even reduced"
+    return [reason if after > limit else "" for after in sized.transit_nodes.tolist()]
+
+
+def backfill_estimate(trace: Trace, duration: np.ndarray) -> np.ndarray | None:
+    """What backfill plans each job to run: its time limit where the trace records one (scaled as
+    its run time is, in the TRANSIT scenario), as Slurm's backfill plans; None: the run times."""
+    known = ~np.isnan(trace.time_limit)
+    if not known.any():
+        return None
+    return np.where(known, trace.time_limit * duration / np.maximum(trace.duration, 1e-9), duration)
+
+
+def _run(trace: Trace, racks: int, cluster_nodes: int, setup: Setup, gpus: np.ndarray, nodes: np.ndarray,
+         duration: np.ndarray, dp: np.ndarray, traffic_of: Traffic, reasons: list[str], duration_at_start=None,
+         progress=None) -> Run:
     per_node = setup.gpus_per_node
-    reasons = _too_big(nodes, racks, per_node)
     ran = np.array([not reason for reason in reasons], dtype=bool)
     index = np.flatnonzero(ran)
-    cluster = Cluster(racks, per_node, setup.placement)
+    cluster = Cluster(racks, per_node, setup.placement, cluster_nodes)
     boundary = traffic_of.boundary_bytes_per_step(dp)
     contention = None
     if setup.network.contention:
@@ -284,8 +331,10 @@ def _run(trace: Trace, racks: int, setup: Setup, gpus: np.ndarray, nodes: np.nda
     # a job takes whole nodes unless it is a single-node job smaller than a node (placement.py)
     whole = np.where((nodes > 1) | (gpus >= per_node), nodes, 0)[index].tolist()
     began = time.perf_counter()
+    estimate = backfill_estimate(trace, duration)
     result = replay(trace.submit[index].tolist(), gpus[index].tolist(), whole, duration[index].tolist(), cluster,
-                    setup.backfill, duration_at_start(index) if duration_at_start else None, contention, progress)
+                    setup.backfill, duration_at_start(index) if duration_at_start else None, contention, progress,
+                    None if estimate is None else estimate[index].tolist(), setup.backfill_interval)
     seconds = time.perf_counter() - began
     return _spread(result, index, len(trace), ran, reasons, gpus, dp, boundary, traffic_of.steps, seconds)
 
@@ -308,10 +357,11 @@ def baseline_traffic(trace: Trace, setup: Setup, sized: Shape) -> Traffic:
 
 
 def run_baseline(trace: Trace, setup: Setup, progress=None) -> Run:
+    """The trace as is, over the jobs both scenarios replay."""
     sized = shape(trace, setup)
     flows = baseline_traffic(trace, setup, sized)
-    return _run(trace, setup.baseline_cluster_racks, setup, trace.gpus, sized.nodes, trace.duration, flows.dp,
-                flows, progress=progress)
+    return _run(trace, setup.baseline_cluster_racks, setup.baseline_cluster_nodes, setup, trace.gpus, sized.nodes,
+                trace.duration, flows.dp, flows, left_out(setup, sized), progress=progress)
 
 
 def baseline_racks_before(baseline: Run, sized: Shape, gpus_per_node: int) -> np.ndarray:
@@ -320,8 +370,9 @@ def baseline_racks_before(baseline: Run, sized: Shape, gpus_per_node: int) -> np
     return np.where(baseline.ran, baseline.racks, fewest)
 
 
-def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None) -> Run:
-    """Replay with eligible jobs reduced; transitions compare with ``baseline``'s racks per job."""
+def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None, reasons: list[str] | None = None) -> Run:
+    """Replay with eligible jobs reduced; transitions compare with ``baseline``'s racks per job.
+    ``reasons``: why each job is left out (default: ``left_out``, the jobs the baseline replays)."""
     sized = shape(trace, setup)
     flows = baseline_traffic(trace, setup, sized)
     dp = np.where(sized.reduced, flows.dp * sized.transit_nodes / np.maximum(sized.nodes, 1), flows.dp)
@@ -343,8 +394,9 @@ def run_transit(trace: Trace, setup: Setup, baseline: Run, progress=None) -> Run
             return scaled[job] * same
         return at_start
 
-    return _run(trace, setup.racks, setup, sized.transit_gpus, sized.transit_nodes, sized.transit_duration, dp,
-                flows, duration_at_start, progress)
+    return _run(trace, setup.racks, setup.cluster_nodes, setup, sized.transit_gpus, sized.transit_nodes,
+                sized.transit_duration, dp, flows, left_out(setup, sized) if reasons is None else reasons,
+                duration_at_start, progress)
 
 
 def describe_setup(setup: Setup) -> dict:
@@ -353,11 +405,12 @@ def describe_setup(setup: Setup) -> dict:
         "baseline_racks": setup.baseline_cluster_racks,
         "rack_gpus": RACK_GPUS,
         "gpus_per_node": setup.gpus_per_node,
-        "nodes": nodes_per_cluster(setup.racks, setup.gpus_per_node),
-        "baseline_nodes": nodes_per_cluster(setup.baseline_cluster_racks, setup.gpus_per_node),
+        "nodes": setup.cluster_nodes,
+        "baseline_nodes": setup.baseline_cluster_nodes,
         "reduction": setup.reduction,
         "placement": setup.placement,
         "backfill": setup.backfill,
+        "backfill_interval_s": setup.backfill_interval,
     }
 
 

@@ -1,12 +1,13 @@
 """`transit simulate sweep`: many studies of one trace, in parallel processes, with progress bars.
 
-Baselines depend only on the baseline cluster, GPUs per node, placement, backfill and the network,
-so each is replayed once and shared by every TRANSIT replay that compares with it. Workers report
+Baselines depend only on the baseline cluster, GPUs per node, placement, backfill, the network
+and which jobs both scenarios replay, so each is replayed once and shared by every TRANSIT replay that compares with it. Workers report
 their replays' progress through a queue; the parent draws one bar per replay under way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import multiprocessing
 import os
@@ -14,7 +15,9 @@ import queue as queue_module
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import replace
 
-from transit.sim.scenario import Run, Setup, Trace, run_baseline
+import numpy as np
+
+from transit.sim.scenario import Run, Setup, Trace, left_out, run_baseline, shape
 from transit.sim.study import study
 
 # Set before the pool forks, so workers share them, never pickled: the trace, the progress queue.
@@ -34,11 +37,12 @@ def _baseline(key: tuple, setup: Setup) -> Run:
     return run_baseline(_TRACE, setup, _report(("baseline", key)))
 
 
-def _study(index: int, setup: Setup, baseline: Run, keep_runs: bool) -> tuple:
+def _study(index: int, setup: Setup, baseline: Run, keep_runs: bool, with_unholdable: bool) -> tuple:
     assert _TRACE is not None
     report = _report(("study", index))
     document, base, transit = study(_TRACE, setup, baseline,
-                                    None if report is None else lambda name, done, jobs: report(done, jobs))
+                                    None if report is None else lambda name, done, jobs: report(done, jobs),
+                                    with_unholdable)
     return (document, base, transit) if keep_runs else (document, None, None)
 
 
@@ -55,12 +59,15 @@ def setups(racks: list[int], gpus_per_node: list[int], reductions: list[float], 
     return points
 
 
-def _baseline_key(setup: Setup) -> tuple:
-    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill, setup.network)
+def _baseline_key(trace: Trace, setup: Setup) -> tuple:
+    """What a baseline replay depends on, including which jobs both scenarios replay."""
+    replayed = hashlib.sha1(np.array([not r for r in left_out(setup, shape(trace, setup))]).tobytes()).hexdigest()
+    return (setup.baseline_cluster_racks, setup.gpus_per_node, setup.placement, setup.backfill,
+            setup.backfill_interval, setup.network, replayed)
 
 
 def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: bool = False,
-        keep_runs: bool = False) -> list[tuple]:
+        keep_runs: bool = False, with_unholdable: bool = False) -> list[tuple]:
     """(document, baseline run, TRANSIT run) per point, in the order of ``points``; the runs are None
     unless ``keep_runs`` (they are large)."""
     from transit.sim import replay_progress
@@ -69,9 +76,10 @@ def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: 
     _TRACE = trace
     context = multiprocessing.get_context("fork")
     _PROGRESS = None if quiet else context.Queue()
+    point_keys = [_baseline_key(trace, point) for point in points]
     keys = {}
-    for point in points:
-        keys.setdefault(_baseline_key(point), point)
+    for key, point in zip(point_keys, points):
+        keys.setdefault(key, point)
     workers = max(1, min(processes or os.cpu_count() or 1, len(points)))
     results: list = [None] * len(points)
     with replay_progress(not quiet) as progress, ProcessPoolExecutor(workers, mp_context=context) as pool:
@@ -113,8 +121,9 @@ def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: 
                     baselines[key] = future.result()
                     finish(("baseline", key))
                     for index, point in enumerate(points):
-                        if _baseline_key(point) == key:
-                            studies[pool.submit(_study, index, point, baselines[key], keep_runs)] = index
+                        if point_keys[index] == key:
+                            studies[pool.submit(_study, index, point, baselines[key], keep_runs,
+                                                with_unholdable)] = index
                 else:
                     index = studies.pop(future)
                     results[index] = future.result()
