@@ -1026,7 +1026,7 @@ def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, ar
     t0 = time.time()
     work = args.work / experiment.name
     work.mkdir(parents=True, exist_ok=True)
-    if args.time_limit:  # the command's own limit: every slot, as many runs as fit before it
+    if getattr(args, "time_limit", None):  # the command's own limit: every slot, as many runs as fit before it
         deadline = t0 + args.time_limit - SETUP_S - PART_MARGIN_S / 2
         seconds = min_seconds(seconds)
     else:
