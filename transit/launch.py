@@ -1,7 +1,7 @@
 """`transit launch` and `transit submit`: run a training job on whatever nodes it was given.
 
 `submit` plans before anything is queued: the node count to submit (the smallest candidate: a
---scale-in fraction, --candidates, or the plan's smallest feasible count with --to-min) and one
+--scale-in fraction, --candidates, or the plan's default candidates with --to-min) and one
 global batch that every candidate can train. It refuses, with nothing submitted, when that batch
 would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the batch settings to the
 job (TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_GRAD_ACCUM, TRANSIT_TP, TRANSIT_PP).
@@ -218,7 +218,7 @@ def submit_plan(args: argparse.Namespace) -> dict:
     if args.to_min or args.model or args.hf_config or args.layers:
         config, cluster = plan.config_from_args(args)
         result = plan.plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
-                           args.global_tokens)
+                           args.global_tokens, args.transit)
         counts, submitted = result["counts"], result["candidates"][-1]
         if not submitted["runs"]:
             raise UsageError(f"{submitted['nodes']} nodes cannot run this job: "
@@ -237,7 +237,7 @@ def submit_plan(args: argparse.Namespace) -> dict:
         proposals = None
     target = plan.target_sequences(args.local_batch, layout.dp(args.nodes), seq_len, args.global_batch,
                                    args.global_tokens)
-    batch = layout.batch(counts, target)
+    batch = layout.batch(counts, target, target_given=args.global_batch is not None or args.global_tokens is not None)
     if not batch["within_overshoot"]:
         if proposals is None:
             proposals = plan.nearby_count_sets(layout, counts, target, smallest_allowed=1)
@@ -309,13 +309,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "submit", help="sbatch a job on fewer nodes, with TRANSIT, after planning its global batch",
-        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's smallest "
-                    "feasible count with --to-min) and one global batch for all of them; refuse if it strays "
+        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's default "
+                    "candidates with --to-min) and one global batch for all of them; refuse if it strays "
                     "more than 25% from the target; else sbatch --transit on the smallest count with the batch "
                     "settings exported for `transit launch`.")
     counts = plan.add_count_arguments(parser)
     counts.add_argument("--to-min", action="store_true",
-                        help="the plan's smallest count whose spill fits in host DRAM (needs a model)")
+                        help="the plan's default candidates, submitted on the smallest: the smallest count that keeps "
+                             "80%% of the per-GPU throughput, or 50%% fewer nodes (needs a model)")
     parser.add_argument("--transit", choices=(*_native.policies(), "off"), default="advise",
                         help="TRANSIT policy (default advise)")
     parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
