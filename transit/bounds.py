@@ -49,7 +49,6 @@ BOUNDS: dict[str, Bound] = {
     "global_tokens": Bound(int, 1, 10**13),  # tokens per optimizer step
     "local_batch": Bound(int, 1, 65_536),
     "seq_len": Bound(int, 1, 1 << 24),
-    "grad_accum": Bound(int, 1, 10**9),  # TRANSIT_GRAD_ACCUM, which submit exports
     # parallelism and the cluster
     "tp": Bound(int, 1, 1024),
     "pp": Bound(int, 1, 1024),
@@ -99,14 +98,14 @@ def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float
     return value
 
 
-def parse_list(name: str, text: str) -> list[int | float]:
-    """A comma-separated list (`--candidates 16,12,8`), each member checked as `name` allows."""
+def parse_list(name: str, text: str, bound: Bound | None = None) -> list[int | float]:
+    """A comma-separated list (`--candidates 16,12,8`), each member checked as `name` (or `bound`) allows."""
     items = [item for item in str(text).split(",") if item.strip()]
     if not items:
         raise UsageError(f"{name} needs at least one value, got {_shown(text, quoted=True)}")
     if len(items) > MAX_LIST_ITEMS:
         raise UsageError(f"{name} takes at most {MAX_LIST_ITEMS} values, got {len(items)}")
-    return [parse_value(name, item) for item in items]
+    return [parse_value(name, item, bound) for item in items]
 
 
 def option_name(dest: str) -> str:

@@ -3,13 +3,15 @@
 `submit` plans before anything is queued: the node count to submit (the smallest candidate: a
 --scale-in fraction, --candidates, or the plan's default candidates with --to-min) and one
 global batch that every candidate can train. It refuses, with nothing submitted, when that batch
-would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the batch settings to the
-job (TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_GRAD_ACCUM, TRANSIT_TP, TRANSIT_PP).
+would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the plan to the job
+(TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_TP, TRANSIT_PP, and the planned counts in
+TRANSIT_CANDIDATES). sbatch options the plan sets (--nodes, --export, --transit) are refused in
+--sbatch-arg.
 
 `launch` runs inside the allocation (usually an sbatch script). It reads the real node and GPU
-counts from Slurm, recomputes the data-parallel degree and the gradient accumulation that keep the
-global batch, refuses when they disagree with the plan `submit` passed, exports TRANSIT_GLOBAL_BATCH,
-TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM, and replaces itself with
+counts from Slurm, refuses a node count that is not one of TRANSIT_CANDIDATES, derives the
+data-parallel degree and the gradient accumulation that keep the global batch on that count,
+exports TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM, and replaces itself with
 ``srun --ntasks-per-node=1 torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ...``
 (or the same torchrun starting TorchTitan with the batch and parallelism flags its version reads).
 The rendezvous port is chosen on the allocation's first node, where torchrun's store will listen.
@@ -30,9 +32,14 @@ from transit import _native, bounds, plan, slurm
 from transit.errors import UsageError
 
 TORCHTITAN_MODULE = "torchtitan.train"
-# What `submit` passes to the job, read by `launch` as its defaults (and checked against what it computes).
-PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH",
-            "grad_accum": "TRANSIT_GRAD_ACCUM", "tp": "TRANSIT_TP", "pp": "TRANSIT_PP"}
+# What `submit` passes to the job, read by `launch` as its defaults; an option that contradicts one is refused.
+PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH", "tp": "TRANSIT_TP",
+            "pp": "TRANSIT_PP"}
+# The node counts `submit` planned the global batch for: `launch` runs on any one of them.
+CANDIDATES_ENV = "TRANSIT_CANDIDATES"
+# sbatch options `submit` sets from its plan, which an --sbatch-arg must not set again
+SUBMIT_OWNS = {"--nodes": "plan counts with --candidates", "-N": "plan counts with --candidates",
+               "--export": "for launch", "--transit": "use --transit"}
 PORT_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 PORT_PROBE_TIMEOUT_S = 60
 
@@ -142,6 +149,15 @@ def planned_settings(args: argparse.Namespace) -> dict[str, int]:
     return {"local_batch": 1, "tp": 1, "pp": 1} | settings
 
 
+def planned_counts() -> list[int] | None:
+    """The node counts `transit submit` planned the job's global batch for (TRANSIT_CANDIDATES), if any."""
+    text = os.environ.get(CANDIDATES_ENV)
+    if text is None:
+        return None
+    counts = bounds.parse_list(CANDIDATES_ENV, text.replace(":", ","), bounds.BOUNDS["candidates"])
+    return [int(n) for n in counts]
+
+
 def build_launch(args: argparse.Namespace) -> Launch:
     settings = planned_settings(args)
     if "SLURM_JOB_ID" in os.environ:
@@ -168,10 +184,10 @@ def build_launch(args: argparse.Namespace) -> Launch:
     launch = Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc, tp=settings["tp"],
                     pp=settings["pp"], global_batch=settings["global_batch"], local_batch=settings["local_batch"],
                     rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus)
-    planned = settings.get("grad_accum")
-    if planned is not None and launch.grad_accum != planned:
-        raise UsageError(f"{launch.nodes} nodes x {launch.nproc_per_node} processes give gradient accumulation "
-                         f"{launch.grad_accum}, but transit submit planned {planned} (TRANSIT_GRAD_ACCUM)")
+    counts = planned_counts()
+    if counts is not None and launch.nodes not in counts:
+        raise UsageError(f"{launch.nodes} nodes is not a count transit submit planned global batch "
+                         f"{launch.global_batch} for ({CANDIDATES_ENV}={','.join(map(str, counts))})")
     return launch
 
 
@@ -251,15 +267,26 @@ def submit_plan(args: argparse.Namespace) -> dict:
                     "tp": layout.tp, "pp": layout.pp}
 
 
+def check_sbatch_args(sbatch_args: list[str]) -> None:
+    """An --sbatch-arg may not set what the plan sets (sbatch would take the later one silently)."""
+    for arg in sbatch_args:
+        name = arg.split("=", 1)[0]
+        option = next((o for o in SUBMIT_OWNS if name == o or (o == "-N" and name.startswith("-N"))), None)
+        if option is not None:
+            raise UsageError(f"--sbatch-arg={arg}: the plan sets {option} ({SUBMIT_OWNS[option]})")
+
+
 def submit_main(args: argparse.Namespace) -> int:
     bounds.check_args(args)
+    check_sbatch_args(args.sbatch_arg)
     planned = submit_plan(args)
     nodes = planned["nodes"]
-    # read inside the job by `transit launch` (its defaults, and the accumulation it must agree with)
+    # read inside the job by `transit launch`: its defaults, and the counts it may run on
     extra_env = {"TRANSIT_GLOBAL_BATCH": planned["global_batch"], "TRANSIT_LOCAL_BATCH": planned["local_batch"],
-                 "TRANSIT_GRAD_ACCUM": planned["grad_accum"][str(nodes)], "TRANSIT_TP": planned["tp"],
-                 "TRANSIT_PP": planned["pp"]}
-    export = f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"
+                 "TRANSIT_TP": planned["tp"], "TRANSIT_PP": planned["pp"]}
+    # sbatch splits --export at commas, so the list of counts is joined with colons there
+    export = (f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())},"
+              f"{CANDIDATES_ENV}={':'.join(map(str, planned['counts']))}")
     command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit, [export, *args.sbatch_arg])
     summary = {"requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
                "target_global_batch": planned["target_global_batch"], "global_batch": planned["global_batch"],
@@ -278,8 +305,9 @@ def submit_main(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "launch", help="start torchrun/TorchTitan across the current allocation with re-planned batch settings",
-        description="Inside a Slurm allocation: read its nodes and GPUs, recompute DP degree and gradient "
-                    "accumulation for the fixed global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
+        description="Inside a Slurm allocation: read its nodes and GPUs (one of $TRANSIT_CANDIDATES when "
+                    "transit submit planned them), derive DP degree and gradient accumulation for the fixed "
+                    "global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
                     "and TRANSIT_GRAD_ACCUM, and run srun torchrun with the rendezvous on the first node.")
     parser.add_argument("--global-batch", metavar="SEQUENCES",
                         help="sequences per optimizer step, fixed whatever the node count "

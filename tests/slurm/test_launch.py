@@ -185,11 +185,16 @@ def test_launch_outside_an_allocation_says_so(cluster, env):
     assert result.returncode == 2 and "not inside a Slurm allocation" in result.stderr
 
 
-def test_launch_refuses_an_accumulation_other_than_submit_planned(cluster, env):
-    env = env | {"TRANSIT_GLOBAL_BATCH": "16", "TRANSIT_LOCAL_BATCH": "2", "TRANSIT_GRAD_ACCUM": "2"}
+def test_launch_takes_any_planned_count_and_refuses_others(cluster, env):
+    # submit planned 16 sequences of local batch 2 on 4 or 2 nodes: 2 nodes derive accumulation 4
+    env = env | {"TRANSIT_GLOBAL_BATCH": "16", "TRANSIT_LOCAL_BATCH": "2", "TRANSIT_CANDIDATES": "4:2"}
+    result = salloc(cluster, env, 2, ["transit", "launch", "--dry-run", "--json", "--nproc-per-node", "1", "train.py"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["env"]["TRANSIT_GRAD_ACCUM"] == "4"
+    env["TRANSIT_CANDIDATES"] = "4:3"
     result = salloc(cluster, env, 2, ["transit", "launch", "--dry-run", "--nproc-per-node", "1", "train.py"])
     assert result.returncode == 2 and result.stdout == ""
-    assert "2 nodes x 1 processes give gradient accumulation 4, but transit submit planned 2" in result.stderr
+    assert "2 nodes is not a count transit submit planned global batch 16 for (TRANSIT_CANDIDATES=4,3)" in result.stderr
 
 
 def test_submit_dry_run_shrinks_the_node_count(cluster, env):
@@ -198,7 +203,8 @@ def test_submit_dry_run_shrinks_the_node_count(cluster, env):
                           "--dry-run", "job.sh", "a", "--b"], env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ("sbatch --parsable --nodes=7 --transit=advise --export=ALL,TRANSIT_GLOBAL_BATCH=560,"
-                                     "TRANSIT_LOCAL_BATCH=1,TRANSIT_GRAD_ACCUM=10,TRANSIT_TP=1,TRANSIT_PP=1 job.sh a --b")
+                                     "TRANSIT_LOCAL_BATCH=1,TRANSIT_TP=1,TRANSIT_PP=1,TRANSIT_CANDIDATES=10:7 "
+                                     "job.sh a --b")
 
 
 def test_submit_refuses_a_batch_the_counts_cannot_share_and_queues_nothing(cluster, env, tmp_path):
@@ -223,17 +229,19 @@ def test_submit_names_what_sbatch_said(cluster, env, tmp_path):
 
 
 def test_submit_to_min_uses_the_plan(cluster, env):
-    # Llama3-70B on 4-GPU H100 nodes with 400 GiB of DRAM: 1 node would need 900 GiB, 2 need 375
+    # Llama3-70B on 4-GPU H100 nodes with 400 GiB of DRAM under prefetch, at the target of 24
+    # sequences: 5 nodes (25% fewer) spill 8.5 GiB per GPU and keep 60% of 6 nodes' tokens per GPU;
+    # 3 nodes (50% fewer) keep 32%, over twice the per-token cost; no count below 6 keeps 80%
     result = cluster.run(["transit", "submit", "--nodes", "6", "--to-min", "--model", "llama3-70b",
                           "--gpus-per-node", "4", "--host-dram-gib", "400", "--transit", "prefetch",
                           "--dry-run", "--json", "job.sh"], env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["nodes"] == 2
-    # only 6 nodes (DP 24) and 2 nodes (DP 8) will train it: the global batch suits those two
-    assert summary["command"] == ["sbatch", "--parsable", "--nodes=2", "--transit=prefetch",
-                                  ("--export=ALL,TRANSIT_GLOBAL_BATCH=24,TRANSIT_LOCAL_BATCH=1,TRANSIT_GRAD_ACCUM=3,"
-                                  "TRANSIT_TP=1,TRANSIT_PP=1"), "job.sh"]
+    assert (summary["counts"], summary["nodes"]) == ([6, 5], 5)
+    # DP 24 and 20: lcm 120, which launch will take on either count
+    assert summary["command"] == ["sbatch", "--parsable", "--nodes=5", "--transit=prefetch",
+                                  ("--export=ALL,TRANSIT_GLOBAL_BATCH=120,TRANSIT_LOCAL_BATCH=1,TRANSIT_TP=1,"
+                                   "TRANSIT_PP=1,TRANSIT_CANDIDATES=6:5"), "job.sh"]
 
 
 def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
