@@ -258,7 +258,8 @@ def submit_plan(args: argparse.Namespace) -> dict:
         if proposals is None:
             proposals = plan.nearby_count_sets(layout, counts, target, smallest_allowed=1)
         nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
-                   f"({proposals[0]['global_batch']})" if proposals else "")
+                   f"({proposals[0]['global_batch']})" if proposals else
+                   f". {plan.batch_advice(batch, target, layout.local_batch * layout.dp(args.nodes), layout.local_batch)}")
         raise UsageError(f"global batch {target} cannot be kept on {','.join(map(str, counts))} nodes: their common "
                          f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.1%} (over "
                          f"{plan.MAX_BATCH_OVERSHOOT:.0%}){nearest}")

@@ -339,6 +339,23 @@ def target_sequences(local_batch: int, dp: int, seq_len: int, global_batch: int 
     return global_batch if global_batch is not None else local_batch * dp
 
 
+def workable_targets(lcm: int, target: int) -> list[int]:
+    """The targets a candidate set keeps exactly that are nearest `target`: the multiples of `lcm` around it."""
+    below, above = lcm * (target // lcm), lcm * -(-target // lcm)
+    return sorted({t for t in (below, above) if t >= lcm})
+
+
+def batch_advice(batch: dict, target: int, smallest_step: int, local_batch: int) -> str:
+    """What helps a candidate set whose common batch misses `target`, in one sentence.
+    `smallest_step`: the sequences one micro-step trains on the requested count, which every set has."""
+    if target * (1 + MAX_BATCH_OVERSHOOT) < smallest_step:
+        lower = " or --local-batch" if local_batch > 1 else ""
+        return (f"Fewer counts cannot help: the requested count alone trains {smallest_step:,} sequences a "
+                f"micro-step; raise the target to {smallest_step:,} or lower --nodes{lower}.")
+    shown = " or ".join(f"{t:,}" for t in workable_targets(batch["lcm"], target))
+    return f"This set keeps a target of {shown} sequences exactly (--global-batch)."
+
+
 def check_batch_bound(batch: dict, proposals: list[dict]) -> None:
     """The planned global batch stays inside the bound every input has; else name a set that does."""
     bound = bounds.BOUNDS["global_batch"]
@@ -483,6 +500,8 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
     batch = layout.batch(counts, target, target_given=target_global_batch is not None or target_global_tokens is not None)
     proposals = [] if batch["within_overshoot"] else nearby_count_sets(layout, counts, target, smallest_runs)
     check_batch_bound(batch, proposals)
+    advice = None if batch["within_overshoot"] else batch_advice(batch, target, layout.local_batch * layout.dp(nodes),
+                                                                 config.local_batch)
     global_batch = batch["global_batch"]
     rows = []
     for count in counts:
@@ -530,6 +549,8 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
         "overshoot": batch["overshoot"],
         "within_overshoot": batch["within_overshoot"],
         "proposals": [p | {"global_tokens": p["global_batch"] * config.seq_len} for p in proposals],
+        "workable_targets": workable_targets(batch["lcm"], target),
+        "advice": advice,
         "min_runnable_nodes": smallest_runs,
         "min_native_nodes": planner.smallest_with(nodes, "fits_natively"),
         "candidates": rows,
@@ -728,10 +749,9 @@ def verdicts(result: dict) -> list[str]:
              f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.1%}.")
     paragraphs = [textwrap.fill(batch, TEXT_WIDTH)]
     if not result["within_overshoot"]:
-        lines = [f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target. Nearest candidate sets within "
-                 f"{MAX_BATCH_OVERSHOOT:.0%}:" if result["proposals"] else
-                 f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target, and no nearby candidate set "
-                 "keeps it within: raise the target or use fewer counts."]
+        lines = [f"That misses the target by more than {MAX_BATCH_OVERSHOOT:.0%} (exit code 1). " + result["advice"]]
+        if result["proposals"]:
+            lines.append(f"Nearest candidate sets within {MAX_BATCH_OVERSHOOT:.0%}:")
         lines += [f"  --candidates {','.join(map(str, p['counts']))}: global batch {p['global_batch']:,} "
                   f"({p['overshoot']:+.1%})" for p in result["proposals"]]
         paragraphs.append("\n".join(textwrap.fill(line, TEXT_WIDTH) for line in lines))
@@ -795,4 +815,4 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         plot(result, args.plot)
     print(json.dumps(result, indent=2) if args.json else render(result, args.wide))
-    return 0
+    return 0 if result["within_overshoot"] else 1  # the batch misses the target: a script must not go on

@@ -330,14 +330,15 @@ def test_cli_table_and_preset_override(capsys):
 ISSUE_COMMAND = ["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "128", "--candidates", "16,12,8"]
 
 
-@pytest.mark.parametrize("argv", [
-    ISSUE_COMMAND,
-    ["plan", "--model", "llama4-scout", "--nodes", "64", "--scale-in", "0.25,0.5,0.75", "--cluster", "h200"],
-    ["plan", "--model", "llama3-70b", "--nodes", "100000", "--tp", "8", "--pp", "4", "--global-batch", "999900000"],
+@pytest.mark.parametrize("argv, exit_code", [
+    (ISSUE_COMMAND, 1),  # the batch misses its target
+    (["plan", "--model", "llama4-scout", "--nodes", "64", "--scale-in", "0.25,0.5,0.75", "--cluster", "h200"], 0),
+    (["plan", "--model", "llama3-70b", "--nodes", "100000", "--tp", "8", "--pp", "4", "--global-batch",
+      "999900000"], 0),
 ], ids=["issue", "moe", "largest"])
-def test_the_table_and_every_paragraph_fit_80_columns(argv, capsys):
+def test_the_table_and_every_paragraph_fit_80_columns(argv, exit_code, capsys):
     code, out, _ = run(argv, capsys)
-    assert code == 0
+    assert code == exit_code
     assert max(len(line) for line in out.splitlines()) <= 80, out
 
 
@@ -350,7 +351,8 @@ def test_the_issue_example_reads_without_contradiction(capsys):
                                                      ["8", "64", "64", "fits", "in", "HBM"]]
     text = " ".join(out.split())
     assert "Global batch: 384 sequences (3,145,728 tokens of 8192) on 16 -> 12 -> 8 nodes" in text
-    assert "+200.0%. That is more than 25% above the target." in text
+    assert ("+200.0%. That misses the target by more than 25% (exit code 1). This set keeps a target of 384 "
+            "sequences exactly (--global-batch). Nearest candidate sets within 25%:") in text
     assert re.search(r"--candidates 16,8: global batch 128 \(\+0.0%\)", text)
     assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone " \
            "on 1 node or more." in text
@@ -374,3 +376,31 @@ def test_wide_adds_columns_and_json_carries_every_figure(capsys):
 def test_cli_without_model_names_missing_dimensions(capsys):
     code, _, err = run(["plan", "--layers", "2", "--hidden", "64", "--nodes", "1"], capsys)
     assert code == 2 and "model dimensions missing: --ffn, --heads, --vocab" in err
+
+
+@pytest.mark.parametrize("lcm, target, expected", [
+    (384, 128, [384]),  # below one multiple: only the one above
+    (384, 1000, [768, 1152]),
+    (96, 960, [960]),  # a multiple itself
+])
+def test_workable_targets_are_the_multiples_around_the_target(lcm, target, expected):
+    assert plan.workable_targets(lcm, target) == expected
+
+
+def test_a_target_below_one_micro_step_says_fewer_counts_cannot_help(capsys):
+    # 16 nodes of 8 GPUs train 128 sequences a micro-step at local batch 1: 2 is out of reach of any set
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "2", "--candidates", "8",
+                        "--json"], capsys)
+    result = json.loads(out)
+    assert code == 1 and (result["within_overshoot"], result["proposals"]) == (False, [])
+    assert result["advice"] == ("Fewer counts cannot help: the requested count alone trains 128 sequences a "
+                                "micro-step; raise the target to 128 or lower --nodes.")
+
+
+def test_a_batch_within_the_tolerance_exits_zero_and_no_target_never_misses(capsys):
+    code, _, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "1024", "--candidates",
+                      "12,8"], capsys)
+    assert code == 0  # 1,152 is +12.5%
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--candidates", "12,8", "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0 and (result["target_given"], result["global_batch"], result["advice"]) == (False, 384, None)
