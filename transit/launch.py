@@ -56,6 +56,8 @@ class Launch:
     rdzv_endpoint: str
     rdzv_port_chosen_on: str  # where the port was found free: "<node> (batch script)", "<node> (srun step)"
     cpus_per_node: int | None  # given to the one srun task per node
+    cp: int = 1  # TorchTitan's context-parallel degree, fixed by the job
+    dp_replicate: int = 1  # TorchTitan's data-parallel replicate degree, fixed by the job
 
     @property
     def nodes(self) -> int:
@@ -67,11 +69,18 @@ class Launch:
 
     @property
     def dp(self) -> int:
-        model_parallel = self.tp * self.pp
-        if self.world_size % model_parallel:
+        """Data-parallel ranks (replicate x shard): what the global batch is split over."""
+        model_parallel = self.tp * self.pp * self.cp
+        fixed = f"TP x PP{' x CP' if self.cp > 1 else ''} = {model_parallel}"
+        if self.world_size % (model_parallel * self.dp_replicate):
+            replicate = f" x DP replicate {self.dp_replicate}" if self.dp_replicate > 1 else ""
             raise UsageError(f"{self.nodes} nodes x {self.nproc_per_node} processes = {self.world_size} ranks "
-                             f"are not a multiple of TP x PP = {model_parallel}")
+                             f"are not a multiple of {fixed}{replicate}")
         return self.world_size // model_parallel
+
+    @property
+    def dp_shard(self) -> int:
+        return self.dp // self.dp_replicate
 
     @property
     def grad_accum(self) -> int:
@@ -92,7 +101,7 @@ class Launch:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"nodes": self.nodes, "world_size": self.world_size, "dp": self.dp,
-                               "grad_accum": self.grad_accum}
+                               "dp_shard": self.dp_shard, "grad_accum": self.grad_accum}
 
 
 def free_port() -> int:
@@ -158,7 +167,7 @@ def planned_counts() -> list[int] | None:
     return [int(n) for n in counts]
 
 
-def build_launch(args: argparse.Namespace) -> Launch:
+def build_launch(args: argparse.Namespace, fixed_degrees: dict[str, int] | None = None) -> Launch:
     settings = planned_settings(args)
     if "SLURM_JOB_ID" in os.environ:
         allocation = slurm.current_allocation()
@@ -183,7 +192,8 @@ def build_launch(args: argparse.Namespace) -> Launch:
     bounds.check_tensor_parallel(settings["tp"], nproc, "processes per node")
     launch = Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc, tp=settings["tp"],
                     pp=settings["pp"], global_batch=settings["global_batch"], local_batch=settings["local_batch"],
-                    rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus)
+                    rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus,
+                    **(fixed_degrees or {}))
     counts = planned_counts()
     if counts is not None and launch.nodes not in counts:
         raise UsageError(f"{launch.nodes} nodes is not a count transit submit planned global batch "
@@ -196,16 +206,19 @@ def launch_main(args: argparse.Namespace) -> int:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         raise UsageError("give the training script (or TorchTitan arguments) after the options")
-    titan = None
+    titan, fixed = None, None
     if args.framework == "torchtitan":
         from transit import torchtitan
 
         titan = torchtitan.installed()
         titan.check_program(program)
-    launch = build_launch(args)
+        fixed = titan.fixed_degrees(program)
+    elif args.seq_len is not None:
+        raise UsageError("--seq-len is passed to TorchTitan only (--torchtitan): leave it out for torchrun")
+    launch = build_launch(args, fixed)
     environment = launch.environment()  # raises when the global batch does not divide
     flags = None if titan is None else titan.flags(launch.global_batch, launch.local_batch, launch.tp, launch.pp,
-                                                   args.seq_len)
+                                                   args.seq_len, launch.dp_shard)
     command = launch.command(program, flags)
     if args.dry_run:
         if args.json:
@@ -318,7 +331,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tp", metavar="N", help="tensor parallel degree (default $TRANSIT_TP, else 1)")
     parser.add_argument("--pp", metavar="N", help="pipeline parallel degree (default $TRANSIT_PP, else 1)")
     parser.add_argument("--seq-len", metavar="N",
-                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens)")
+                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens); "
+                             "refused without --torchtitan")
     parser.add_argument("--nproc-per-node", "--gpus-per-node", dest="nproc_per_node", metavar="N",
                         help="processes per node (default: SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES); "
                              "required for CPU runs")

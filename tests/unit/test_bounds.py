@@ -96,6 +96,7 @@ BAD_INPUTS = [
     (["launch", "--dry-run", "--nodes", "0", "--global-batch", "8", "x.py"], "--nodes must be at least 1, got 0"),
     ([*LAUNCH, "--local-batch", "inf", "x.py"], "--local-batch must be an integer in [1, 65536], got 'inf'"),
     ([*LAUNCH, "--pp", "0", "x.py"], "--pp must be at least 1, got 0"),
+    ([*LAUNCH, "--seq-len", "512", "x.py"], "--seq-len is passed to TorchTitan only (--torchtitan)"),
     ([*LAUNCH, "--local-batch", "3", "x.py"], "global batch 64 is not divisible by local batch 3 x DP degree 16"),
 ]
 
