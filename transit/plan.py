@@ -42,6 +42,11 @@ NCCL_BUFFER_BYTES = 1 * GIB  # communicator buffers for intra-node NVLink and in
 WORKSPACE_BYTES = 512 * MIB  # cuBLAS workspaces and caching-allocator rounding
 FRAMEWORK_RESERVED_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + WORKSPACE_BYTES
 
+# A count fits in HBM without offload only with this much to spare: the model under-predicted the
+# measured peak by 2-9% (bench/results/plan-accuracy.json; tests/unit/test_plan.py checks the margin
+# covers every run there). A count that fits by less is "within margin": TRANSIT covers the rest.
+HBM_SAFETY_MARGIN = 0.10
+
 # Host memory each rank uses besides the spilled device data (Python, torch, CUDA host
 # state, data loader workers).
 HOST_BYTES_PER_RANK = 8 * GIB
@@ -422,10 +427,13 @@ class MemoryPlanner:
         spill = spilled_bytes(memory, self.cluster)
         host = host_bytes_per_node(spill, self.cluster)
         runs = host <= self.cluster.host_dram_bytes
+        fits = memory.device_total * (1 + HBM_SAFETY_MARGIN) <= self.cluster.hbm_bytes
+        within_margin = spill == 0 and not fits
+        verdict = ("fits in HBM" if fits else "within margin" if within_margin else "spills to host" if runs
+                   else "too big")
         return {"nodes": nodes, "gpus": nodes * self.cluster.gpus_per_node, "dp": self.layout.dp(nodes),
-                "verdict": "fits in HBM" if spill == 0 else "spills to host" if runs else "too big",
-                "fits_natively": spill == 0, "runs": runs, "memory": memory, "spilled_bytes": spill,
-                "host_bytes_per_node": host}
+                "verdict": verdict, "fits_natively": fits, "within_margin": within_margin, "runs": runs,
+                "memory": memory, "spilled_bytes": spill, "host_bytes_per_node": host}
 
     def timing(self, nodes: int, global_batch: int) -> dict:
         """step_time at `nodes` for `global_batch` sequences (accumulation rounded up to whole micro-steps)."""
@@ -528,6 +536,7 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
             "nccl_buffer_bytes": NCCL_BUFFER_BYTES,
             "workspace_bytes": WORKSPACE_BYTES,
             "host_bytes_per_rank": HOST_BYTES_PER_RANK,
+            "hbm_safety_margin": HBM_SAFETY_MARGIN,
             "fsdp_prefetched_units": FSDP_PREFETCHED_UNITS,
             "recompute_flop_factor": RECOMPUTE_FLOP_FACTOR,
             "pcie_crossings_per_use": PCIE_CROSSINGS_PER_USE,
@@ -690,7 +699,8 @@ COLUMNS = [
     ("nodes", None, lambda c: str(c["nodes"])),
     ("GPUs", None, lambda c: str(c["gpus"])),
     ("DP", "data-parallel degree", lambda c: str(c["dp"])),
-    ("memory", "where one GPU's data lives", lambda c: c["verdict"]),
+    ("memory", "where one GPU's data lives (within margin: fits by less than the safety margin)",
+     lambda c: c["verdict"]),
     ("spill", "GiB per GPU beyond HBM, held in host DRAM", lambda c: _gib(c["spilled_bytes"])),
     ("host", "host DRAM used, GiB per node", lambda c: _gib(c["host_bytes_per_node"])),
     ("accum", "gradient accumulation steps", lambda c: str(c["grad_accum"])),
@@ -746,7 +756,8 @@ def verdicts(result: dict) -> list[str]:
               f"one micro-batch per rank on {result['requested_nodes']} nodes (no target given)")
     batch = (f"Global batch: {result['global_batch']:,} sequences ({result['global_tokens']:,} tokens of {seq_len}) "
              f"on {_counts(result['counts'])}, the smallest multiple of {result['batch_lcm']:,} (the least common "
-             f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.1%}.")
+             f"multiple of local batch x DP) at or above the target of {target}"
+             + (f": {result['overshoot']:+.1%}." if result["target_given"] else "."))
     paragraphs = [textwrap.fill(batch, TEXT_WIDTH)]
     if not result["within_overshoot"]:
         lines = [f"That misses the target by more than {MAX_BATCH_OVERSHOOT:.0%} (exit code 1). " + result["advice"]]
@@ -756,9 +767,14 @@ def verdicts(result: dict) -> list[str]:
                   f"({p['overshoot']:+.1%})" for p in result["proposals"]]
         paragraphs.append("\n".join(textwrap.fill(line, TEXT_WIDTH) for line in lines))
     native, runnable = result["min_native_nodes"], result["min_runnable_nodes"]
+    margin = f"{HBM_SAFETY_MARGIN:.0%}"
     memory = (f"Memory: runs with TRANSIT on {_counts([runnable])} or more (what HBM cannot hold fits in host "
-              f"DRAM); " + (f"fits in HBM alone on {_counts([native])} or more." if native else
-                            f"needs host DRAM at every count up to {result['requested_nodes']}."))
+              f"DRAM); " + (f"fits in HBM alone, with a {margin} margin, on {_counts([native])} or more." if native
+                            else f"needs host DRAM at every count up to {result['requested_nodes']}."))
+    close = [c["nodes"] for c in result["candidates"] if c["within_margin"]]
+    if close:
+        memory += (f" Within margin at {','.join(map(str, close))} nodes: the prediction fits HBM by less than the "
+                   f"{margin} the model has under-predicted measured peaks by; TRANSIT holds what may not fit.")
     too_big = [c["nodes"] for c in result["candidates"] if not c["runs"]]
     if too_big:
         memory += f" Too big for {','.join(map(str, too_big))} nodes: their spill does not fit in host DRAM."

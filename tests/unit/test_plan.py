@@ -6,6 +6,7 @@ code under test.
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -101,12 +102,24 @@ def test_tp_and_pp_divide_states_and_the_larger_stage_counts():
     assert (memory.activations, memory.transient) == (335_544_320, 1_838_678_016)
 
 
-def test_llama3_70b_needs_six_h100_nodes_of_four_gpus_as_in_the_paper():
-    # Section 4.2: the minimum configuration without offloading is 6 nodes (24 GPUs).
+def test_llama3_70b_fits_six_h100_nodes_of_four_gpus_as_in_the_paper_but_within_the_margin():
+    # Section 4.2: the minimum configuration without offloading is 6 nodes (24 GPUs). The model
+    # agrees, by 0.27 GiB of 79.6: inside the 2-9% it under-predicts by, so 6 and 7 nodes are within
+    # the margin and 8 is the smallest count that fits with it
     cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
-    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=6, candidates=[6, 5])
-    assert result["min_native_nodes"] == 6
-    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM", "spills to host"]
+    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=8, candidates=[8, 7, 6, 5])
+    assert result["min_native_nodes"] == 8
+    rows = result["candidates"]
+    assert [c["verdict"] for c in rows] == ["fits in HBM", "within margin", "within margin", "spills to host"]
+    assert [c["spilled_bytes"] for c in rows][:3] == [0, 0, 0]
+    assert 0 < cluster.hbm_bytes - rows[2]["device_bytes_needed"] < 0.3 * GIB
+
+
+def test_the_safety_margin_covers_every_measured_under_prediction():
+    accuracy = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" /
+                           "plan-accuracy.json").read_text())
+    worst = max(-row["error"] for row in accuracy["rows"])
+    assert 0.09 < worst <= plan.HBM_SAFETY_MARGIN  # 9.05%: policies-h200 native, deterministic
 
 
 @pytest.mark.parametrize("step_sizes, target, expected", [
@@ -186,13 +199,14 @@ def test_plan_spills_what_does_not_fit_and_keeps_one_global_batch():
     # HBM is 6 GiB = 6,442,450,944: only 1 node (2 GPUs) spills; host: 2 x (spill + 8 GiB per rank)
     assert [c["spilled_bytes"] for c in result["candidates"]] == [0, 0, 0, 1_774_489_600]
     assert [c["host_bytes_per_node"] for c in result["candidates"]] == [17_179_869_184] * 3 + [20_728_848_384]
-    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM"] * 3 + ["spills to host"]
+    # 2 nodes fit by 394,104,832 bytes, less than the 10% margin (604,834,611)
+    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM"] * 2 + ["within margin", "spills to host"]
     # local batch 2 x DP 8, 6, 4, 2: lcm(16, 12, 8, 4) = 48 for a target of 30 (+60%): too much;
     # 4 -> 2 -> 1 and 4 -> 1 or 4 -> 2 keep 32 (+7%)
     assert (result["global_batch"], result["within_overshoot"]) == (48, False)
     assert [c["grad_accum"] for c in result["candidates"]] == [3, 4, 6, 12]
     assert [p["counts"] for p in result["proposals"]] == [[4, 2, 1], [4, 1], [4, 2]]
-    assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 2)
+    assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 3)
     effs = [c["efficiency"] for c in result["candidates"]]
     assert effs[:3] == [1.0, 1.0, 1.0] and effs[3] < 1.0
     assert result["policy"] == "advise" and result["step_time_error"] == plan.STEP_TIME_ERROR["advise"]
@@ -354,8 +368,8 @@ def test_the_issue_example_reads_without_contradiction(capsys):
     assert ("+200.0%. That misses the target by more than 25% (exit code 1). This set keeps a target of 384 "
             "sequences exactly (--global-batch). Nearest candidate sets within 25%:") in text
     assert re.search(r"--candidates 16,8: global batch 128 \(\+0.0%\)", text)
-    assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone " \
-           "on 1 node or more." in text
+    assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone, " \
+           "with a 10% margin, on 1 node or more." in text
 
 
 def test_wide_adds_columns_and_json_carries_every_figure(capsys):
