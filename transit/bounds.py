@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
 
 from transit.errors import UsageError
@@ -79,6 +80,14 @@ def _shown(text: str, quoted: bool = False) -> str:
     return repr(cut) if quoted else cut
 
 
+# What a number may look like: ASCII digits, a sign, a decimal point and an exponent (floats), and the
+# words float() reads for NaN and infinity, which are refused as not finite below. Python's own int()
+# and float() also take "8_000" and other scripts' digits ("٨"), which no job means.
+NUMBER_TEXT = {int: re.compile(r"[+-]?[0-9]+"),
+               float: re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)",
+                                 re.IGNORECASE)}
+
+
 def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float:
     """`text` as the number option `name` (its BOUNDS entry, or `bound`) allows, else UsageError."""
     bound = bound or BOUNDS[name.lstrip("-").replace("-", "_").lower()]
@@ -87,6 +96,8 @@ def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float
         value: int | float = int(text, 10) if bound.kind is int else float(text)
     except ValueError:
         raise UsageError(f"{name} must be {bound.allowed()}, got {_shown(text, quoted=True)}") from None
+    if not NUMBER_TEXT[bound.kind].fullmatch(text):
+        raise UsageError(f"{name} takes plain ASCII digits (no separators), got {_shown(text, quoted=True)}")
     if not math.isfinite(value):
         raise UsageError(f"{name} must be a finite number, got {_shown(text)}")
     if value < bound.low or (bound.low_open and value == bound.low):

@@ -304,6 +304,10 @@ def candidate_counts(nodes: int, scale_in: list[float] | None = None, candidates
         extra = candidates
     elif scale_in is not None:
         extra = [reduced_nodes(nodes, f) for f in scale_in]
+        unchanged = next((f for f, count in zip(scale_in, extra, strict=True) if count == nodes), None)
+        if unchanged is not None:  # rounds back to N: the job would queue all of N under TRANSIT
+            raise UsageError(f"--scale-in {unchanged:g} rounds to all {nodes} nodes; give more than "
+                             f"{0.5 / nodes:g} ({1 / nodes:.3g}: {nodes - 1} nodes)")
     else:
         extra = defaults or []
     return sorted({nodes, *extra}, reverse=True)

@@ -96,6 +96,15 @@ BAD_INPUTS = [
     (["launch", "--dry-run", "--nodes", "0", "--global-batch", "8", "x.py"], "--nodes must be at least 1, got 0"),
     ([*LAUNCH, "--local-batch", "inf", "x.py"], "--local-batch must be an integer in [1, 65536], got 'inf'"),
     ([*LAUNCH, "--pp", "0", "x.py"], "--pp must be at least 1, got 0"),
+    # plain ASCII digits only: Python's int() and float() would take these
+    ([*PLAN, "--nodes", "8_000"], "--nodes takes plain ASCII digits (no separators), got '8_000'"),
+    ([*PLAN, "--global-batch", "1_000"], "--global-batch takes plain ASCII digits (no separators), got '1_000'"),
+    ([*PLAN, "--nodes", "\u0668"], "--nodes takes plain ASCII digits (no separators), got '\u0668'"),  # Arabic-Indic 8
+    ([*PLAN, "--hbm-gib", "8\uff10"], "--hbm-gib takes plain ASCII digits (no separators), got '8\uff10'"),  # fullwidth 0
+    (["plan", "--model", "llama3-8b", "--nodes", "4", "--scale-in", "0.01"],
+     "--scale-in 0.01 rounds to all 4 nodes; give more than 0.125 (0.25: 3 nodes)"),
+    (["submit", "--nodes", "4", "--scale-in", "0.1", "--dry-run", "job.sh"],
+     "--scale-in 0.1 rounds to all 4 nodes; give more than 0.125 (0.25: 3 nodes)"),
     ([*LAUNCH, "--seq-len", "512", "x.py"], "--seq-len is passed to TorchTitan only (--torchtitan)"),
     ([*LAUNCH, "--local-batch", "3", "x.py"], "global batch 64 is not divisible by local batch 3 x DP degree 16"),
 ]
