@@ -506,7 +506,8 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
                          f"has {cluster.host_dram_bytes / GIB:.0f} GiB")
     target = target_sequences(config.local_batch, layout.dp(nodes), config.seq_len, target_global_batch,
                               target_global_tokens)
-    counts = candidate_counts(nodes, scale_in, candidates, planner.default_counts(nodes, target))
+    defaults = planner.default_counts(nodes, target) if scale_in is None and candidates is None else None
+    counts = candidate_counts(nodes, scale_in, candidates, defaults)
     for count in counts:
         layout.check_count(count, "--candidates" if candidates else "--scale-in" if scale_in else "--nodes")
     batch = layout.batch(counts, target, target_given=target_global_batch is not None or target_global_tokens is not None)
@@ -671,8 +672,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "predicted step time and tokens per second per GPU under the TRANSIT policy.")
     add_model_arguments(parser)
     add_count_arguments(parser)
-    parser.add_argument("--policy", choices=_native.policies(), default=DEFAULT_POLICY,
-                        help=f"TRANSIT policy the step times are predicted for (default {DEFAULT_POLICY})")
+    parser.add_argument("--policy", metavar="POLICY", default=DEFAULT_POLICY,
+                        help=f"TRANSIT policy the step times are predicted for: {', '.join(POLICY_TRANSFER_FACTOR)} "
+                             f"(calibrated) or another of libtransit's (default {DEFAULT_POLICY})")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (every figure)")
     parser.add_argument("--wide", action="store_true", help="every column, wider than 80 characters")
     parser.add_argument("--plot", metavar="PNG", help="also draw memory per GPU and efficiency per node count")
@@ -789,8 +791,9 @@ def step_paragraph(result: dict) -> str:
     """Where the step times come from, and how far they were off on the runs they were fitted to."""
     policy, error = result["policy"], result["step_time_error"]
     if error is None:
-        return (f"Step time: no committed GPU summary calibrates --policy {policy}; the table shows compute "
-                f"alone (--wide: compute_s). Calibrated: {', '.join(POLICY_TRANSFER_FACTOR)}.")
+        return (f"Step time: no committed GPU summary calibrates --policy {policy}, so step, tok/s and eff "
+                f"show '-' (--wide: compute_s, the step without offload). Calibrated: "
+                f"{', '.join(POLICY_TRANSFER_FACTOR)}.")
     return (f"Step time under {policy}: compute at the sustained TFLOPS plus {POLICY_TRANSFER_FACTOR[policy]:g} x "
             f"the spill's PCIe time, fitted to {error['runs']} measured {policy} runs (bench/results, one H200); "
             f"off by {error['median_error']:.0%} on the median run, {error['max_error']:.0%} at worst.")
@@ -827,8 +830,15 @@ def plot(result: dict, path: str) -> None:
     plt.close(fig)
 
 
+def check_policy(policy: str) -> None:
+    """A calibrated policy, or one libtransit has (asked only then: plan runs where it is not built)."""
+    if policy not in POLICY_TRANSFER_FACTOR and policy not in _native.policies():
+        raise UsageError(f"--policy {policy!r} is not a policy; use {', '.join(_native.policies())}")
+
+
 def main(args: argparse.Namespace) -> int:
     bounds.check_args(args)
+    check_policy(args.policy)
     config, cluster = config_from_args(args)
     result = plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
                   args.global_tokens, args.policy)

@@ -418,3 +418,11 @@ def test_a_batch_within_the_tolerance_exits_zero_and_no_target_never_misses(caps
     code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--candidates", "12,8", "--json"], capsys)
     result = json.loads(out)
     assert code == 0 and (result["target_given"], result["global_batch"], result["advice"]) == (False, 384, None)
+
+
+def test_an_uncalibrated_policy_plans_without_step_times_and_an_unknown_one_is_refused(capsys):
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "2", "--policy", "hybrid"], capsys)
+    assert code == 0 and out.split("\n\n")[1].splitlines()[1].split()[-3:] == ["-", "-", "-"]
+    assert "no committed GPU summary calibrates --policy hybrid" in " ".join(out.split())
+    code, _, err = run(["plan", "--model", "llama3-8b", "--nodes", "2", "--policy", "fast"], capsys)
+    assert code == 2 and err == "transit plan: --policy 'fast' is not a policy; use base, prefetch, advise, hybrid\n"
