@@ -358,8 +358,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "settings exported for `transit launch`.")
     counts = plan.add_count_arguments(parser)
     counts.add_argument("--to-min", action="store_true",
-                        help="the plan's default candidates, submitted on the smallest: the smallest count that keeps "
-                             "80%% of the per-GPU throughput, or 50%% fewer nodes (needs a model)")
+                        help="the plan's default candidates (25%% and 50%% fewer nodes, the smallest count keeping "
+                             "80%% of the per-GPU throughput), submitted on the smallest (needs a model)")
     parser.add_argument("--transit", choices=(*_native.policies(), "off"), default="advise",
                         help="TRANSIT policy (default advise)")
     parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",

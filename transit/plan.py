@@ -666,8 +666,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainingConfig, ClusterS
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan", help="plan node count and batch settings for a scaled-in job",
-        description="For the requested node count and its candidates (by default 25%% and 50%% fewer nodes and "
-                    "the smallest count that keeps 80%% of the per-GPU throughput): memory per GPU, spill, DP "
+        description="For the requested node count and its candidates (by default 25% and 50% fewer nodes and "
+                    "the smallest count that keeps 80% of the per-GPU throughput): memory per GPU, spill, DP "
                     "degree, the global batch common to all candidates and its gradient accumulation, and the "
                     "predicted step time and tokens per second per GPU under the TRANSIT policy.")
     add_model_arguments(parser)
