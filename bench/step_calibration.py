@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from model import CONFIGS  # noqa: E402
+from model import CONFIGS
 
-from transit.models import ModelSpec  # noqa: E402
-from transit.plan import CALIBRATION_PCIE_BYTES_PER_S, TrainingConfig, predict_memory, transfer_bytes  # noqa: E402
+from transit.models import ModelSpec
+from transit.plan import CALIBRATION_PCIE_BYTES_PER_S, TrainingConfig, predict_memory, transfer_bytes
 
 SUMMARIES = sorted((REPO / "bench" / "results").glob("*.summary.json"))
 REFERENCES = ("fsdp2-2gpu", "native")  # no offload, no TRANSIT; per-GPU TFLOPS

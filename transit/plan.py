@@ -8,11 +8,12 @@ DRAM, so a node count can run the job as long as its ranks' spill fits in the no
 The job may run on a few node counts (the candidates: the requested count, the counts 25% and 50%
 fewer nodes leave and the smallest count that keeps 80% of its per-GPU throughput, or --scale-in
 fractions, or --candidates). Each count's step time under a TRANSIT policy is compute at the
-sustained rate plus the spill's PCIe time times a factor fitted to the committed GPU summaries. One global batch must suit all of them: the
-smallest multiple of the least common multiple of (local batch x DP degree) over the candidates
-that is at least the target. When that rounds the target up by more than MAX_BATCH_OVERSHOOT, the
-plan says so and proposes nearby candidate sets that keep it within. `transit submit` plans the
-same way before it queues anything; `transit launch` checks the batch inside the allocation.
+sustained rate plus the spill's PCIe time times a factor fitted to the committed GPU summaries.
+One global batch must suit all of them: the smallest multiple of the least common multiple of
+(local batch x DP degree) over the candidates that is at least the target. When that rounds the
+target up by more than MAX_BATCH_OVERSHOOT, the plan misses it: it says what helps, proposes
+nearby candidate sets that keep it within, and exits 1. `transit submit` plans the same way
+before it queues anything; `transit launch` runs on any count of the plan inside the allocation.
 
 The benchmark harness gets predictions from `predict_memory` or `transit plan --json`.
 """

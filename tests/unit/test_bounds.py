@@ -132,8 +132,8 @@ def test_the_table_has_at_least_40_bad_inputs():
 @pytest.mark.parametrize("variable, value, message", [
     ("TRANSIT_GLOBAL_BATCH", "abc", "TRANSIT_GLOBAL_BATCH must be an integer in [1, 1000000000], got 'abc'"),
     ("TRANSIT_LOCAL_BATCH", "0", "TRANSIT_LOCAL_BATCH must be at least 1, got 0"),
-    ("TRANSIT_CANDIDATES", "16:12:8", "2 nodes is not a count transit submit planned global batch 64 for "
-                                      "(TRANSIT_CANDIDATES=16,12,8)"),
+    ("TRANSIT_CANDIDATES", "16:12:8", ("2 nodes is not a count transit submit planned global batch 64 for "
+                                       "(TRANSIT_CANDIDATES=16,12,8)")),
     ("TRANSIT_CANDIDATES", "16:x", "TRANSIT_CANDIDATES must be an integer in [1, 100000], got 'x'"),
     ("TRANSIT_TP", "2", "--tp 1 disagrees with TRANSIT_TP=2, which transit submit planned for this job"),
 ])

@@ -6,9 +6,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-import step_calibration  # noqa: E402
+import step_calibration
 
-from transit import plan  # noqa: E402
+from transit import plan
 
 
 def test_the_factors_and_errors_plan_states_are_those_of_the_committed_summaries():

@@ -198,8 +198,8 @@ def test_fixed_degrees_come_from_the_arguments_else_the_toml_file(tmp_path):
 
 
 @pytest.mark.parametrize("program, message", [
-    (["--parallelism.data_parallel_shard_degree=8"], "--parallelism.data_parallel_shard_degree is set by transit "
-                                                     "launch (from the plan or its options); leave it out"),
+    (["--parallelism.data_parallel_shard_degree=8"], ("--parallelism.data_parallel_shard_degree is set by transit "
+                                                      "launch (from the plan or its options); leave it out")),
     (["--parallelism.tensor_parallel_degree", "4"], "--parallelism.tensor_parallel_degree is set by transit launch"),
     (["--training.global_batch_size=8"], "--training.global_batch_size is set by transit launch"),
 ])
@@ -215,7 +215,7 @@ def test_a_count_the_fixed_degrees_cannot_tile_is_refused():
                     local_batch=1, rdzv_endpoint="a:1", rdzv_port_chosen_on="a", cpus_per_node=None, dp_replicate=4)
     with pytest.raises(UsageError, match=re.escape("3 nodes x 4 processes = 12 ranks are not a multiple of TP x PP "
                                                    "= 2 x DP replicate 4")):
-        launch.dp
+        _ = launch.dp
     with_cp = Launch(job_id="1", hostnames=("a", "b"), nproc_per_node=4, tp=2, pp=1, global_batch=48, local_batch=1,
                      rdzv_endpoint="a:1", rdzv_port_chosen_on="a", cpus_per_node=None, cp=2)
     assert (with_cp.dp, with_cp.dp_shard, with_cp.grad_accum) == (2, 2, 24)  # CP ranks share a batch
