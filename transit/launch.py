@@ -253,6 +253,9 @@ def submit_plan(args: argparse.Namespace) -> dict:
             raise UsageError(f"{submitted['nodes']} nodes cannot run this job: "
                              f"{submitted['host_bytes_per_node'] / plan.GIB:.0f} GiB of host DRAM per node needed, "
                              f"{cluster.host_dram_bytes / plan.GIB:.0f} GiB there (see transit plan)")
+        if args.transit == plan.NO_TRANSIT and submitted["spilled_bytes"]:
+            raise UsageError(f"{submitted['nodes']} nodes spill {submitted['spilled_bytes'] / plan.GIB:.1f} GiB per "
+                             "GPU, which only TRANSIT holds: --transit off needs counts that fit in HBM")
         layout = plan.Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
         proposals, seq_len = result["proposals"], config.seq_len
     else:

@@ -84,6 +84,7 @@ STEP_TIME_ERROR = {"advise": {"runs": 6, "median_error": 0.18, "max_error": 0.9}
                    "base": {"runs": 6, "median_error": 0.2, "max_error": 1.93},
                    "prefetch": {"runs": 7, "median_error": 0.44, "max_error": 1.39}}
 DEFAULT_POLICY = "advise"
+NO_TRANSIT = "off"  # `submit --transit off`: nothing holds a spill, so no candidate may have one
 
 
 @dataclass(frozen=True)
@@ -478,7 +479,8 @@ class MemoryPlanner:
         reference = self.timing(nodes, target)["tokens_per_s_per_gpu"]
 
         def keeps(count: int, share: float) -> bool:
-            if not self.row(count)["runs"]:
+            row = self.row(count)
+            if not (row["spilled_bytes"] == 0 if self.policy == NO_TRANSIT else row["runs"]):
                 return False
             throughput = self.timing(count, target)["tokens_per_s_per_gpu"]
             return reference is None or throughput >= share * reference

@@ -48,3 +48,14 @@ def test_launch_refuses_a_count_outside_the_plan(no_plan_env, capsys):
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == ("transit launch: 10 nodes is not a count transit submit planned global batch "
                                        "1152 for (TRANSIT_CANDIDATES=16,12,8)\n")
+
+
+def test_submit_without_transit_plans_only_counts_without_a_spill(no_plan_env, capsys):
+    # Llama3-70B on 4-GPU H100 nodes: 6 nodes hold it in HBM (within the margin), 4 spill 21.6 GiB per GPU
+    argv = ["submit", "--nodes", "8", "--model", "llama3-70b", "--gpus-per-node", "4", "--transit", "off",
+            "--dry-run", "--json"]
+    assert cli.main([*argv, "--to-min", "job.sh"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"] == [8, 6]
+    assert cli.main([*argv, "--candidates", "4", "job.sh"]) == 2
+    assert capsys.readouterr().err == ("transit submit: 4 nodes spill 21.6 GiB per GPU, which only TRANSIT holds: "
+                                       "--transit off needs counts that fit in HBM\n")
