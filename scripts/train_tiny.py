@@ -32,13 +32,18 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file for the loss of every optimizer step")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
-    parser.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
-                        help="DistributedDataParallel or FSDP2 fully_shard (default ddp)")
+    parser.add_argument("--parallel", choices=("ddp", "fsdp", "pp"), default="ddp",
+                        help="DistributedDataParallel, FSDP2 fully_shard, or PIPELINE_STAGES pipeline stages "
+                             "(GPipe) with data parallelism over the rest (launch it with --pp 2) (default ddp)")
     parser.add_argument("--seed", type=int, default=1234)
     return parser.parse_args()
 
 
+PIPELINE_STAGES = 2  # --parallel pp: the embedding and first linear layer, then the rest
+
+
 def batch_settings(world_size: int) -> tuple[int, int, int]:
+    """The batch `transit launch` exported, checked against `world_size` data-parallel ranks."""
     try:
         global_batch, local_batch, accumulation = (int(os.environ[name]) for name in (
             "TRANSIT_GLOBAL_BATCH", "TRANSIT_LOCAL_BATCH", "TRANSIT_GRAD_ACCUM"))
@@ -46,7 +51,7 @@ def batch_settings(world_size: int) -> tuple[int, int, int]:
         sys.exit(f"train_tiny: {missing} is not set; start this script through `transit launch`")
     if global_batch != local_batch * accumulation * world_size:
         sys.exit(f"train_tiny: global batch {global_batch} != local batch {local_batch} x accumulation "
-                 f"{accumulation} x world size {world_size}")
+                 f"{accumulation} x data-parallel ranks {world_size}")
     return global_batch, local_batch, accumulation
 
 
@@ -106,6 +111,51 @@ def train(args: argparse.Namespace, device: torch.device, rank: int, world_size:
     return losses
 
 
+def train_pipeline(args: argparse.Namespace, rank: int, world_size: int, batch: tuple[int, int, int]) -> list[float]:
+    """train() with the model in PIPELINE_STAGES stages on consecutive ranks (GPipe over the micro-batches
+    of a step) and data parallelism across the pipelines: the same sequences, losses and updates."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    global_batch, local_batch, accumulation = batch
+    dp = world_size // PIPELINE_STAGES
+    stage_index, dp_rank = rank % PIPELINE_STAGES, rank // PIPELINE_STAGES
+    # every rank creates every group, in the same order
+    pipelines = [dist.new_group([d * PIPELINE_STAGES + s for s in range(PIPELINE_STAGES)]) for d in range(dp)]
+    replicas = [dist.new_group([d * PIPELINE_STAGES + s for d in range(dp)]) for s in range(PIPELINE_STAGES)]
+    model = build_model(args.seed)
+    module = model[:2] if stage_index == 0 else model[2:]
+    stage = PipelineStage(module, stage_index, PIPELINE_STAGES, torch.device("cpu"), group=pipelines[dp_rank])
+    loss_fn = nn.CrossEntropyLoss()
+    # the schedule divides each micro-batch's gradient by the micro-batch count, as train() divides its loss
+    schedule = ScheduleGPipe(stage, n_microbatches=accumulation,
+                             loss_fn=lambda out, target: loss_fn(out.flatten(0, 1), target.flatten()))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-2)
+    last = stage_index == PIPELINE_STAGES - 1
+
+    losses = []
+    for step in range(args.steps):
+        # micro-batch m of this pipeline holds the sequences train() gives data-parallel rank dp_rank
+        parts = [sequences(args.seed, step * global_batch + (micro * dp + dp_rank) * local_batch, local_batch)
+                 for micro in range(accumulation)]
+        inputs, targets = (torch.cat(t) for t in zip(*parts, strict=True))
+        micro_losses: list[torch.Tensor] = []
+        if stage_index == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step(target=targets, losses=micro_losses)
+        for parameter in module.parameters():  # what DDP does: the mean gradient over the replicas
+            dist.all_reduce(parameter.grad, group=replicas[stage_index])
+            parameter.grad /= dp
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = torch.stack(micro_losses).sum() / accumulation if last else torch.zeros(())
+        dist.all_reduce(step_loss, op=dist.ReduceOp.SUM)
+        losses.append(step_loss.item() / dp)
+        if rank == 0:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    return losses
+
+
 def main() -> int:
     args = parse_args()
     use_cuda = torch.cuda.is_available()
@@ -114,8 +164,14 @@ def main() -> int:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    global_batch, local_batch, accumulation = batch = batch_settings(world_size)
-    losses = train(args, device, rank, world_size, batch)
+    if args.parallel == "pp":
+        if use_cuda or world_size % PIPELINE_STAGES:
+            sys.exit(f"train_tiny: --parallel pp runs on CPU ranks in multiples of {PIPELINE_STAGES}")
+        global_batch, local_batch, accumulation = batch = batch_settings(world_size // PIPELINE_STAGES)
+        losses = train_pipeline(args, rank, world_size, batch)
+    else:
+        global_batch, local_batch, accumulation = batch = batch_settings(world_size)
+        losses = train(args, device, rank, world_size, batch)
     if rank == 0:
         result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
                   "world_size": world_size, "parallel": args.parallel, "seed": args.seed,
