@@ -39,14 +39,14 @@ def run_waiting(args: list[str], env: dict[str, str]) -> subprocess.CompletedPro
 
 
 def train_through_launch(env, tmp_path: Path, nodes: int, parallel: str, global_batch: int = 8,
-                         steps: int = 5, nproc: int = NPROC_PER_NODE, pp: int = 1) -> dict:
+                         steps: int = 5, nproc: int = NPROC_PER_NODE, tp: int = 1, pp: int = 1) -> dict:
     out = tmp_path / f"loss-{parallel}-{nodes}.json"
     output = tmp_path / f"job-{parallel}-{nodes}.out"
-    command = (f"transit launch --global-batch {global_batch} --local-batch 2 --nproc-per-node {nproc} --pp {pp} "
-               f"-- {TRAIN_TINY} --parallel {parallel} --steps {steps} --out {out}")
+    command = (f"transit launch --global-batch {global_batch} --local-batch 2 --nproc-per-node {nproc} --tp {tp} "
+               f"--pp {pp} -- {TRAIN_TINY} --parallel {parallel} --steps {steps} --out {out}")
     sbatch_wait(env, [f"--nodes={nodes}", "--wrap", command], output, result_file=out)
     log = output.read_text()
-    dp = nodes * nproc // pp
+    dp = nodes * nproc // (tp * pp)
     accumulation = global_batch // (2 * dp)
     assert f"DP {dp}, global batch {global_batch} = local 2 x DP {dp} x accumulation {accumulation}" in log
     return json.loads(out.read_text())
@@ -64,13 +64,15 @@ def test_two_nodes_and_one_node_train_the_same_global_batch_and_losses(env, tmp_
     assert two["losses"][-1] < two["losses"][0]  # it did train
 
 
-def test_a_pipeline_trains_like_data_parallelism_alone(env, tmp_path):
-    # 2 nodes x 2 ranks with PP 2 (train_tiny's two GPipe stages): DP 2, so launch derives
-    # accumulation 2 for 8 sequences of local batch 2 (the schedule's micro-batches); DDP over the
-    # same 4 ranks takes 1. The same sequences make the same losses.
+@pytest.mark.parametrize("parallel, tp, accumulation", [("pp", 1, 2), ("tp-pp", 2, 4)])
+def test_a_pipeline_trains_like_data_parallelism_alone(env, tmp_path, parallel, tp, accumulation):
+    # 2 nodes x 2 ranks with PP 2 (train_tiny's two GPipe stages), and TP 2 inside each stage for
+    # tp-pp: DP 2 or 1, so launch derives accumulation 2 or 4 for 8 sequences of local batch 2 (the
+    # schedule's micro-batches); DDP over the same 4 ranks takes 1. The same sequences make the same
+    # losses.
     ddp = train_through_launch(env, tmp_path, nodes=2, parallel="ddp")
-    pipeline = train_through_launch(env, tmp_path, nodes=2, parallel="pp", pp=2)
-    assert (pipeline["world_size"], pipeline["grad_accum"]) == (4, 2)
+    pipeline = train_through_launch(env, tmp_path, nodes=2, parallel=parallel, tp=tp, pp=2)
+    assert (pipeline["world_size"], pipeline["grad_accum"]) == (4, accumulation)
     assert len(pipeline["losses"]) == len(ddp["losses"]) == 5
     assert pipeline["losses"] == pytest.approx(ddp["losses"], rel=1e-5, abs=1e-6)
 
