@@ -272,7 +272,7 @@ def submit_plan(args: argparse.Namespace) -> dict:
     batch = layout.batch(counts, target, target_given=args.global_batch is not None or args.global_tokens is not None)
     if not batch["within_overshoot"]:
         if proposals is None:
-            proposals = plan.nearby_count_sets(layout, counts, target, smallest_allowed=1)
+            proposals = plan.nearby_count_sets(layout, counts, target, allowed=lambda count: True)
         nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
                    f"({proposals[0]['global_batch']})" if proposals else
                    f". {plan.batch_advice(batch, target, layout.local_batch * layout.dp(args.nodes), layout.local_batch)}")

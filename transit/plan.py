@@ -315,12 +315,13 @@ def candidate_counts(nodes: int, scale_in: list[float] | None = None, candidates
     return sorted({nodes, *extra}, reverse=True)
 
 
-def nearby_count_sets(layout: Layout, counts: list[int], target: int, smallest_allowed: int) -> list[dict]:
+def nearby_count_sets(layout: Layout, counts: list[int], target: int, allowed: Callable[[int], bool]) -> list[dict]:
     """Candidate sets near `counts` whose common global batch stays within MAX_BATCH_OVERSHOOT.
 
     First the largest subsets of `counts` that keep the requested (largest) count, those keeping the
     smallest count ahead (16 -> 8 for 16 -> 12 -> 8); then the requested count with one count near the
-    smallest candidate (no smaller than `smallest_allowed`), nearest first.
+    smallest candidate for which `allowed` holds (it runs, at no more than MAX_TOKEN_COST times the
+    requested count's per-token cost), nearest first.
     """
     nodes, others = counts[0], counts[1:]
     proposals: list[dict] = []
@@ -332,7 +333,7 @@ def nearby_count_sets(layout: Layout, counts: list[int], target: int, smallest_a
     smallest, step = (others[-1] if others else nodes), layout.count_step
     for distance in range(1, REPLACEMENT_SEARCH + 1):
         for count in (smallest - distance * step, smallest + distance * step):
-            if smallest_allowed <= count < nodes and count not in counts:
+            if 1 <= count < nodes and count not in counts and allowed(count):
                 batch = layout.batch([nodes, count], target)
                 if batch["within_overshoot"]:
                     proposals.append(batch)
@@ -471,24 +472,24 @@ class MemoryPlanner:
         """Smallest count whose row has `key` ("runs", "fits_natively") true."""
         return self.smallest(nodes, lambda count: self.row(count)[key])
 
+    def keeps(self, nodes: int, count: int, target: int, share: float) -> bool:
+        """`count` can run the job (without a spill under NO_TRANSIT) and its per-GPU throughput at
+        `target` sequences is at least `share` of `nodes`'s (any, for an uncalibrated policy)."""
+        row = self.row(count)
+        if not (row["spilled_bytes"] == 0 if self.policy == NO_TRANSIT else row["runs"]):
+            return False
+        reference = self.timing(nodes, target)["tokens_per_s_per_gpu"]
+        return reference is None or self.timing(count, target)["tokens_per_s_per_gpu"] >= share * reference
+
     def default_counts(self, nodes: int, target: int) -> list[int]:
         """What a user would try: `nodes`, the counts DEFAULT_REDUCTIONS leave, and the smallest count
         whose per-GPU throughput stays within KEPT_THROUGHPUT of `nodes`'s; none that cannot run, and
         none whose per-token cost is over MAX_TOKEN_COST times `nodes`'s (they are asked for by name)."""
         step = self.layout.count_step
-        reference = self.timing(nodes, target)["tokens_per_s_per_gpu"]
-
-        def keeps(count: int, share: float) -> bool:
-            row = self.row(count)
-            if not (row["spilled_bytes"] == 0 if self.policy == NO_TRANSIT else row["runs"]):
-                return False
-            throughput = self.timing(count, target)["tokens_per_s_per_gpu"]
-            return reference is None or throughput >= share * reference
-
         reductions = {max(step, reduced_nodes(nodes, f) // step * step) for f in DEFAULT_REDUCTIONS}
-        counts = {nodes} | {c for c in reductions if keeps(c, 1 / MAX_TOKEN_COST)}
-        if reference is not None:
-            counts.add(self.smallest(nodes, lambda count: keeps(count, KEPT_THROUGHPUT)) or nodes)
+        counts = {nodes} | {c for c in reductions if self.keeps(nodes, c, target, 1 / MAX_TOKEN_COST)}
+        if POLICY_TRANSFER_FACTOR.get(self.policy) is not None:
+            counts.add(self.smallest(nodes, lambda count: self.keeps(nodes, count, target, KEPT_THROUGHPUT)) or nodes)
         return sorted(counts, reverse=True)
 
 
@@ -514,7 +515,8 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
     for count in counts:
         layout.check_count(count, "--candidates" if candidates else "--scale-in" if scale_in else "--nodes")
     batch = layout.batch(counts, target, target_given=target_global_batch is not None or target_global_tokens is not None)
-    proposals = [] if batch["within_overshoot"] else nearby_count_sets(layout, counts, target, smallest_runs)
+    proposals = [] if batch["within_overshoot"] else nearby_count_sets(
+        layout, counts, target, lambda count: planner.keeps(nodes, count, target, 1 / MAX_TOKEN_COST))
     check_batch_bound(batch, proposals)
     advice = None if batch["within_overshoot"] else batch_advice(batch, target, layout.local_batch * layout.dp(nodes),
                                                                  config.local_batch)

@@ -174,13 +174,25 @@ def test_sets_near_one_that_overshoots():
     # 16 -> 12 -> 8 nodes of 8 GPUs for 128 sequences: lcm(128, 96, 64) = 384, +200%. Dropping 12
     # keeps 128 exactly; then the pairs with the count nearest 8 that keep 128: 4 (DP 32) and 2 (DP 16);
     # 7, 9, 6, 10, 5, 11, 3, 13 (DP 56, 72, 48, 80, 40, 88, 24, 104) all overshoot
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=1)
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: True)
     assert [(p["counts"], p["global_batch"]) for p in proposals] == [([16, 8], 128), ([16, 4], 128), ([16, 2], 128)]
 
 
-def test_sets_near_one_that_overshoots_stop_at_the_smallest_runnable_count():
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=5)
+def test_sets_near_one_that_overshoots_keep_to_the_counts_allowed():
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: count >= 5)
     assert [p["counts"] for p in proposals] == [[16, 8]]
+
+
+def test_proposed_sets_leave_out_counts_over_twice_the_token_cost():
+    # 4 -> 3 nodes of 2 GPUs for 16 sequences of 2: lcm(16, 12) = 48 (+200%). 2 and 1 node keep 16
+    # but spill; under advise they stay within twice 4 nodes' per-token cost, under base they do not
+    config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
+    cluster = small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13)
+    def proposed(policy):
+        result = plan.plan(config, cluster, nodes=4, candidates=[3], target_global_batch=16, policy=policy)
+        return [p["counts"] for p in result["proposals"]]
+    assert proposed("advise") == [[4, 2], [4, 1]]
+    assert proposed("base") == []
 
 
 def small_cluster(**overrides):
