@@ -32,13 +32,20 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file for the loss of every optimizer step")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
-    parser.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
-                        help="DistributedDataParallel or FSDP2 fully_shard (default ddp)")
+    parser.add_argument("--parallel", choices=("ddp", "fsdp", "pp", "tp-pp"), default="ddp",
+                        help="DistributedDataParallel, FSDP2 fully_shard, or 2 pipeline stages (GPipe), with TP 2 "
+                             "inside each for tp-pp, and data parallelism over the rest (launch them with --pp 2, "
+                             "and --tp 2) (default ddp)")
     parser.add_argument("--seed", type=int, default=1234)
     return parser.parse_args()
 
 
+PIPELINE_STAGES = 2  # --parallel pp and tp-pp: the embedding and first linear layer, then the rest
+PIPELINE_TP = {"pp": 1, "tp-pp": 2}  # and the TP degree of each stage's linear layer
+
+
 def batch_settings(world_size: int) -> tuple[int, int, int]:
+    """The batch `transit launch` exported, checked against `world_size` data-parallel ranks."""
     try:
         global_batch, local_batch, accumulation = (int(os.environ[name]) for name in (
             "TRANSIT_GLOBAL_BATCH", "TRANSIT_LOCAL_BATCH", "TRANSIT_GRAD_ACCUM"))
@@ -46,7 +53,7 @@ def batch_settings(world_size: int) -> tuple[int, int, int]:
         sys.exit(f"train_tiny: {missing} is not set; start this script through `transit launch`")
     if global_batch != local_batch * accumulation * world_size:
         sys.exit(f"train_tiny: global batch {global_batch} != local batch {local_batch} x accumulation "
-                 f"{accumulation} x world size {world_size}")
+                 f"{accumulation} x data-parallel ranks {world_size}")
     return global_batch, local_batch, accumulation
 
 
@@ -106,6 +113,58 @@ def train(args: argparse.Namespace, device: torch.device, rank: int, world_size:
     return losses
 
 
+def train_pipeline(args: argparse.Namespace, rank: int, world_size: int, tp: int,
+                   batch: tuple[int, int, int]) -> list[float]:
+    """train() with the model in PIPELINE_STAGES stages (GPipe over the micro-batches of a step), each
+    linear layer split over `tp` ranks (column-wise, its output gathered), and data parallelism across
+    the pipelines: the same sequences, losses and updates. Ranks: (data-parallel, stage, TP) row-major."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    global_batch, local_batch, accumulation = batch
+    dp = world_size // (PIPELINE_STAGES * tp)
+    mesh = init_device_mesh("cpu", (dp, PIPELINE_STAGES, tp), mesh_dim_names=("dp", "pp", "tp"))
+    stage_index, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    model = build_model(args.seed)
+    module, linear = (model[:2], "1") if stage_index == 0 else (model[2:], "3")  # slices keep their indices
+    if tp > 1:
+        parallelize_module(module, mesh["tp"], {linear: ColwiseParallel(output_layouts=Replicate())})
+    stage = PipelineStage(module, stage_index, PIPELINE_STAGES, torch.device("cpu"), group=mesh["pp"].get_group())
+    loss_fn = nn.CrossEntropyLoss()
+    # the schedule divides each micro-batch's gradient by the micro-batch count, as train() divides its loss
+    schedule = ScheduleGPipe(stage, n_microbatches=accumulation,
+                             loss_fn=lambda out, target: loss_fn(out.flatten(0, 1), target.flatten()))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-2, foreach=False)
+    # one rank of each pipeline's last stage reports its loss
+    reports = stage_index == PIPELINE_STAGES - 1 and mesh["tp"].get_local_rank() == 0
+
+    losses = []
+    for step in range(args.steps):
+        # micro-batch m of this pipeline holds the sequences train() gives data-parallel rank dp_rank
+        parts = [sequences(args.seed, step * global_batch + (micro * dp + dp_rank) * local_batch, local_batch)
+                 for micro in range(accumulation)]
+        inputs, targets = (torch.cat(t) for t in zip(*parts, strict=True))
+        micro_losses: list[torch.Tensor] = []
+        if stage_index == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step(target=targets, losses=micro_losses)
+        for parameter in module.parameters():  # what DDP does: the mean gradient over the replicas
+            grad = parameter.grad.to_local() if isinstance(parameter.grad, DTensor) else parameter.grad
+            dist.all_reduce(grad, group=mesh["dp"].get_group())
+            grad /= dp
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = torch.stack(micro_losses).sum().detach() / accumulation if reports else torch.zeros(())
+        dist.all_reduce(step_loss, op=dist.ReduceOp.SUM)
+        losses.append(step_loss.item() / dp)
+        if rank == 0:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    return losses
+
+
 def main() -> int:
     args = parse_args()
     use_cuda = torch.cuda.is_available()
@@ -114,8 +173,15 @@ def main() -> int:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    global_batch, local_batch, accumulation = batch = batch_settings(world_size)
-    losses = train(args, device, rank, world_size, batch)
+    if args.parallel in PIPELINE_TP:
+        model_parallel = PIPELINE_STAGES * PIPELINE_TP[args.parallel]
+        if use_cuda or world_size % model_parallel:
+            sys.exit(f"train_tiny: --parallel {args.parallel} runs on CPU ranks in multiples of {model_parallel}")
+        global_batch, local_batch, accumulation = batch = batch_settings(world_size // model_parallel)
+        losses = train_pipeline(args, rank, world_size, PIPELINE_TP[args.parallel], batch)
+    else:
+        global_batch, local_batch, accumulation = batch = batch_settings(world_size)
+        losses = train(args, device, rank, world_size, batch)
     if rank == 0:
         result = {"global_batch": global_batch, "local_batch": local_batch, "grad_accum": accumulation,
                   "world_size": world_size, "parallel": args.parallel, "seed": args.seed,

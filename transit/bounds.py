@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
 
 from transit.errors import UsageError
@@ -49,7 +50,6 @@ BOUNDS: dict[str, Bound] = {
     "global_tokens": Bound(int, 1, 10**13),  # tokens per optimizer step
     "local_batch": Bound(int, 1, 65_536),
     "seq_len": Bound(int, 1, 1 << 24),
-    "grad_accum": Bound(int, 1, 10**9),  # TRANSIT_GRAD_ACCUM, which submit exports
     # parallelism and the cluster
     "tp": Bound(int, 1, 1024),
     "pp": Bound(int, 1, 1024),
@@ -80,6 +80,14 @@ def _shown(text: str, quoted: bool = False) -> str:
     return repr(cut) if quoted else cut
 
 
+# What a number may look like: ASCII digits, a sign, a decimal point and an exponent (floats), and the
+# words float() reads for NaN and infinity, which are refused as not finite below. Python's own int()
+# and float() also take "8_000" and other scripts' digits ("٨"), which no job means.
+NUMBER_TEXT = {int: re.compile(r"[+-]?[0-9]+"),
+               float: re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)",
+                                 re.IGNORECASE)}
+
+
 def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float:
     """`text` as the number option `name` (its BOUNDS entry, or `bound`) allows, else UsageError."""
     bound = bound or BOUNDS[name.lstrip("-").replace("-", "_").lower()]
@@ -88,6 +96,8 @@ def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float
         value: int | float = int(text, 10) if bound.kind is int else float(text)
     except ValueError:
         raise UsageError(f"{name} must be {bound.allowed()}, got {_shown(text, quoted=True)}") from None
+    if not NUMBER_TEXT[bound.kind].fullmatch(text):
+        raise UsageError(f"{name} takes plain ASCII digits (no separators), got {_shown(text, quoted=True)}")
     if not math.isfinite(value):
         raise UsageError(f"{name} must be a finite number, got {_shown(text)}")
     if value < bound.low or (bound.low_open and value == bound.low):
@@ -99,14 +109,14 @@ def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float
     return value
 
 
-def parse_list(name: str, text: str) -> list[int | float]:
-    """A comma-separated list (`--candidates 16,12,8`), each member checked as `name` allows."""
+def parse_list(name: str, text: str, bound: Bound | None = None) -> list[int | float]:
+    """A comma-separated list (`--candidates 16,12,8`), each member checked as `name` (or `bound`) allows."""
     items = [item for item in str(text).split(",") if item.strip()]
     if not items:
         raise UsageError(f"{name} needs at least one value, got {_shown(text, quoted=True)}")
     if len(items) > MAX_LIST_ITEMS:
         raise UsageError(f"{name} takes at most {MAX_LIST_ITEMS} values, got {len(items)}")
-    return [parse_value(name, item) for item in items]
+    return [parse_value(name, item, bound) for item in items]
 
 
 def option_name(dest: str) -> str:

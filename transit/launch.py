@@ -1,15 +1,17 @@
 """`transit launch` and `transit submit`: run a training job on whatever nodes it was given.
 
 `submit` plans before anything is queued: the node count to submit (the smallest candidate: a
---scale-in fraction, --candidates, or the plan's smallest feasible count with --to-min) and one
+--scale-in fraction, --candidates, or the plan's default candidates with --to-min) and one
 global batch that every candidate can train. It refuses, with nothing submitted, when that batch
-would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the batch settings to the
-job (TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_GRAD_ACCUM, TRANSIT_TP, TRANSIT_PP).
+would stray more than MAX_BATCH_OVERSHOOT from the target; else it passes the plan to the job
+(TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH, TRANSIT_TP, TRANSIT_PP, and the planned counts in
+TRANSIT_CANDIDATES). sbatch options the plan sets (--nodes, --export, --transit) are refused in
+--sbatch-arg.
 
 `launch` runs inside the allocation (usually an sbatch script). It reads the real node and GPU
-counts from Slurm, recomputes the data-parallel degree and the gradient accumulation that keep the
-global batch, refuses when they disagree with the plan `submit` passed, exports TRANSIT_GLOBAL_BATCH,
-TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM, and replaces itself with
+counts from Slurm, refuses a node count that is not one of TRANSIT_CANDIDATES, derives the
+data-parallel degree and the gradient accumulation that keep the global batch on that count,
+exports TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH and TRANSIT_GRAD_ACCUM, and replaces itself with
 ``srun --ntasks-per-node=1 torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ...``
 (or the same torchrun starting TorchTitan with the batch and parallelism flags its version reads).
 The rendezvous port is chosen on the allocation's first node, where torchrun's store will listen.
@@ -30,9 +32,14 @@ from transit import _native, bounds, plan, slurm
 from transit.errors import UsageError
 
 TORCHTITAN_MODULE = "torchtitan.train"
-# What `submit` passes to the job, read by `launch` as its defaults (and checked against what it computes).
-PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH",
-            "grad_accum": "TRANSIT_GRAD_ACCUM", "tp": "TRANSIT_TP", "pp": "TRANSIT_PP"}
+# What `submit` passes to the job, read by `launch` as its defaults; an option that contradicts one is refused.
+PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCAL_BATCH", "tp": "TRANSIT_TP",
+            "pp": "TRANSIT_PP"}
+# The node counts `submit` planned the global batch for: `launch` runs on any one of them.
+CANDIDATES_ENV = "TRANSIT_CANDIDATES"
+# sbatch options `submit` sets from its plan, which an --sbatch-arg must not set again
+SUBMIT_OWNS = {"--nodes": "plan counts with --candidates", "-N": "plan counts with --candidates",
+               "--export": "for launch", "--transit": "use --transit"}
 PORT_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 PORT_PROBE_TIMEOUT_S = 60
 
@@ -49,6 +56,8 @@ class Launch:
     rdzv_endpoint: str
     rdzv_port_chosen_on: str  # where the port was found free: "<node> (batch script)", "<node> (srun step)"
     cpus_per_node: int | None  # given to the one srun task per node
+    cp: int = 1  # TorchTitan's context-parallel degree, fixed by the job
+    dp_replicate: int = 1  # TorchTitan's data-parallel replicate degree, fixed by the job
 
     @property
     def nodes(self) -> int:
@@ -60,11 +69,18 @@ class Launch:
 
     @property
     def dp(self) -> int:
-        model_parallel = self.tp * self.pp
-        if self.world_size % model_parallel:
+        """Data-parallel ranks (replicate x shard): what the global batch is split over."""
+        model_parallel = self.tp * self.pp * self.cp
+        fixed = f"TP x PP{' x CP' if self.cp > 1 else ''} = {model_parallel}"
+        if self.world_size % (model_parallel * self.dp_replicate):
+            replicate = f" x DP replicate {self.dp_replicate}" if self.dp_replicate > 1 else ""
             raise UsageError(f"{self.nodes} nodes x {self.nproc_per_node} processes = {self.world_size} ranks "
-                             f"are not a multiple of TP x PP = {model_parallel}")
+                             f"are not a multiple of {fixed}{replicate}")
         return self.world_size // model_parallel
+
+    @property
+    def dp_shard(self) -> int:
+        return self.dp // self.dp_replicate
 
     @property
     def grad_accum(self) -> int:
@@ -85,7 +101,7 @@ class Launch:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"nodes": self.nodes, "world_size": self.world_size, "dp": self.dp,
-                               "grad_accum": self.grad_accum}
+                               "dp_shard": self.dp_shard, "grad_accum": self.grad_accum}
 
 
 def free_port() -> int:
@@ -142,7 +158,16 @@ def planned_settings(args: argparse.Namespace) -> dict[str, int]:
     return {"local_batch": 1, "tp": 1, "pp": 1} | settings
 
 
-def build_launch(args: argparse.Namespace) -> Launch:
+def planned_counts() -> list[int] | None:
+    """The node counts `transit submit` planned the job's global batch for (TRANSIT_CANDIDATES), if any."""
+    text = os.environ.get(CANDIDATES_ENV)
+    if text is None:
+        return None
+    counts = bounds.parse_list(CANDIDATES_ENV, text.replace(":", ","), bounds.BOUNDS["candidates"])
+    return [int(n) for n in counts]
+
+
+def build_launch(args: argparse.Namespace, fixed_degrees: dict[str, int] | None = None) -> Launch:
     settings = planned_settings(args)
     if "SLURM_JOB_ID" in os.environ:
         allocation = slurm.current_allocation()
@@ -167,11 +192,12 @@ def build_launch(args: argparse.Namespace) -> Launch:
     bounds.check_tensor_parallel(settings["tp"], nproc, "processes per node")
     launch = Launch(job_id=job_id, hostnames=hostnames, nproc_per_node=nproc, tp=settings["tp"],
                     pp=settings["pp"], global_batch=settings["global_batch"], local_batch=settings["local_batch"],
-                    rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus)
-    planned = settings.get("grad_accum")
-    if planned is not None and launch.grad_accum != planned:
-        raise UsageError(f"{launch.nodes} nodes x {launch.nproc_per_node} processes give gradient accumulation "
-                         f"{launch.grad_accum}, but transit submit planned {planned} (TRANSIT_GRAD_ACCUM)")
+                    rdzv_endpoint=f"{host}:{port}", rdzv_port_chosen_on=chosen_on, cpus_per_node=cpus,
+                    **(fixed_degrees or {}))
+    counts = planned_counts()
+    if counts is not None and launch.nodes not in counts:
+        raise UsageError(f"{launch.nodes} nodes is not a count transit submit planned global batch "
+                         f"{launch.global_batch} for ({CANDIDATES_ENV}={','.join(map(str, counts))})")
     return launch
 
 
@@ -180,16 +206,19 @@ def launch_main(args: argparse.Namespace) -> int:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         raise UsageError("give the training script (or TorchTitan arguments) after the options")
-    titan = None
+    titan, fixed = None, None
     if args.framework == "torchtitan":
         from transit import torchtitan
 
         titan = torchtitan.installed()
         titan.check_program(program)
-    launch = build_launch(args)
+        fixed = titan.fixed_degrees(program)
+    elif args.seq_len is not None:
+        raise UsageError("--seq-len is passed to TorchTitan only (--torchtitan): leave it out for torchrun")
+    launch = build_launch(args, fixed)
     environment = launch.environment()  # raises when the global batch does not divide
     flags = None if titan is None else titan.flags(launch.global_batch, launch.local_batch, launch.tp, launch.pp,
-                                                   args.seq_len)
+                                                   args.seq_len, launch.dp_shard)
     command = launch.command(program, flags)
     if args.dry_run:
         if args.json:
@@ -218,12 +247,15 @@ def submit_plan(args: argparse.Namespace) -> dict:
     if args.to_min or args.model or args.hf_config or args.layers:
         config, cluster = plan.config_from_args(args)
         result = plan.plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
-                           args.global_tokens)
+                           args.global_tokens, args.transit)
         counts, submitted = result["counts"], result["candidates"][-1]
         if not submitted["runs"]:
             raise UsageError(f"{submitted['nodes']} nodes cannot run this job: "
                              f"{submitted['host_bytes_per_node'] / plan.GIB:.0f} GiB of host DRAM per node needed, "
                              f"{cluster.host_dram_bytes / plan.GIB:.0f} GiB there (see transit plan)")
+        if args.transit == plan.NO_TRANSIT and submitted["spilled_bytes"]:
+            raise UsageError(f"{submitted['nodes']} nodes spill {submitted['spilled_bytes'] / plan.GIB:.1f} GiB per "
+                             "GPU, which only TRANSIT holds: --transit off needs counts that fit in HBM")
         layout = plan.Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
         proposals, seq_len = result["proposals"], config.seq_len
     else:
@@ -237,12 +269,13 @@ def submit_plan(args: argparse.Namespace) -> dict:
         proposals = None
     target = plan.target_sequences(args.local_batch, layout.dp(args.nodes), seq_len, args.global_batch,
                                    args.global_tokens)
-    batch = layout.batch(counts, target)
+    batch = layout.batch(counts, target, target_given=args.global_batch is not None or args.global_tokens is not None)
     if not batch["within_overshoot"]:
         if proposals is None:
-            proposals = plan.nearby_count_sets(layout, counts, target, smallest_allowed=1)
+            proposals = plan.nearby_count_sets(layout, counts, target, allowed=lambda count: True)
         nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
-                   f"({proposals[0]['global_batch']})" if proposals else "")
+                   f"({proposals[0]['global_batch']})" if proposals else
+                   f". {plan.batch_advice(batch, target, layout.local_batch * layout.dp(args.nodes), layout.local_batch)}")
         raise UsageError(f"global batch {target} cannot be kept on {','.join(map(str, counts))} nodes: their common "
                          f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.1%} (over "
                          f"{plan.MAX_BATCH_OVERSHOOT:.0%}){nearest}")
@@ -251,15 +284,26 @@ def submit_plan(args: argparse.Namespace) -> dict:
                     "tp": layout.tp, "pp": layout.pp}
 
 
+def check_sbatch_args(sbatch_args: list[str]) -> None:
+    """An --sbatch-arg may not set what the plan sets (sbatch would take the later one silently)."""
+    for arg in sbatch_args:
+        name = arg.split("=", 1)[0]
+        option = next((o for o in SUBMIT_OWNS if name == o or (o == "-N" and name.startswith("-N"))), None)
+        if option is not None:
+            raise UsageError(f"--sbatch-arg={arg}: the plan sets {option} ({SUBMIT_OWNS[option]})")
+
+
 def submit_main(args: argparse.Namespace) -> int:
     bounds.check_args(args)
+    check_sbatch_args(args.sbatch_arg)
     planned = submit_plan(args)
     nodes = planned["nodes"]
-    # read inside the job by `transit launch` (its defaults, and the accumulation it must agree with)
+    # read inside the job by `transit launch`: its defaults, and the counts it may run on
     extra_env = {"TRANSIT_GLOBAL_BATCH": planned["global_batch"], "TRANSIT_LOCAL_BATCH": planned["local_batch"],
-                 "TRANSIT_GRAD_ACCUM": planned["grad_accum"][str(nodes)], "TRANSIT_TP": planned["tp"],
-                 "TRANSIT_PP": planned["pp"]}
-    export = f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())}"
+                 "TRANSIT_TP": planned["tp"], "TRANSIT_PP": planned["pp"]}
+    # sbatch splits --export at commas, so the list of counts is joined with colons there
+    export = (f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())},"
+              f"{CANDIDATES_ENV}={':'.join(map(str, planned['counts']))}")
     command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit, [export, *args.sbatch_arg])
     summary = {"requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
                "target_global_batch": planned["target_global_batch"], "global_batch": planned["global_batch"],
@@ -278,8 +322,9 @@ def submit_main(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "launch", help="start torchrun/TorchTitan across the current allocation with re-planned batch settings",
-        description="Inside a Slurm allocation: read its nodes and GPUs, recompute DP degree and gradient "
-                    "accumulation for the fixed global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
+        description="Inside a Slurm allocation: read its nodes and GPUs (one of $TRANSIT_CANDIDATES when "
+                    "transit submit planned them), derive DP degree and gradient accumulation for the fixed "
+                    "global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
                     "and TRANSIT_GRAD_ACCUM, and run srun torchrun with the rendezvous on the first node.")
     parser.add_argument("--global-batch", metavar="SEQUENCES",
                         help="sequences per optimizer step, fixed whatever the node count "
@@ -289,7 +334,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tp", metavar="N", help="tensor parallel degree (default $TRANSIT_TP, else 1)")
     parser.add_argument("--pp", metavar="N", help="pipeline parallel degree (default $TRANSIT_PP, else 1)")
     parser.add_argument("--seq-len", metavar="N",
-                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens)")
+                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens); "
+                             "refused without --torchtitan")
     parser.add_argument("--nproc-per-node", "--gpus-per-node", dest="nproc_per_node", metavar="N",
                         help="processes per node (default: SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES); "
                              "required for CPU runs")
@@ -309,13 +355,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "submit", help="sbatch a job on fewer nodes, with TRANSIT, after planning its global batch",
-        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's smallest "
-                    "feasible count with --to-min) and one global batch for all of them; refuse if it strays "
+        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's default "
+                    "candidates with --to-min) and one global batch for all of them; refuse if it strays "
                     "more than 25% from the target; else sbatch --transit on the smallest count with the batch "
                     "settings exported for `transit launch`.")
     counts = plan.add_count_arguments(parser)
     counts.add_argument("--to-min", action="store_true",
-                        help="the plan's smallest count whose spill fits in host DRAM (needs a model)")
+                        help="the plan's default candidates (25%% and 50%% fewer nodes, the smallest count keeping "
+                             "80%% of the per-GPU throughput), submitted on the smallest (needs a model)")
     parser.add_argument("--transit", choices=(*_native.policies(), "off"), default="advise",
                         help="TRANSIT policy (default advise)")
     parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",

@@ -242,6 +242,9 @@ def from_hf_config(path: str) -> ModelSpec:
                if field in ("hidden", "layers", "heads", "vocab", "ffn") and field not in dims]
     if missing:
         raise UsageError(f"--hf-config {path} lacks {', '.join(missing)}")
+    tied = config.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):  # "false" as a string would read as tied: 0.8B parameters fewer for Qwen3-32B
+        raise UsageError(f"--hf-config {path}: tie_word_embeddings must be true or false (a JSON boolean), "
+                         f"got {tied!r}")
     name = Path(path).resolve().parent.name if Path(path).name == "config.json" else Path(path).stem
-    return ModelSpec(name=name, qkv_bias=model_type in QKV_BIAS_MODEL_TYPES,
-                     tied_embeddings=bool(config.get("tie_word_embeddings", False)), **dims)
+    return ModelSpec(name=name, qkv_bias=model_type in QKV_BIAS_MODEL_TYPES, tied_embeddings=tied, **dims)

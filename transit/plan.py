@@ -5,12 +5,15 @@ without recomputation, logits, and what the framework itself holds on the GPU) i
 HBM per GPU and host DRAM per node. TRANSIT fills the GPU first and spills the rest to host
 DRAM, so a node count can run the job as long as its ranks' spill fits in the node's DRAM.
 
-The job may run on a few node counts (the candidates: the requested count and the smallest that
-can run it, or --scale-in fractions, or --candidates). One global batch must suit all of them: the
-smallest multiple of the least common multiple of (local batch x DP degree) over the candidates
-that is at least the target. When that rounds the target up by more than MAX_BATCH_OVERSHOOT, the
-plan says so and proposes nearby candidate sets that keep it within. `transit submit` plans the
-same way before it queues anything; `transit launch` checks the batch inside the allocation.
+The job may run on a few node counts (the candidates: the requested count, the counts 25% and 50%
+fewer nodes leave and the smallest count that keeps 80% of its per-GPU throughput, or --scale-in
+fractions, or --candidates). Each count's step time under a TRANSIT policy is compute at the
+sustained rate plus the spill's PCIe time times a factor fitted to the committed GPU summaries.
+One global batch must suit all of them: the smallest multiple of the least common multiple of
+(local batch x DP degree) over the candidates that is at least the target. When that rounds the
+target up by more than MAX_BATCH_OVERSHOOT, the plan misses it: it says what helps, proposes
+nearby candidate sets that keep it within, and exits 1. `transit submit` plans the same way
+before it queues anything; `transit launch` runs on any count of the plan inside the allocation.
 
 The benchmark harness gets predictions from `predict_memory` or `transit plan --json`.
 """
@@ -22,9 +25,10 @@ import itertools
 import json
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from transit import bounds, paths
+from transit import _native, bounds, paths
 from transit.errors import UsageError
 from transit.figures import save_png
 from transit.models import PRESETS, ModelSpec, from_hf_config, preset
@@ -38,6 +42,11 @@ CUDA_CONTEXT_BYTES = 600 * MIB  # CUDA 12/13 context with lazy module loading on
 NCCL_BUFFER_BYTES = 1 * GIB  # communicator buffers for intra-node NVLink and inter-node rings
 WORKSPACE_BYTES = 512 * MIB  # cuBLAS workspaces and caching-allocator rounding
 FRAMEWORK_RESERVED_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + WORKSPACE_BYTES
+
+# A count fits in HBM without offload only with this much to spare: the model under-predicted the
+# measured peak by 2-9% (bench/results/plan-accuracy.json; tests/unit/test_plan.py checks the margin
+# covers every run there). A count that fits by less is "within margin": TRANSIT covers the rest.
+HBM_SAFETY_MARGIN = 0.10
 
 # Host memory each rank uses besides the spilled device data (Python, torch, CUDA host
 # state, data loader workers).
@@ -55,14 +64,27 @@ PRECISION_BYTES = {
     "bf16": {"param": 2, "grad": 2, "optimizer": 4, "compute": 2, "reduce": 2},
 }
 
-# --- Efficiency model ---
+# --- Step time ---
 # Full activation checkpointing runs every layer's forward twice: per parameter and token the
 # hardware does 2 (forward) + 2 (recomputed forward) + 4 (backward) FLOPs instead of 2 + 4.
 RECOMPUTE_FLOP_FACTOR = 8 / 6
 # Each spilled byte crosses PCIe twice (to the GPU and back) whenever it is used. Optimizer
 # states are used once per optimizer step, so they are spilled first; anything spilled beyond
-# them is used by every micro-batch. Transfers are not assumed to overlap compute.
+# them is used by every micro-batch.
 PCIE_CROSSINGS_PER_USE = 2
+# A step takes compute + factor x (those bytes / PCIe bandwidth): how much longer than a plain copy
+# each policy takes over the same spill (faults, waits, migrations that do not overlap compute).
+# Calibrated by bench/step_calibration.py on every spilling TRANSIT run of the committed GPU
+# summaries (bench/results/*.summary.json, H200, the "bench" model), with the H200's measured
+# host-to-device rate; STEP_TIME_ERROR is what that leaves on their step times (|predicted /
+# measured - 1|), recomputed by tests/unit/test_step_calibration.py. No summary has hybrid.
+CALIBRATION_PCIE_BYTES_PER_S = 47.7e9
+POLICY_TRANSFER_FACTOR = {"advise": 2.56, "base": 47.7, "prefetch": 29.4}
+STEP_TIME_ERROR = {"advise": {"runs": 6, "median_error": 0.18, "max_error": 0.9},
+                   "base": {"runs": 6, "median_error": 0.2, "max_error": 1.93},
+                   "prefetch": {"runs": 7, "median_error": 0.44, "max_error": 1.39}}
+DEFAULT_POLICY = "advise"
+NO_TRANSIT = "off"  # `submit --transit off`: nothing holds a spill, so no candidate may have one
 
 
 @dataclass(frozen=True)
@@ -209,6 +231,12 @@ MAX_BATCH_OVERSHOOT = 0.25
 MAX_PROPOSALS = 3
 # Counts tried on each side of the smallest candidate when the plan looks for a replacement for it.
 REPLACEMENT_SEARCH = 64
+# The default candidates: the counts these reductions leave, and the smallest count whose predicted
+# per-GPU throughput keeps KEPT_THROUGHPUT of the requested count's; a count whose per-token cost (GPU
+# seconds per token) is over MAX_TOKEN_COST times the requested count's is left to --candidates.
+DEFAULT_REDUCTIONS = (0.25, 0.5)
+KEPT_THROUGHPUT = 0.8
+MAX_TOKEN_COST = 2
 
 
 def reduced_nodes(nodes: int, reduction: float) -> int:
@@ -256,20 +284,21 @@ class Layout:
     def dp(self, nodes: int) -> int:
         return nodes * self.gpus_per_node // (self.tp * self.pp)
 
-    def batch(self, counts: list[int], target: int) -> dict:
-        """The common global batch of `counts` for `target` sequences, and what it costs."""
+    def batch(self, counts: list[int], target: int, target_given: bool = True) -> dict:
+        """The common global batch of `counts` for `target` sequences, and what it costs. Without a
+        target given (one micro-batch per rank of the largest count stands for it) no batch misses it."""
         step_sizes = [self.local_batch * self.dp(n) for n in counts]
         global_batch = common_global_batch(step_sizes, target)
         overshoot = global_batch / target - 1
         return {"counts": counts, "lcm": math.lcm(*step_sizes), "global_batch": global_batch, "overshoot": overshoot,
-                "within_overshoot": overshoot <= MAX_BATCH_OVERSHOOT,
+                "within_overshoot": overshoot <= MAX_BATCH_OVERSHOOT or not target_given,
                 "grad_accum": {str(n): global_batch // (self.local_batch * self.dp(n)) for n in counts}}
 
 
 def candidate_counts(nodes: int, scale_in: list[float] | None = None, candidates: list[int] | None = None,
-                     smallest: int | None = None) -> list[int]:
+                     defaults: list[int] | None = None) -> list[int]:
     """The node counts the job may train on, largest first: always `nodes`, plus the counts that
-    --scale-in fractions leave, or --candidates, or else `smallest` (the smallest that can run it)."""
+    --scale-in fractions leave, or --candidates, or else `defaults` (MemoryPlanner.default_counts)."""
     if candidates is not None:
         above = [c for c in candidates if c > nodes]
         if above:
@@ -277,17 +306,22 @@ def candidate_counts(nodes: int, scale_in: list[float] | None = None, candidates
         extra = candidates
     elif scale_in is not None:
         extra = [reduced_nodes(nodes, f) for f in scale_in]
+        unchanged = next((f for f, count in zip(scale_in, extra, strict=True) if count == nodes), None)
+        if unchanged is not None:  # rounds back to N: the job would queue all of N under TRANSIT
+            raise UsageError(f"--scale-in {unchanged:g} rounds to all {nodes} nodes; give more than "
+                             f"{0.5 / nodes:g} ({1 / nodes:.3g}: {nodes - 1} nodes)")
     else:
-        extra = [] if smallest is None else [smallest]
+        extra = defaults or []
     return sorted({nodes, *extra}, reverse=True)
 
 
-def nearby_count_sets(layout: Layout, counts: list[int], target: int, smallest_allowed: int) -> list[dict]:
+def nearby_count_sets(layout: Layout, counts: list[int], target: int, allowed: Callable[[int], bool]) -> list[dict]:
     """Candidate sets near `counts` whose common global batch stays within MAX_BATCH_OVERSHOOT.
 
     First the largest subsets of `counts` that keep the requested (largest) count, those keeping the
     smallest count ahead (16 -> 8 for 16 -> 12 -> 8); then the requested count with one count near the
-    smallest candidate (no smaller than `smallest_allowed`), nearest first.
+    smallest candidate for which `allowed` holds (it runs, at no more than MAX_TOKEN_COST times the
+    requested count's per-token cost), nearest first.
     """
     nodes, others = counts[0], counts[1:]
     proposals: list[dict] = []
@@ -299,7 +333,7 @@ def nearby_count_sets(layout: Layout, counts: list[int], target: int, smallest_a
     smallest, step = (others[-1] if others else nodes), layout.count_step
     for distance in range(1, REPLACEMENT_SEARCH + 1):
         for count in (smallest - distance * step, smallest + distance * step):
-            if smallest_allowed <= count < nodes and count not in counts:
+            if 1 <= count < nodes and count not in counts and allowed(count):
                 batch = layout.batch([nodes, count], target)
                 if batch["within_overshoot"]:
                     proposals.append(batch)
@@ -317,6 +351,23 @@ def target_sequences(local_batch: int, dp: int, seq_len: int, global_batch: int 
     return global_batch if global_batch is not None else local_batch * dp
 
 
+def workable_targets(lcm: int, target: int) -> list[int]:
+    """The targets a candidate set keeps exactly that are nearest `target`: the multiples of `lcm` around it."""
+    below, above = lcm * (target // lcm), lcm * -(-target // lcm)
+    return sorted({t for t in (below, above) if t >= lcm})
+
+
+def batch_advice(batch: dict, target: int, smallest_step: int, local_batch: int) -> str:
+    """What helps a candidate set whose common batch misses `target`, in one sentence.
+    `smallest_step`: the sequences one micro-step trains on the requested count, which every set has."""
+    if target * (1 + MAX_BATCH_OVERSHOOT) < smallest_step:
+        lower = " or --local-batch" if local_batch > 1 else ""
+        return (f"Fewer counts cannot help: the requested count alone trains {smallest_step:,} sequences a "
+                f"micro-step; raise the target to {smallest_step:,} or lower --nodes{lower}.")
+    shown = " or ".join(f"{t:,}" for t in workable_targets(batch["lcm"], target))
+    return f"This set keeps a target of {shown} sequences exactly (--global-batch)."
+
+
 def check_batch_bound(batch: dict, proposals: list[dict]) -> None:
     """The planned global batch stays inside the bound every input has; else name a set that does."""
     bound = bounds.BOUNDS["global_batch"]
@@ -324,7 +375,9 @@ def check_batch_bound(batch: dict, proposals: list[dict]) -> None:
         counts = ",".join(map(str, batch["counts"]))
         nearest = (f"; nearest within {MAX_BATCH_OVERSHOOT:.0%}: --candidates "
                    f"{','.join(map(str, proposals[0]['counts']))}" if proposals else "")
-        raise UsageError(f"the global batch common to {counts} nodes is {batch['global_batch']:.3g} sequences, "
+        size = batch["global_batch"]
+        shown = f"{size:,}" if size < 10**15 else f"{size:.3g}"
+        raise UsageError(f"the global batch common to {counts} nodes is {shown} sequences, "
                          f"above {bound.shown(bound.high)}{nearest}")
 
 
@@ -339,30 +392,41 @@ def host_bytes_per_node(spill: int, cluster: ClusterSpec) -> int:
     return cluster.gpus_per_node * (spill + HOST_BYTES_PER_RANK)
 
 
-def efficiency(config: TrainingConfig, memory: MemoryEstimate, cluster: ClusterSpec, global_batch: int,
-               world_size: int, accumulation: int) -> dict:
-    """Compute time vs PCIe time for one optimizer step on one GPU (see the constants above)."""
+def transfer_bytes(spill: int, optimizer: int, accumulation: int) -> int:
+    """Bytes over PCIe per optimizer step for `spill` bytes held in host DRAM (see the constants)."""
+    cold = min(spill, optimizer)
+    return PCIE_CROSSINGS_PER_USE * (cold + (spill - cold) * accumulation)
+
+
+def step_time(config: TrainingConfig, memory: MemoryEstimate, cluster: ClusterSpec, global_batch: int,
+              world_size: int, accumulation: int, policy: str) -> dict:
+    """One optimizer step on one GPU under `policy`: compute, the spill's PCIe time, the step and the
+    per-GPU throughput (None where no summary calibrates the policy)."""
     flops_per_token = config.model.model_flops_per_token(config.seq_len)
     if config.activation_checkpointing:
         flops_per_token *= RECOMPUTE_FLOP_FACTOR
-    compute_s = flops_per_token * global_batch * config.seq_len / world_size / cluster.sustained_flops
-    spill = spilled_bytes(memory, cluster)
-    cold = min(spill, memory.optimizer)
-    moved = PCIE_CROSSINGS_PER_USE * (cold + (spill - cold) * accumulation)
-    transfer_s = moved / cluster.pcie_bytes_per_s
-    return {"compute_s": compute_s, "pcie_s": transfer_s, "pcie_bytes": moved,
-            "efficiency": compute_s / (compute_s + transfer_s)}
+    tokens = global_batch * config.seq_len
+    compute_s = flops_per_token * tokens / world_size / cluster.sustained_flops
+    moved = transfer_bytes(spilled_bytes(memory, cluster), memory.optimizer, accumulation)
+    factor = POLICY_TRANSFER_FACTOR.get(policy)
+    if factor is None:
+        return {"compute_s": compute_s, "pcie_bytes": moved, "pcie_s": None, "step_s": None,
+                "tokens_per_s_per_gpu": None, "efficiency": None}
+    transfer_s = factor * moved / cluster.pcie_bytes_per_s
+    step_s = compute_s + transfer_s
+    return {"compute_s": compute_s, "pcie_bytes": moved, "pcie_s": transfer_s, "step_s": step_s,
+            "tokens_per_s_per_gpu": tokens / step_s / world_size, "efficiency": compute_s / step_s}
 
 
 class MemoryPlanner:
-    """Memory per GPU and host DRAM per node of one job at any node count."""
+    """Memory per GPU, host DRAM per node and step time of one job at any node count."""
 
-    def __init__(self, config: TrainingConfig, cluster: ClusterSpec):
+    def __init__(self, config: TrainingConfig, cluster: ClusterSpec, policy: str = DEFAULT_POLICY):
         bounds.check_tensor_parallel(config.tp, cluster.gpus_per_node)
         if FRAMEWORK_RESERVED_BYTES >= cluster.hbm_bytes:
             raise UsageError(f"HBM per GPU ({cluster.hbm_bytes / GIB:.1f} GiB) does not even hold the framework's "
                              f"{FRAMEWORK_RESERVED_BYTES / GIB:.1f} GiB")
-        self.config, self.cluster = config, cluster
+        self.config, self.cluster, self.policy = config, cluster, policy
         self.layout = Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
 
     def row(self, nodes: int) -> dict:
@@ -370,52 +434,92 @@ class MemoryPlanner:
         spill = spilled_bytes(memory, self.cluster)
         host = host_bytes_per_node(spill, self.cluster)
         runs = host <= self.cluster.host_dram_bytes
+        fits = memory.device_total * (1 + HBM_SAFETY_MARGIN) <= self.cluster.hbm_bytes
+        within_margin = spill == 0 and not fits
+        verdict = ("fits in HBM" if fits else "within margin" if within_margin else "spills to host" if runs
+                   else "too big")
         return {"nodes": nodes, "gpus": nodes * self.cluster.gpus_per_node, "dp": self.layout.dp(nodes),
-                "verdict": "fits in HBM" if spill == 0 else "spills to host" if runs else "too big",
-                "fits_natively": spill == 0, "runs": runs, "memory": memory, "spilled_bytes": spill,
-                "host_bytes_per_node": host}
+                "verdict": verdict, "fits_natively": fits, "within_margin": within_margin, "runs": runs,
+                "memory": memory, "spilled_bytes": spill, "host_bytes_per_node": host}
 
-    def smallest(self, nodes: int, key: str) -> int | None:
-        """Smallest count <= nodes (a multiple of the count step) whose row has `key` true.
+    def timing(self, nodes: int, global_batch: int) -> dict:
+        """step_time at `nodes` for `global_batch` sequences (accumulation rounded up to whole micro-steps)."""
+        memory = predict_memory(self.config, nodes * self.cluster.gpus_per_node)
+        accumulation = -(-global_batch // (self.config.local_batch * self.layout.dp(nodes)))
+        return step_time(self.config, memory, self.cluster, global_batch, nodes * self.cluster.gpus_per_node,
+                         accumulation, self.policy)
 
-        Memory per GPU never grows with the node count (sharding only divides it), so the rows are
-        searched by bisection: instant at 100,000 nodes. One exception is checked by itself: a job of
-        one GPU needs no NCCL buffers, so it may fit where two GPUs would not."""
+    def smallest(self, nodes: int, holds: Callable[[int], bool]) -> int | None:
+        """Smallest count <= nodes (a multiple of the count step) for which `holds` is true.
+
+        Memory per GPU never grows with the node count (sharding only divides it), and neither the
+        spill nor the accumulation shrinks with fewer nodes, so what holds at a count holds at every
+        larger one: the counts are searched by bisection, instant at 100,000 nodes. One exception is
+        checked by itself: a job of one GPU needs no NCCL buffers, so it may fit where two would not."""
         step = self.layout.count_step
-        low, high = 1, nodes // step  # multiples k * step; row(high * step) is tried first
-        if not self.row(high * step)[key]:
-            return step if self.row(step)[key] else None
+        low, high = 1, nodes // step  # multiples k * step; high * step is tried first
+        if not holds(high * step):
+            return step if holds(step) else None
         while low < high:
             middle = (low + high) // 2
-            if self.row(middle * step)[key]:
+            if holds(middle * step):
                 high = middle
             else:
                 low = middle + 1
-        return step if low > 1 and self.row(step)[key] else low * step
+        return step if low > 1 and holds(step) else low * step
+
+    def smallest_with(self, nodes: int, key: str) -> int | None:
+        """Smallest count whose row has `key` ("runs", "fits_natively") true."""
+        return self.smallest(nodes, lambda count: self.row(count)[key])
+
+    def keeps(self, nodes: int, count: int, target: int, share: float) -> bool:
+        """`count` can run the job (without a spill under NO_TRANSIT) and its per-GPU throughput at
+        `target` sequences is at least `share` of `nodes`'s (any, for an uncalibrated policy)."""
+        row = self.row(count)
+        if not (row["spilled_bytes"] == 0 if self.policy == NO_TRANSIT else row["runs"]):
+            return False
+        reference = self.timing(nodes, target)["tokens_per_s_per_gpu"]
+        return reference is None or self.timing(count, target)["tokens_per_s_per_gpu"] >= share * reference
+
+    def default_counts(self, nodes: int, target: int) -> list[int]:
+        """What a user would try: `nodes`, the counts DEFAULT_REDUCTIONS leave, and the smallest count
+        whose per-GPU throughput stays within KEPT_THROUGHPUT of `nodes`'s; none that cannot run, and
+        none whose per-token cost is over MAX_TOKEN_COST times `nodes`'s (they are asked for by name)."""
+        step = self.layout.count_step
+        reductions = {max(step, reduced_nodes(nodes, f) // step * step) for f in DEFAULT_REDUCTIONS}
+        counts = {nodes} | {c for c in reductions if self.keeps(nodes, c, target, 1 / MAX_TOKEN_COST)}
+        if POLICY_TRANSFER_FACTOR.get(self.policy) is not None:
+            counts.add(self.smallest(nodes, lambda count: self.keeps(nodes, count, target, KEPT_THROUGHPUT)) or nodes)
+        return sorted(counts, reverse=True)
 
 
 def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: list[float] | None = None,
          candidates: list[int] | None = None, target_global_batch: int | None = None,
-         target_global_tokens: int | None = None) -> dict:
-    """Memory, spill, DP degree, the common global batch and its accumulation for every candidate count."""
-    planner = MemoryPlanner(config, cluster)
+         target_global_tokens: int | None = None, policy: str = DEFAULT_POLICY) -> dict:
+    """Memory, spill, DP degree, the common global batch and its accumulation, and the step time under
+    `policy`, for every candidate count."""
+    planner = MemoryPlanner(config, cluster, policy)
     layout = planner.layout
     layout.check_count(nodes, "--nodes")
-    smallest_runs = planner.smallest(nodes, "runs")
+    smallest_runs = planner.smallest_with(nodes, "runs")
     if smallest_runs is None:
         row = planner.row(nodes)
         raise UsageError(f"host DRAM too small for the spill: {nodes} nodes need {row['host_bytes_per_node'] / GIB:.0f}"
                          f" GiB per node ({row['spilled_bytes'] / GIB:.1f} GiB spilled by each of "
                          f"{cluster.gpus_per_node} GPUs + {HOST_BYTES_PER_RANK / GIB:.0f} GiB per rank), the node "
                          f"has {cluster.host_dram_bytes / GIB:.0f} GiB")
-    counts = candidate_counts(nodes, scale_in, candidates, smallest_runs)
-    for count in counts:
-        layout.check_count(count, "--candidates" if candidates else "--scale-in" if scale_in else "--nodes")
     target = target_sequences(config.local_batch, layout.dp(nodes), config.seq_len, target_global_batch,
                               target_global_tokens)
-    batch = layout.batch(counts, target)
-    proposals = [] if batch["within_overshoot"] else nearby_count_sets(layout, counts, target, smallest_runs)
+    defaults = planner.default_counts(nodes, target) if scale_in is None and candidates is None else None
+    counts = candidate_counts(nodes, scale_in, candidates, defaults)
+    for count in counts:
+        layout.check_count(count, "--candidates" if candidates else "--scale-in" if scale_in else "--nodes")
+    batch = layout.batch(counts, target, target_given=target_global_batch is not None or target_global_tokens is not None)
+    proposals = [] if batch["within_overshoot"] else nearby_count_sets(
+        layout, counts, target, lambda count: planner.keeps(nodes, count, target, 1 / MAX_TOKEN_COST))
     check_batch_bound(batch, proposals)
+    advice = None if batch["within_overshoot"] else batch_advice(batch, target, layout.local_batch * layout.dp(nodes),
+                                                                 config.local_batch)
     global_batch = batch["global_batch"]
     rows = []
     for count in counts:
@@ -429,10 +533,10 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
             "memory": memory.to_dict(),
             "global_batch": global_batch,
             "grad_accum": accumulation,
-            **efficiency(config, memory, cluster, global_batch, row["gpus"], accumulation),
+            **step_time(config, memory, cluster, global_batch, row["gpus"], accumulation, policy),
         })
     return {
-        "schema": "transit.plan/2",
+        "schema": "transit.plan/3",
         "model": config.model.to_dict(),
         "training": config.to_dict(),
         "cluster": cluster.to_dict(),
@@ -442,13 +546,20 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
             "nccl_buffer_bytes": NCCL_BUFFER_BYTES,
             "workspace_bytes": WORKSPACE_BYTES,
             "host_bytes_per_rank": HOST_BYTES_PER_RANK,
+            "hbm_safety_margin": HBM_SAFETY_MARGIN,
             "fsdp_prefetched_units": FSDP_PREFETCHED_UNITS,
             "recompute_flop_factor": RECOMPUTE_FLOP_FACTOR,
             "pcie_crossings_per_use": PCIE_CROSSINGS_PER_USE,
+            "policy_transfer_factor": POLICY_TRANSFER_FACTOR,
+            "step_time_error": STEP_TIME_ERROR,
+            "calibration_pcie_bytes_per_s": CALIBRATION_PCIE_BYTES_PER_S,
             "max_batch_overshoot": MAX_BATCH_OVERSHOOT,
         },
+        "policy": policy,
+        "step_time_error": STEP_TIME_ERROR.get(policy),
         "requested_nodes": nodes,
         "counts": counts,
+        "target_given": target_global_batch is not None or target_global_tokens is not None,
         "target_global_batch": target,
         "target_global_tokens": target_global_tokens,
         "global_batch": global_batch,
@@ -457,8 +568,10 @@ def plan(config: TrainingConfig, cluster: ClusterSpec, nodes: int, scale_in: lis
         "overshoot": batch["overshoot"],
         "within_overshoot": batch["within_overshoot"],
         "proposals": [p | {"global_tokens": p["global_batch"] * config.seq_len} for p in proposals],
+        "workable_targets": workable_targets(batch["lcm"], target),
+        "advice": advice,
         "min_runnable_nodes": smallest_runs,
-        "min_native_nodes": planner.smallest(nodes, "fits_natively"),
+        "min_native_nodes": planner.smallest_with(nodes, "fits_natively"),
         "candidates": rows,
     }
 
@@ -558,11 +671,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainingConfig, ClusterS
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan", help="plan node count and batch settings for a scaled-in job",
-        description="For the requested node count and its candidates (by default the smallest count whose "
-                    "spill fits in host DRAM): memory per GPU, spill, DP degree, the global batch common to "
-                    "all candidates and its gradient accumulation, and an estimated efficiency.")
+        description="For the requested node count and its candidates (by default 25% and 50% fewer nodes and "
+                    "the smallest count that keeps 80% of the per-GPU throughput): memory per GPU, spill, DP "
+                    "degree, the global batch common to all candidates and its gradient accumulation, and the "
+                    "predicted step time and tokens per second per GPU under the TRANSIT policy.")
     add_model_arguments(parser)
     add_count_arguments(parser)
+    parser.add_argument("--policy", metavar="POLICY", default=DEFAULT_POLICY,
+                        help=f"TRANSIT policy the step times are predicted for: {', '.join(POLICY_TRANSFER_FACTOR)} "
+                             f"(calibrated) or another of libtransit's (default {DEFAULT_POLICY})")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (every figure)")
     parser.add_argument("--wide", action="store_true", help="every column, wider than 80 characters")
     parser.add_argument("--plot", metavar="PNG", type=paths.output_file, help="also draw memory per GPU and efficiency per node count")
@@ -581,24 +698,35 @@ TEXT_WIDTH = 80  # the table and every paragraph of the plan fit a terminal of t
 
 
 # (header, legend, value of a candidate row); the table has the first ones, --wide all of them
+def _predicted(value: float | None, form: str) -> str:
+    if value is None:
+        return "-"
+    if form == ".3g" and value >= 100:  # seconds: whole ones up to a million, then as short as they go
+        return format(value, ",.0f" if value < 10**6 else ".2g")
+    return format(value, form)
+
+
 COLUMNS = [
     ("nodes", None, lambda c: str(c["nodes"])),
     ("GPUs", None, lambda c: str(c["gpus"])),
     ("DP", "data-parallel degree", lambda c: str(c["dp"])),
-    ("memory", "where one GPU's data lives", lambda c: c["verdict"]),
-    ("states", "model states, GiB per GPU", lambda c: _gib(c["model_state_bytes"])),
-    ("activ", "activations, GiB per GPU", lambda c: _gib(c["activation_bytes"])),
+    ("memory", "where one GPU's data lives (within margin: fits by less than the safety margin)",
+     lambda c: c["verdict"]),
     ("spill", "GiB per GPU beyond HBM, held in host DRAM", lambda c: _gib(c["spilled_bytes"])),
     ("host", "host DRAM used, GiB per node", lambda c: _gib(c["host_bytes_per_node"])),
     ("accum", "gradient accumulation steps", lambda c: str(c["grad_accum"])),
-    ("eff", "estimated compute share of a step (PCIe time not overlapped)", lambda c: f"{c['efficiency']:.0%}"),
+    ("step", "predicted seconds per optimizer step", lambda c: _predicted(c["step_s"], ".3g")),
+    ("tok/s", "predicted tokens per second per GPU", lambda c: _predicted(c["tokens_per_s_per_gpu"], ".0f")),
+    ("eff", "compute share of the step", lambda c: _predicted(c["efficiency"], ".0%")),
 ]
 WIDE_COLUMNS = [
+    ("states", "model states, GiB per GPU", lambda c: _gib(c["model_state_bytes"])),
+    ("activ", "activations, GiB per GPU", lambda c: _gib(c["activation_bytes"])),
     ("need", "device bytes needed, GiB per GPU", lambda c: _gib(c["device_bytes_needed"])),
     ("gathered", "FSDP units in flight, GiB per GPU", lambda c: _gib(c["memory"]["gathered"])),
     ("framework", "CUDA context, NCCL, workspaces, GiB per GPU", lambda c: _gib(c["memory"]["framework"])),
     ("compute_s", "compute seconds per step", lambda c: f"{c['compute_s']:.3g}"),
-    ("pcie_s", "PCIe seconds per step", lambda c: f"{c['pcie_s']:.3g}"),
+    ("pcie_s", "seconds per step the spill adds", lambda c: _predicted(c["pcie_s"], ".3g")),
     ("global", "global batch, sequences", lambda c: str(c["global_batch"])),
 ]
 
@@ -611,7 +739,8 @@ def describe(result: dict) -> str:
             f"TP {training['tp']} PP {training['pp']} {training['data_parallel']}, local batch "
             f"{training['local_batch']} x {training['seq_len']} tokens. Nodes of {cluster['gpus_per_node']} GPUs: "
             f"HBM {_gib(cluster['hbm_bytes'])} GiB per GPU, host DRAM {_gib(cluster['host_dram_bytes'])} GiB, "
-            f"PCIe {cluster['pcie_bytes_per_s'] / 1e9:g} GB/s, {cluster['sustained_flops'] / 1e12:g} TFLOPS.")
+            f"PCIe {cluster['pcie_bytes_per_s'] / 1e9:g} GB/s, {cluster['sustained_flops'] / 1e12:g} TFLOPS. "
+            f"TRANSIT policy {result['policy']}.")
     return textwrap.fill(text, TEXT_WIDTH)
 
 
@@ -633,27 +762,46 @@ def verdicts(result: dict) -> list[str]:
     """What the plan concludes, in paragraphs that cannot be read against each other."""
     seq_len = result["training"]["seq_len"]
     target = (f"{result['target_global_tokens']:,} tokens = {result['target_global_batch']:,} sequences"
-              if result["target_global_tokens"] else f"{result['target_global_batch']:,} sequences")
+              if result["target_global_tokens"] else f"{result['target_global_batch']:,} sequences"
+              if result["target_given"] else
+              f"one micro-batch per rank on {result['requested_nodes']} nodes (no target given)")
     batch = (f"Global batch: {result['global_batch']:,} sequences ({result['global_tokens']:,} tokens of {seq_len}) "
              f"on {_counts(result['counts'])}, the smallest multiple of {result['batch_lcm']:,} (the least common "
-             f"multiple of local batch x DP) at or above the target of {target}: {result['overshoot']:+.1%}.")
+             f"multiple of local batch x DP) at or above the target of {target}"
+             + (f": {result['overshoot']:+.1%}." if result["target_given"] else "."))
     paragraphs = [textwrap.fill(batch, TEXT_WIDTH)]
     if not result["within_overshoot"]:
-        lines = [f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target. Nearest candidate sets within "
-                 f"{MAX_BATCH_OVERSHOOT:.0%}:" if result["proposals"] else
-                 f"That is more than {MAX_BATCH_OVERSHOOT:.0%} above the target, and no nearby candidate set "
-                 "keeps it within: raise the target or use fewer counts."]
+        lines = [f"That misses the target by more than {MAX_BATCH_OVERSHOOT:.0%} (exit code 1). " + result["advice"]]
+        if result["proposals"]:
+            lines.append(f"Nearest candidate sets within {MAX_BATCH_OVERSHOOT:.0%}:")
         lines += [f"  --candidates {','.join(map(str, p['counts']))}: global batch {p['global_batch']:,} "
                   f"({p['overshoot']:+.1%})" for p in result["proposals"]]
         paragraphs.append("\n".join(textwrap.fill(line, TEXT_WIDTH) for line in lines))
     native, runnable = result["min_native_nodes"], result["min_runnable_nodes"]
+    margin = f"{HBM_SAFETY_MARGIN:.0%}"
     memory = (f"Memory: runs with TRANSIT on {_counts([runnable])} or more (what HBM cannot hold fits in host "
-              f"DRAM); " + (f"fits in HBM alone on {_counts([native])} or more." if native else
-                            f"needs host DRAM at every count up to {result['requested_nodes']}."))
+              f"DRAM); " + (f"fits in HBM alone, with a {margin} margin, on {_counts([native])} or more." if native
+                            else f"needs host DRAM at every count up to {result['requested_nodes']}."))
+    close = [c["nodes"] for c in result["candidates"] if c["within_margin"]]
+    if close:
+        memory += (f" Within margin at {','.join(map(str, close))} nodes: the prediction fits HBM by less than the "
+                   f"{margin} the model has under-predicted measured peaks by; TRANSIT holds what may not fit.")
     too_big = [c["nodes"] for c in result["candidates"] if not c["runs"]]
     if too_big:
         memory += f" Too big for {','.join(map(str, too_big))} nodes: their spill does not fit in host DRAM."
-    return [*paragraphs, textwrap.fill(memory, TEXT_WIDTH)]
+    return [*paragraphs, textwrap.fill(memory, TEXT_WIDTH), textwrap.fill(step_paragraph(result), TEXT_WIDTH)]
+
+
+def step_paragraph(result: dict) -> str:
+    """Where the step times come from, and how far they were off on the runs they were fitted to."""
+    policy, error = result["policy"], result["step_time_error"]
+    if error is None:
+        return (f"Step time: no committed GPU summary calibrates --policy {policy}, so step, tok/s and eff "
+                f"show '-' (--wide: compute_s, the step without offload). Calibrated: "
+                f"{', '.join(POLICY_TRANSFER_FACTOR)}.")
+    return (f"Step time under {policy}: compute at the sustained TFLOPS plus {POLICY_TRANSFER_FACTOR[policy]:g} x "
+            f"the spill's PCIe time, fitted to {error['runs']} measured {policy} runs (bench/results, one H200); "
+            f"off by {error['median_error']:.0%} on the median run, {error['max_error']:.0%} at worst.")
 
 
 def plot(result: dict, path: str) -> None:
@@ -678,7 +826,8 @@ def plot(result: dict, path: str) -> None:
     ax.set_ylabel("GiB per GPU")
     ax.set_title(f"{result['model']['name']}: global batch {result['global_batch']}")
     eff = ax.twinx()
-    eff.plot(labels, [100 * c["efficiency"] for c in candidates], color="tab:red", marker="o")
+    eff.plot(labels, [math.nan if c["efficiency"] is None else 100 * c["efficiency"] for c in candidates],
+             color="tab:red", marker="o")
     eff.set_ylabel("estimated efficiency (%)", color="tab:red")
     eff.set_ylim(0, 105)
     fig.legend(loc="outside lower center", ncols=4, fontsize="small")
@@ -686,12 +835,19 @@ def plot(result: dict, path: str) -> None:
     plt.close(fig)
 
 
+def check_policy(policy: str) -> None:
+    """A calibrated policy, or one libtransit has (asked only then: plan runs where it is not built)."""
+    if policy not in POLICY_TRANSFER_FACTOR and policy not in _native.policies():
+        raise UsageError(f"--policy {policy!r} is not a policy; use {', '.join(_native.policies())}")
+
+
 def main(args: argparse.Namespace) -> int:
     bounds.check_args(args)
+    check_policy(args.policy)
     config, cluster = config_from_args(args)
     result = plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
-                  args.global_tokens)
+                  args.global_tokens, args.policy)
     if args.plot:
         plot(result, args.plot)
     print(json.dumps(result, indent=2) if args.json else render(result, args.wide))
-    return 0
+    return 0 if result["within_overshoot"] else 1  # the batch misses the target: a script must not go on

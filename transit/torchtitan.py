@@ -26,7 +26,8 @@ from transit.errors import UsageError
 # (global batch, local batch) field pairs of the training section, in sequences or in tokens
 SEQUENCE_FIELDS = ("global_batch_size", "local_batch_size", "seq_len")
 TOKEN_FIELDS = ("num_tokens_per_train_step", "num_tokens_per_microbatch_per_dp_rank", "max_context_length")
-PARALLELISM_FIELDS = ("tensor_parallel_degree", "pipeline_parallel_degree")
+PARALLELISM_FIELDS = ("tensor_parallel_degree", "pipeline_parallel_degree", "data_parallel_shard_degree",
+                      "data_parallel_replicate_degree", "context_parallel_degree")
 # how the job names its configuration: a TOML file, or a module's config registry function
 TOML_ARGS = ("--job.config_file",)
 REGISTRY_ARGS = ("--module", "--config")
@@ -44,9 +45,14 @@ class TitanNames:
     seq_len: str
     tp: str
     pp: str
+    dp_shard: str
+    dp_replicate: str
+    cp: str
 
-    def flags(self, global_batch: int, local_batch: int, tp: int, pp: int, seq_len: int | None) -> list[str]:
-        """Overrides for a global batch and a per-rank micro-batch, both in sequences."""
+    def flags(self, global_batch: int, local_batch: int, tp: int, pp: int, seq_len: int | None,
+              dp_shard: int) -> list[str]:
+        """Overrides for a global batch and a per-rank micro-batch, both in sequences, and the degrees
+        launch derives (the data-parallel shard degree fills what TP, PP and the fixed degrees leave)."""
         if self.unit == "tokens":
             if seq_len is None:
                 raise UsageError(f"TorchTitan {self.version} counts batches in tokens: give --seq-len")
@@ -54,12 +60,37 @@ class TitanNames:
         flags = [f"--{self.global_batch}={global_batch}", f"--{self.local_batch}={local_batch}"]
         if seq_len is not None:
             flags.append(f"--{self.seq_len}={seq_len}")
-        return [*flags, f"--{self.tp}={tp}", f"--{self.pp}={pp}"]
+        return [*flags, f"--{self.tp}={tp}", f"--{self.pp}={pp}", f"--{self.dp_shard}={dp_shard}"]
+
+    def fixed_degrees(self, program: list[str]) -> dict[str, int]:
+        """The data-parallel replicate and context-parallel degrees the job fixes (its arguments, else
+        its TOML file's [parallelism]; 1 where neither says), which launch keeps at every node count."""
+        given = _program_options(program)
+        section: dict = {}
+        if self.loader == "toml" and TOML_ARGS[0] in given:
+            section = _toml_section(given[TOML_ARGS[0]], "parallelism")
+        degrees = {}
+        for key, name in (("dp_replicate", self.dp_replicate), ("cp", self.cp)):
+            field = name.split(".", 1)[1]
+            text = given.get(f"--{name}", section.get(field, 1))
+            try:
+                degrees[key] = int(str(text), 10)
+            except ValueError:
+                raise UsageError(f"--{name} must be an integer, got {text!r}") from None
+            if degrees[key] < 1:
+                raise UsageError(f"--{name} must be at least 1, got {text}")
+        return degrees
 
     def check_program(self, program: list[str]) -> None:
         """The user's TorchTitan arguments name the configuration the way this version reads it:
-        0.3.0 needs --module and --config; earlier releases know neither (and read --job.config_file)."""
-        given = {arg.split("=", 1)[0].replace("-", "_") for arg in program if arg.startswith("--")}
+        0.3.0 needs --module and --config; earlier releases know neither (and read --job.config_file).
+        They do not set what launch sets (TorchTitan would take the later value, silently)."""
+        options = _program_options(program)
+        given = {name.replace("-", "_") for name in options}
+        owned = [f"--{n}" for n in (self.global_batch, self.local_batch, self.seq_len, self.tp, self.pp, self.dp_shard)]
+        clash = next((name for name in options if name in owned), None)
+        if clash is not None:
+            raise UsageError(f"{clash} is set by transit launch (from the plan or its options); leave it out")
         named = [arg for arg in REGISTRY_ARGS if arg.replace("-", "_") in given]
         if self.loader == "registry" and len(named) < len(REGISTRY_ARGS):
             raise UsageError(f"TorchTitan {self.version} needs --module NAME --config FUNCTION "
@@ -81,8 +112,33 @@ def names_from_fields(version: str, loader: str, training: set[str], parallelism
     if missing:
         raise UsageError(f"TorchTitan {version}: its config has no {', '.join(missing)}")
     global_batch, local_batch, seq_len = (f"training.{name}" for name in fields)
-    tp, pp = (f"parallelism.{name}" for name in PARALLELISM_FIELDS)
-    return TitanNames(version, loader, unit, global_batch, local_batch, seq_len, tp, pp)
+    tp, pp, dp_shard, dp_replicate, cp = (f"parallelism.{name}" for name in PARALLELISM_FIELDS)
+    return TitanNames(version, loader, unit, global_batch, local_batch, seq_len, tp, pp, dp_shard, dp_replicate, cp)
+
+
+def _program_options(program: list[str]) -> dict[str, str]:
+    """--name=value and --name value pairs of the TorchTitan arguments (a bare flag maps to "")."""
+    options = {}
+    for i, arg in enumerate(program):
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            following = program[i + 1] if i + 1 < len(program) else ""
+            options[name] = value if eq else ("" if following.startswith("--") else following)
+    return options
+
+
+def _toml_section(path: str, section: str) -> dict:
+    import tomllib
+
+    try:
+        with open(path, "rb") as file:
+            table = tomllib.load(file)
+    except OSError as exc:
+        raise UsageError(f"--job.config_file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--job.config_file {path} is not TOML: {exc}") from None
+    value = table.get(section, {})
+    return value if isinstance(value, dict) else {}
 
 
 def _field_names(cls: type) -> set[str]:

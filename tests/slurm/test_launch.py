@@ -39,14 +39,14 @@ def run_waiting(args: list[str], env: dict[str, str]) -> subprocess.CompletedPro
 
 
 def train_through_launch(env, tmp_path: Path, nodes: int, parallel: str, global_batch: int = 8,
-                         steps: int = 5, nproc: int = NPROC_PER_NODE) -> dict:
+                         steps: int = 5, nproc: int = NPROC_PER_NODE, tp: int = 1, pp: int = 1) -> dict:
     out = tmp_path / f"loss-{parallel}-{nodes}.json"
     output = tmp_path / f"job-{parallel}-{nodes}.out"
-    command = (f"transit launch --global-batch {global_batch} --local-batch 2 --nproc-per-node {nproc} "
-               f"-- {TRAIN_TINY} --parallel {parallel} --steps {steps} --out {out}")
+    command = (f"transit launch --global-batch {global_batch} --local-batch 2 --nproc-per-node {nproc} --tp {tp} "
+               f"--pp {pp} -- {TRAIN_TINY} --parallel {parallel} --steps {steps} --out {out}")
     sbatch_wait(env, [f"--nodes={nodes}", "--wrap", command], output, result_file=out)
     log = output.read_text()
-    dp = nodes * nproc
+    dp = nodes * nproc // (tp * pp)
     accumulation = global_batch // (2 * dp)
     assert f"DP {dp}, global batch {global_batch} = local 2 x DP {dp} x accumulation {accumulation}" in log
     return json.loads(out.read_text())
@@ -62,6 +62,19 @@ def test_two_nodes_and_one_node_train_the_same_global_batch_and_losses(env, tmp_
     assert len(two["losses"]) == len(one["losses"]) == 5
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-5, abs=1e-6)
     assert two["losses"][-1] < two["losses"][0]  # it did train
+
+
+@pytest.mark.parametrize("parallel, tp, accumulation", [("pp", 1, 2), ("tp-pp", 2, 4)])
+def test_a_pipeline_trains_like_data_parallelism_alone(env, tmp_path, parallel, tp, accumulation):
+    # 2 nodes x 2 ranks with PP 2 (train_tiny's two GPipe stages), and TP 2 inside each stage for
+    # tp-pp: DP 2 or 1, so launch derives accumulation 2 or 4 for 8 sequences of local batch 2 (the
+    # schedule's micro-batches); DDP over the same 4 ranks takes 1. The same sequences make the same
+    # losses.
+    ddp = train_through_launch(env, tmp_path, nodes=2, parallel="ddp")
+    pipeline = train_through_launch(env, tmp_path, nodes=2, parallel=parallel, tp=tp, pp=2)
+    assert (pipeline["world_size"], pipeline["grad_accum"]) == (4, accumulation)
+    assert len(pipeline["losses"]) == len(ddp["losses"]) == 5
+    assert pipeline["losses"] == pytest.approx(ddp["losses"], rel=1e-5, abs=1e-6)
 
 
 SUBMIT_STEPS = 3
@@ -185,11 +198,16 @@ def test_launch_outside_an_allocation_says_so(cluster, env):
     assert result.returncode == 2 and "not inside a Slurm allocation" in result.stderr
 
 
-def test_launch_refuses_an_accumulation_other_than_submit_planned(cluster, env):
-    env = env | {"TRANSIT_GLOBAL_BATCH": "16", "TRANSIT_LOCAL_BATCH": "2", "TRANSIT_GRAD_ACCUM": "2"}
+def test_launch_takes_any_planned_count_and_refuses_others(cluster, env):
+    # submit planned 16 sequences of local batch 2 on 4 or 2 nodes: 2 nodes derive accumulation 4
+    env = env | {"TRANSIT_GLOBAL_BATCH": "16", "TRANSIT_LOCAL_BATCH": "2", "TRANSIT_CANDIDATES": "4:2"}
+    result = salloc(cluster, env, 2, ["transit", "launch", "--dry-run", "--json", "--nproc-per-node", "1", "train.py"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["env"]["TRANSIT_GRAD_ACCUM"] == "4"
+    env["TRANSIT_CANDIDATES"] = "4:3"
     result = salloc(cluster, env, 2, ["transit", "launch", "--dry-run", "--nproc-per-node", "1", "train.py"])
     assert result.returncode == 2 and result.stdout == ""
-    assert "2 nodes x 1 processes give gradient accumulation 4, but transit submit planned 2" in result.stderr
+    assert "2 nodes is not a count transit submit planned global batch 16 for (TRANSIT_CANDIDATES=4,3)" in result.stderr
 
 
 def test_submit_dry_run_shrinks_the_node_count(cluster, env):
@@ -198,7 +216,8 @@ def test_submit_dry_run_shrinks_the_node_count(cluster, env):
                           "--dry-run", "job.sh", "a", "--b"], env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ("sbatch --parsable --nodes=7 --transit=advise --export=ALL,TRANSIT_GLOBAL_BATCH=560,"
-                                     "TRANSIT_LOCAL_BATCH=1,TRANSIT_GRAD_ACCUM=10,TRANSIT_TP=1,TRANSIT_PP=1 job.sh a --b")
+                                     "TRANSIT_LOCAL_BATCH=1,TRANSIT_TP=1,TRANSIT_PP=1,TRANSIT_CANDIDATES=10:7 "
+                                     "job.sh a --b")
 
 
 def test_submit_refuses_a_batch_the_counts_cannot_share_and_queues_nothing(cluster, env, tmp_path):
@@ -223,17 +242,19 @@ def test_submit_names_what_sbatch_said(cluster, env, tmp_path):
 
 
 def test_submit_to_min_uses_the_plan(cluster, env):
-    # Llama3-70B on 4-GPU H100 nodes with 400 GiB of DRAM: 1 node would need 900 GiB, 2 need 375
+    # Llama3-70B on 4-GPU H100 nodes with 400 GiB of DRAM under prefetch, at the target of 24
+    # sequences: 5 nodes (25% fewer) spill 8.5 GiB per GPU and keep 60% of 6 nodes' tokens per GPU;
+    # 3 nodes (50% fewer) keep 32%, over twice the per-token cost; no count below 6 keeps 80%
     result = cluster.run(["transit", "submit", "--nodes", "6", "--to-min", "--model", "llama3-70b",
                           "--gpus-per-node", "4", "--host-dram-gib", "400", "--transit", "prefetch",
                           "--dry-run", "--json", "job.sh"], env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["nodes"] == 2
-    # only 6 nodes (DP 24) and 2 nodes (DP 8) will train it: the global batch suits those two
-    assert summary["command"] == ["sbatch", "--parsable", "--nodes=2", "--transit=prefetch",
-                                  ("--export=ALL,TRANSIT_GLOBAL_BATCH=24,TRANSIT_LOCAL_BATCH=1,TRANSIT_GRAD_ACCUM=3,"
-                                  "TRANSIT_TP=1,TRANSIT_PP=1"), "job.sh"]
+    assert (summary["counts"], summary["nodes"]) == ([6, 5], 5)
+    # DP 24 and 20: lcm 120, which launch will take on either count
+    assert summary["command"] == ["sbatch", "--parsable", "--nodes=5", "--transit=prefetch",
+                                  ("--export=ALL,TRANSIT_GLOBAL_BATCH=120,TRANSIT_LOCAL_BATCH=1,TRANSIT_TP=1,"
+                                   "TRANSIT_PP=1,TRANSIT_CANDIDATES=6:5"), "job.sh"]
 
 
 def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):

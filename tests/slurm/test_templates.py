@@ -78,5 +78,6 @@ def test_torchtitan_template_builds_the_torchtitan_command(env, tmp_path):
         f"--rdzv-endpoint={launch['rdzv_endpoint']}", f"--rdzv-id={job_id}",
         "-m", "torchtitan.train", "--module", "llama3", "--config", "llama3_debugmodel",
         "--training.global_batch_size=16", "--training.local_batch_size=2",
-        "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1"]
+        "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1",
+        "--parallelism.data_parallel_shard_degree=2"]
 

@@ -72,6 +72,11 @@ BAD_INPUTS = [
     (["submit", "--nodes", "16", "--scale-in", "1.0", "--dry-run", "job.sh"], "--scale-in must be less than 1, got 1.0"),
     (["submit", "--nodes", "0", "--scale-in", "0.5", "--dry-run", "job.sh"], "--nodes must be at least 1, got 0"),
     (["submit", "--nodes", "16", "--dry-run", "job.sh"], "give --scale-in FRACTION, --candidates N,N or --to-min"),
+    ([*SUBMIT, "--sbatch-arg=--nodes=8-16", "job.sh"],
+     "--sbatch-arg=--nodes=8-16: the plan sets --nodes (plan counts with --candidates)"),
+    ([*SUBMIT, "--sbatch-arg=-N4", "job.sh"], "--sbatch-arg=-N4: the plan sets -N (plan counts with --candidates)"),
+    ([*SUBMIT, "--sbatch-arg=--export=NONE", "job.sh"],
+     "--sbatch-arg=--export=NONE: the plan sets --export (for launch)"),
     ([*SUBMIT, "--global-batch", "nan", "job.sh"], "--global-batch must be an integer in [1, 1000000000], got 'nan'"),
     ([*SUBMIT, "--tp", "3", "job.sh"], "--tp 3 does not divide the 8 GPUs per node"),
     (["submit", "--nodes", "16", "--scale-in", "0.25", "--global-batch", "128", "--dry-run", "job.sh"],
@@ -91,13 +96,23 @@ BAD_INPUTS = [
     (["launch", "--dry-run", "--nodes", "0", "--global-batch", "8", "x.py"], "--nodes must be at least 1, got 0"),
     ([*LAUNCH, "--local-batch", "inf", "x.py"], "--local-batch must be an integer in [1, 65536], got 'inf'"),
     ([*LAUNCH, "--pp", "0", "x.py"], "--pp must be at least 1, got 0"),
+    # plain ASCII digits only: Python's int() and float() would take these
+    ([*PLAN, "--nodes", "8_000"], "--nodes takes plain ASCII digits (no separators), got '8_000'"),
+    ([*PLAN, "--global-batch", "1_000"], "--global-batch takes plain ASCII digits (no separators), got '1_000'"),
+    ([*PLAN, "--nodes", "\u0668"], "--nodes takes plain ASCII digits (no separators), got '\u0668'"),  # Arabic-Indic 8
+    ([*PLAN, "--hbm-gib", "8\uff10"], "--hbm-gib takes plain ASCII digits (no separators), got '8\uff10'"),  # fullwidth 0
+    (["plan", "--model", "llama3-8b", "--nodes", "4", "--scale-in", "0.01"],
+     "--scale-in 0.01 rounds to all 4 nodes; give more than 0.125 (0.25: 3 nodes)"),
+    (["submit", "--nodes", "4", "--scale-in", "0.1", "--dry-run", "job.sh"],
+     "--scale-in 0.1 rounds to all 4 nodes; give more than 0.125 (0.25: 3 nodes)"),
+    ([*LAUNCH, "--seq-len", "512", "x.py"], "--seq-len is passed to TorchTitan only (--torchtitan)"),
     ([*LAUNCH, "--local-batch", "3", "x.py"], "global batch 64 is not divisible by local batch 3 x DP degree 16"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", BAD_INPUTS, ids=[f"{a[0]}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
 def test_bad_input_is_one_line_naming_it(argv, message, capsys, monkeypatch):
-    for variable in ("SLURM_JOB_ID", "TRANSIT_GLOBAL_BATCH", "TRANSIT_LOCAL_BATCH", "TRANSIT_GRAD_ACCUM",
+    for variable in ("SLURM_JOB_ID", "TRANSIT_GLOBAL_BATCH", "TRANSIT_LOCAL_BATCH", "TRANSIT_CANDIDATES",
                      "TRANSIT_TP", "TRANSIT_PP"):
         monkeypatch.delenv(variable, raising=False)
     assert cli.main(argv) == 2
@@ -117,7 +132,9 @@ def test_the_table_has_at_least_40_bad_inputs():
 @pytest.mark.parametrize("variable, value, message", [
     ("TRANSIT_GLOBAL_BATCH", "abc", "TRANSIT_GLOBAL_BATCH must be an integer in [1, 1000000000], got 'abc'"),
     ("TRANSIT_LOCAL_BATCH", "0", "TRANSIT_LOCAL_BATCH must be at least 1, got 0"),
-    ("TRANSIT_GRAD_ACCUM", "3", "2 nodes x 8 processes give gradient accumulation 4, but transit submit planned 3"),
+    ("TRANSIT_CANDIDATES", "16:12:8", ("2 nodes is not a count transit submit planned global batch 64 for "
+                                       "(TRANSIT_CANDIDATES=16,12,8)")),
+    ("TRANSIT_CANDIDATES", "16:x", "TRANSIT_CANDIDATES must be an integer in [1, 100000], got 'x'"),
     ("TRANSIT_TP", "2", "--tp 1 disagrees with TRANSIT_TP=2, which transit submit planned for this job"),
 ])
 def test_what_submit_passed_is_checked_as_strictly(variable, value, message, capsys, monkeypatch):
@@ -133,4 +150,4 @@ def test_what_submit_passed_is_checked_as_strictly(variable, value, message, cap
 def test_the_variables_submit_exports_pass_the_plugins_check() -> None:
     """srun inside the job checks the user's TRANSIT_* environment: every variable `transit submit`
     exports for `transit launch` must be one libtransit knows."""
-    _native.env_check({variable: "1" for variable in launch.PLAN_ENV.values()})
+    _native.env_check({variable: "1" for variable in (*launch.PLAN_ENV.values(), launch.CANDIDATES_ENV)})

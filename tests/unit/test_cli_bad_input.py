@@ -25,8 +25,9 @@ def test_submit_to_min_global_batch_fits_requested_and_chosen_counts(clean_env) 
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     export = next(a for a in doc["command"] if a.startswith("--export="))
-    # 8 nodes x 8 GPUs = DP 64 and the chosen count's DP both divide 64: no LCM over counts never used
-    assert "TRANSIT_GLOBAL_BATCH=64" in export and "LOCAL_BATCH=1" in export
+    # the default candidates 8, 6, 4 and 1 node (llama3-8b fits in HBM on each): lcm(64, 48, 32, 8) = 192
+    assert doc["counts"] == [8, 6, 4, 1] and doc["nodes"] == 1
+    assert "TRANSIT_GLOBAL_BATCH=192" in export and "LOCAL_BATCH=1" in export
 
 
 @pytest.mark.parametrize(("args", "needle"), [

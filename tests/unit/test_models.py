@@ -160,6 +160,16 @@ def test_a_config_json_in_a_model_directory_is_named_after_the_directory(tmp_pat
     assert from_hf_config(str(directory / "config.json")).name == "Qwen2.5-7B"
 
 
+def test_qwen3_32b_with_untied_embeddings_has_its_published_total(tmp_path):
+    # Qwen3-32B's published config, the keys the planner reads: 32.8B parameters
+    config = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600, "vocab_size": 151936,
+              "tie_word_embeddings": False}
+    path = tmp_path / "qwen3-32b.json"
+    path.write_text(json.dumps(config))
+    assert round(from_hf_config(str(path)).total_params() / 1e8) == 328
+
+
 def test_qwen3_moe_takes_the_expert_width_from_moe_intermediate_size(tmp_path):
     # Qwen3-30B-A3B's published config, the keys the planner reads
     config = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
@@ -179,6 +189,9 @@ def test_qwen3_moe_takes_the_expert_width_from_moe_intermediate_size(tmp_path):
     ({"vocab_size": -3}, "vocab_size in bad.json must be at least 1, got -3"),
     ({"num_attention_heads": 10**9}, "num_attention_heads in bad.json must be at most 16384"),
     ({"decoder_sparse_step": 2}, "dense layers between MoE layers"),
+    # a string would read as tied (bool("false") is True): Qwen3-32B planned as 32.0B instead of 32.8B
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false \\(a JSON boolean\\), got 'false'"),
+    ({"tie_word_embeddings": 0}, "tie_word_embeddings must be true or false \\(a JSON boolean\\), got 0"),
 ])
 def test_bad_hf_configs_name_the_key(tmp_path, change, message):
     config = json.loads((HF_FIXTURES / "llama-3-8b.json").read_text()) | change

@@ -6,6 +6,7 @@ code under test.
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -101,12 +102,24 @@ def test_tp_and_pp_divide_states_and_the_larger_stage_counts():
     assert (memory.activations, memory.transient) == (335_544_320, 1_838_678_016)
 
 
-def test_llama3_70b_needs_six_h100_nodes_of_four_gpus_as_in_the_paper():
-    # Section 4.2: the minimum configuration without offloading is 6 nodes (24 GPUs).
+def test_llama3_70b_fits_six_h100_nodes_of_four_gpus_as_in_the_paper_but_within_the_margin():
+    # Section 4.2: the minimum configuration without offloading is 6 nodes (24 GPUs). The model
+    # agrees, by 0.27 GiB of 79.6: inside the 2-9% it under-predicts by, so 6 and 7 nodes are within
+    # the margin and 8 is the smallest count that fits with it
     cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
-    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=6, candidates=[6, 5])
-    assert result["min_native_nodes"] == 6
-    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM", "spills to host"]
+    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=8, candidates=[8, 7, 6, 5])
+    assert result["min_native_nodes"] == 8
+    rows = result["candidates"]
+    assert [c["verdict"] for c in rows] == ["fits in HBM", "within margin", "within margin", "spills to host"]
+    assert [c["spilled_bytes"] for c in rows][:3] == [0, 0, 0]
+    assert 0 < cluster.hbm_bytes - rows[2]["device_bytes_needed"] < 0.3 * GIB
+
+
+def test_the_safety_margin_covers_every_measured_under_prediction():
+    accuracy = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" /
+                           "plan-accuracy.json").read_text())
+    worst = max(-row["error"] for row in accuracy["rows"])
+    assert 0.09 < worst <= plan.HBM_SAFETY_MARGIN  # 9.05%: policies-h200 native, deterministic
 
 
 @pytest.mark.parametrize("step_sizes, target, expected", [
@@ -129,7 +142,7 @@ def test_accumulation_steps_make_up_the_difference_and_reject_indivisible_batche
 
 
 @pytest.mark.parametrize("kwargs, expected", [
-    ({"smallest": 1}, [16, 1]),
+    ({"defaults": [16, 12, 8, 3]}, [16, 12, 8, 3]),
     ({"scale_in": [0.25, 0.5]}, [16, 12, 8]),
     ({"candidates": [8, 12, 16, 12]}, [16, 12, 8]),
     ({"candidates": [12]}, [16, 12]),  # --nodes is always a candidate
@@ -161,13 +174,25 @@ def test_sets_near_one_that_overshoots():
     # 16 -> 12 -> 8 nodes of 8 GPUs for 128 sequences: lcm(128, 96, 64) = 384, +200%. Dropping 12
     # keeps 128 exactly; then the pairs with the count nearest 8 that keep 128: 4 (DP 32) and 2 (DP 16);
     # 7, 9, 6, 10, 5, 11, 3, 13 (DP 56, 72, 48, 80, 40, 88, 24, 104) all overshoot
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=1)
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: True)
     assert [(p["counts"], p["global_batch"]) for p in proposals] == [([16, 8], 128), ([16, 4], 128), ([16, 2], 128)]
 
 
-def test_sets_near_one_that_overshoots_stop_at_the_smallest_runnable_count():
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, smallest_allowed=5)
+def test_sets_near_one_that_overshoots_keep_to_the_counts_allowed():
+    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: count >= 5)
     assert [p["counts"] for p in proposals] == [[16, 8]]
+
+
+def test_proposed_sets_leave_out_counts_over_twice_the_token_cost():
+    # 4 -> 3 nodes of 2 GPUs for 16 sequences of 2: lcm(16, 12) = 48 (+200%). 2 and 1 node keep 16
+    # but spill; under advise they stay within twice 4 nodes' per-token cost, under base they do not
+    config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
+    cluster = small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13)
+    def proposed(policy):
+        result = plan.plan(config, cluster, nodes=4, candidates=[3], target_global_batch=16, policy=policy)
+        return [p["counts"] for p in result["proposals"]]
+    assert proposed("advise") == [[4, 2], [4, 1]]
+    assert proposed("base") == []
 
 
 def small_cluster(**overrides):
@@ -186,27 +211,65 @@ def test_plan_spills_what_does_not_fit_and_keeps_one_global_batch():
     # HBM is 6 GiB = 6,442,450,944: only 1 node (2 GPUs) spills; host: 2 x (spill + 8 GiB per rank)
     assert [c["spilled_bytes"] for c in result["candidates"]] == [0, 0, 0, 1_774_489_600]
     assert [c["host_bytes_per_node"] for c in result["candidates"]] == [17_179_869_184] * 3 + [20_728_848_384]
-    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM"] * 3 + ["spills to host"]
+    # 2 nodes fit by 394,104,832 bytes, less than the 10% margin (604,834,611)
+    assert [c["verdict"] for c in result["candidates"]] == ["fits in HBM"] * 2 + ["within margin", "spills to host"]
     # local batch 2 x DP 8, 6, 4, 2: lcm(16, 12, 8, 4) = 48 for a target of 30 (+60%): too much;
     # 4 -> 2 -> 1 and 4 -> 1 or 4 -> 2 keep 32 (+7%)
     assert (result["global_batch"], result["within_overshoot"]) == (48, False)
     assert [c["grad_accum"] for c in result["candidates"]] == [3, 4, 6, 12]
     assert [p["counts"] for p in result["proposals"]] == [[4, 2, 1], [4, 1], [4, 2]]
-    assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 2)
+    assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 3)
     effs = [c["efficiency"] for c in result["candidates"]]
     assert effs[:3] == [1.0, 1.0, 1.0] and effs[3] < 1.0
+    assert result["policy"] == "advise" and result["step_time_error"] == plan.STEP_TIME_ERROR["advise"]
 
 
-def test_efficiency_by_hand():
+def test_step_time_by_hand():
     config = TrainingConfig(TINY, seq_len=16, activation_checkpointing=False)
     memory = predict_memory(config, 1)
     cluster = small_cluster(hbm_bytes=memory.device_total - 1000)  # 1000 bytes spilled, all optimizer state
-    result = plan.efficiency(config, memory, cluster, global_batch=4, world_size=1, accumulation=4)
+    result = plan.step_time(config, memory, cluster, global_batch=4, world_size=1, accumulation=4, policy="base")
     # FLOPs per token: 6 x (2 x 41088 + 6400 + 64 = 88,640 matmul parameters) + 12 x 2 x 4 x 16 x 16
     compute = 556_416 * 4 * 16 / 1e12
     assert result["compute_s"] == pytest.approx(compute)
     assert result["pcie_bytes"] == 2 * 1000  # cold: moved once per optimizer step, in and out
-    assert result["efficiency"] == pytest.approx(compute / (compute + 2000 / 10e9))
+    transfer = 47.7 * 2000 / 10e9  # base's calibrated factor x the copy time at 10 GB/s
+    assert result["step_s"] == pytest.approx(compute + transfer)
+    assert result["tokens_per_s_per_gpu"] == pytest.approx(64 / (compute + transfer))
+    assert result["efficiency"] == pytest.approx(compute / (compute + transfer))
+
+
+def test_a_policy_no_summary_calibrates_has_no_step_time():
+    config = TrainingConfig(TINY, seq_len=16)
+    result = plan.step_time(config, predict_memory(config, 1), small_cluster(), 4, 1, 4, policy="hybrid")
+    assert (result["step_s"], result["tokens_per_s_per_gpu"], result["efficiency"]) == (None, None, None)
+
+
+def test_default_candidates_keep_throughput_and_leave_costly_counts_out():
+    # llama3-70b on 64 nodes of 4 H100 (the issue's case). Under advise the spill is read once a step:
+    # 2 nodes keep 84% of 64 nodes' tokens per GPU, 1 node 77% (below 80%); 48 and 32 nodes (25%, 50%
+    # fewer) fit in HBM. Under base (47.7 x the copy time) the smallest count that keeps 80% is 4.
+    cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
+    config = TrainingConfig(preset("llama3-70b"))
+    advise = plan.plan(config, cluster, nodes=64)
+    assert advise["counts"] == [64, 48, 32, 2] and advise["min_runnable_nodes"] == 1
+    shares = [c["tokens_per_s_per_gpu"] / advise["candidates"][0]["tokens_per_s_per_gpu"]
+              for c in advise["candidates"]]
+    assert shares[:3] == [1.0, 1.0, 1.0] and 0.8 <= shares[3] < 0.85
+    one_node = plan.MemoryPlanner(config, cluster).timing(1, 256)["tokens_per_s_per_gpu"]
+    assert one_node < 0.8 * advise["candidates"][0]["tokens_per_s_per_gpu"]
+    assert plan.plan(config, cluster, nodes=64, policy="base")["counts"] == [64, 48, 32, 4]
+
+
+def test_default_candidates_drop_a_reduction_over_twice_the_token_cost():
+    # 4 nodes of 2 GPUs with 5 GiB: 2 nodes (50% fewer) spill 679,636,992 bytes per GPU; under base
+    # that step costs more than twice 4 nodes' GPU time per token, so only 3 nodes (25% fewer, no
+    # spill) is proposed, which is also the smallest count keeping 80%
+    config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
+    planner = plan.MemoryPlanner(config, small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13), "base")
+    reference = planner.timing(4, 16)["tokens_per_s_per_gpu"]
+    assert planner.timing(2, 16)["tokens_per_s_per_gpu"] < reference / 2
+    assert planner.default_counts(4, 16) == [4, 3]
 
 
 def test_the_smallest_runnable_count_is_found_by_bisection_as_a_scan_would():
@@ -214,9 +277,9 @@ def test_the_smallest_runnable_count_is_found_by_bisection_as_a_scan_would():
     config = TrainingConfig(MEDIUM, seq_len=1024)
     planner = plan.MemoryPlanner(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB))
     assert [planner.row(n)["runs"] for n in (1, 2, 3, 4)] == [False, False, True, True]
-    assert planner.smallest(4, "runs") == 3
-    assert planner.smallest(1000, "runs") == 3
-    assert planner.smallest(2, "runs") is None
+    assert planner.smallest_with(4, "runs") == 3
+    assert planner.smallest_with(1000, "runs") == 3
+    assert planner.smallest_with(2, "runs") is None
 
 
 def test_plan_skips_counts_that_cannot_host_whole_pipelines():
@@ -240,7 +303,8 @@ def test_no_overflow_at_the_largest_counts():
     # the issue: 677 nodes and up crashed with OverflowError, 64 nodes planned 9.46e27 sequences
     config, cluster = TrainingConfig(preset("llama3-8b")), CLUSTER_PRESETS["h100"]
     result = plan.plan(config, cluster, nodes=100_000)
-    assert (result["counts"], result["global_batch"]) == ([100_000, 1], 800_000)  # DP 800,000 and 8
+    # fits in HBM on 1 node, so every count keeps the throughput: DP 800,000, 600,000, 400,000 and 8
+    assert (result["counts"], result["global_batch"]) == ([100_000, 75_000, 50_000, 1], 2_400_000)
     # math.lcm(800000, 799992, 799984, 799976, 799968) = 3.33e24
     with pytest.raises(UsageError, match=r"the global batch common to 100000,99999,99998,99997,99996 nodes is "
                                          r"3\.33e\+24 sequences, above 1000000000"):
@@ -292,36 +356,38 @@ def test_cli_table_and_preset_override(capsys):
 ISSUE_COMMAND = ["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "128", "--candidates", "16,12,8"]
 
 
-@pytest.mark.parametrize("argv", [
-    ISSUE_COMMAND,
-    ["plan", "--model", "llama4-scout", "--nodes", "64", "--scale-in", "0.25,0.5,0.75", "--cluster", "h200"],
-    ["plan", "--model", "llama3-70b", "--nodes", "100000", "--tp", "8", "--pp", "4", "--global-batch", "999999999"],
+@pytest.mark.parametrize("argv, exit_code", [
+    (ISSUE_COMMAND, 1),  # the batch misses its target
+    (["plan", "--model", "llama4-scout", "--nodes", "64", "--scale-in", "0.25,0.5,0.75", "--cluster", "h200"], 0),
+    (["plan", "--model", "llama3-70b", "--nodes", "100000", "--tp", "8", "--pp", "4", "--global-batch",
+      "999900000"], 0),
 ], ids=["issue", "moe", "largest"])
-def test_the_table_and_every_paragraph_fit_80_columns(argv, capsys):
+def test_the_table_and_every_paragraph_fit_80_columns(argv, exit_code, capsys):
     code, out, _ = run(argv, capsys)
-    assert code == 0
+    assert code == exit_code
     assert max(len(line) for line in out.splitlines()) <= 80, out
 
 
 def test_the_issue_example_reads_without_contradiction(capsys):
     _, out, _ = run(ISSUE_COMMAND, capsys)
     table = out.split("\n\n")[1].splitlines()
-    assert table[0].split() == ["nodes", "GPUs", "DP", "memory", "states", "activ", "spill", "host", "accum", "eff"]
+    assert table[0].split() == ["nodes", "GPUs", "DP", "memory", "spill", "host", "accum", "step", "tok/s", "eff"]
     assert [row.split()[:6] for row in table[1:]] == [["16", "128", "128", "fits", "in", "HBM"],
                                                      ["12", "96", "96", "fits", "in", "HBM"],
                                                      ["8", "64", "64", "fits", "in", "HBM"]]
     text = " ".join(out.split())
     assert "Global batch: 384 sequences (3,145,728 tokens of 8192) on 16 -> 12 -> 8 nodes" in text
-    assert "+200.0%. That is more than 25% above the target." in text
+    assert ("+200.0%. That misses the target by more than 25% (exit code 1). This set keeps a target of 384 "
+            "sequences exactly (--global-batch). Nearest candidate sets within 25%:") in text
     assert re.search(r"--candidates 16,8: global batch 128 \(\+0.0%\)", text)
-    assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone " \
-           "on 1 node or more." in text
+    assert "Memory: runs with TRANSIT on 1 node or more (what HBM cannot hold fits in host DRAM); fits in HBM alone, " \
+           "with a 10% margin, on 1 node or more." in text
 
 
 def test_wide_adds_columns_and_json_carries_every_figure(capsys):
     _, wide, _ = run([*ISSUE_COMMAND, "--wide"], capsys)
-    assert wide.split("\n\n")[1].splitlines()[0].split()[-6:] == ["need", "gathered", "framework", "compute_s",
-                                                                   "pcie_s", "global"]
+    assert wide.split("\n\n")[1].splitlines()[0].split()[-8:] == ["states", "activ", "need", "gathered", "framework",
+                                                                   "compute_s", "pcie_s", "global"]
     _, out, _ = run([*ISSUE_COMMAND, "--json"], capsys)
     result = json.loads(out)
     for key in ("counts", "target_global_batch", "global_batch", "global_tokens", "batch_lcm", "overshoot",
@@ -329,10 +395,46 @@ def test_wide_adds_columns_and_json_carries_every_figure(capsys):
         assert key in result
     for key in ("nodes", "gpus", "dp", "verdict", "model_state_bytes", "activation_bytes", "spilled_bytes",
                 "host_bytes_per_node", "grad_accum", "efficiency", "device_bytes_needed", "memory", "compute_s",
-                "pcie_s", "global_batch"):
+                "pcie_s", "step_s", "tokens_per_s_per_gpu", "global_batch"):
         assert key in result["candidates"][0]
 
 
 def test_cli_without_model_names_missing_dimensions(capsys):
     code, _, err = run(["plan", "--layers", "2", "--hidden", "64", "--nodes", "1"], capsys)
     assert code == 2 and "model dimensions missing: --ffn, --heads, --vocab" in err
+
+
+@pytest.mark.parametrize("lcm, target, expected", [
+    (384, 128, [384]),  # below one multiple: only the one above
+    (384, 1000, [768, 1152]),
+    (96, 960, [960]),  # a multiple itself
+])
+def test_workable_targets_are_the_multiples_around_the_target(lcm, target, expected):
+    assert plan.workable_targets(lcm, target) == expected
+
+
+def test_a_target_below_one_micro_step_says_fewer_counts_cannot_help(capsys):
+    # 16 nodes of 8 GPUs train 128 sequences a micro-step at local batch 1: 2 is out of reach of any set
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "2", "--candidates", "8",
+                        "--json"], capsys)
+    result = json.loads(out)
+    assert code == 1 and (result["within_overshoot"], result["proposals"]) == (False, [])
+    assert result["advice"] == ("Fewer counts cannot help: the requested count alone trains 128 sequences a "
+                                "micro-step; raise the target to 128 or lower --nodes.")
+
+
+def test_a_batch_within_the_tolerance_exits_zero_and_no_target_never_misses(capsys):
+    code, _, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--global-batch", "1024", "--candidates",
+                      "12,8"], capsys)
+    assert code == 0  # 1,152 is +12.5%
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "16", "--candidates", "12,8", "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0 and (result["target_given"], result["global_batch"], result["advice"]) == (False, 384, None)
+
+
+def test_an_uncalibrated_policy_plans_without_step_times_and_an_unknown_one_is_refused(capsys):
+    code, out, _ = run(["plan", "--model", "llama3-8b", "--nodes", "2", "--policy", "hybrid"], capsys)
+    assert code == 0 and out.split("\n\n")[1].splitlines()[1].split()[-3:] == ["-", "-", "-"]
+    assert "no committed GPU summary calibrates --policy hybrid" in " ".join(out.split())
+    code, _, err = run(["plan", "--model", "llama3-8b", "--nodes", "2", "--policy", "fast"], capsys)
+    assert code == 2 and err == "transit plan: --policy 'fast' is not a policy; use base, prefetch, advise, hybrid\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from transit.errors import UsageError
-from transit.torchtitan import names_from_fields
+from transit.launch import Launch
+from transit.torchtitan import PARALLELISM_FIELDS, names_from_fields
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHTITAN_DIR = REPO / ".cache" / "torchtitan"
@@ -66,12 +68,14 @@ def torchtitan_versions() -> Path:
     return TORCHTITAN_DIR
 
 
-def parse_with_torchtitan(directory: Path, version: str, program: list[str], tmp_path: Path) -> dict:
+def parse_with_torchtitan(directory: Path, version: str, program: list[str], tmp_path: Path, tp: int = 2,
+                          pp: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{directory / version}:{REPO}", HOME=str(tmp_path))
     for variable in [v for v in env if v.startswith(("SLURM_", "TRANSIT_"))]:
         del env[variable]
     argv = ["launch", "--dry-run", "--json", "--nodes", "2", "--nproc-per-node", "4", "--torchtitan",
-            "--global-batch", "48", "--local-batch", "2", "--tp", "2", "--seq-len", "512", "--", *program]
+            "--global-batch", "48", "--local-batch", "2", "--tp", str(tp), "--pp", str(pp), "--seq-len", "512", "--",
+            *program]
     result = subprocess.run([str(directory / "venv" / "bin" / "python"), "-c", DRIVER, *argv], capture_output=True,
                             text=True, cwd=tmp_path, env=env, timeout=PARSE_TIMEOUT_S, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -94,8 +98,26 @@ def test_current_release_parses_the_flags(torchtitan_versions, tmp_path):
     assert doc["titan_args"] == ["--module", "llama3", "--config", "llama3_debugmodel", "--training.steps=7",
                                  "--training.global_batch_size=48", "--training.local_batch_size=2",
                                  "--training.seq_len=512", "--parallelism.tensor_parallel_degree=2",
-                                 "--parallelism.pipeline_parallel_degree=1"]
+                                 "--parallelism.pipeline_parallel_degree=1",
+                                 "--parallelism.data_parallel_shard_degree=4"]
     check_parsed(doc, "0.3.0")
+
+
+# 2 nodes x 4 ranks = 8: (TP, PP, the job's own arguments) -> DP shard x replicate, accumulation for 48 of 2
+@pytest.mark.parametrize("tp, pp, extra, shard, replicate, accumulation", [
+    # TorchTitan 0.3.0 refuses PP with its CUDA graphs on: "Set --training.disable_cuda_graphs"
+    (1, 2, ["--training.disable_cuda_graphs"], 4, 1, 6),  # pipeline parallel alone
+    (2, 2, ["--training.disable_cuda_graphs"], 2, 1, 12),  # TP x PP
+    (2, 1, ["--parallelism.data_parallel_replicate_degree=2"], 2, 2, 6),  # HSDP: the replicate degree is kept
+])
+def test_pipeline_and_fixed_degrees_resolve_as_torchtitan_does(torchtitan_versions, tmp_path, tp, pp, extra, shard,
+                                                               replicate, accumulation):
+    program = ["--module", "llama3", "--config", "llama3_debugmodel", "--training.steps=7", *extra]
+    doc = parse_with_torchtitan(torchtitan_versions, "0.3.0", program, tmp_path, tp=tp, pp=pp)
+    assert (doc["launch"]["dp_shard"], doc["launch"]["grad_accum"]) == (shard, accumulation)
+    parsed = doc["parsed"]
+    assert (parsed["tp"], parsed["pp"], parsed["dp_shard"], parsed["dp_replicate"]) == (tp, pp, shard, replicate)
+    assert 48 // (2 * parsed["dp_shard"] * parsed["dp_replicate"]) == accumulation
 
 
 def test_toml_release_parses_the_flags_over_its_config_file(torchtitan_versions, tmp_path):
@@ -118,27 +140,28 @@ def test_launch_without_torchtitan_says_so_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("version, loader, flags", [
     ("0.2.2", "toml", ["--training.global_batch_size=48", "--training.local_batch_size=2", "--training.seq_len=512",
-                       "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1"]),
+                       "--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=1",
+                       "--parallelism.data_parallel_shard_degree=4"]),
     ("0.3.0", "registry", ["--training.global_batch_size=48", "--training.local_batch_size=2",
                            "--training.seq_len=512", "--parallelism.tensor_parallel_degree=2",
-                           "--parallelism.pipeline_parallel_degree=1"]),
+                           "--parallelism.pipeline_parallel_degree=1", "--parallelism.data_parallel_shard_degree=4"]),
     # the main branch counts tokens: 48 x 512 and 2 x 512
     ("main", "registry", ["--training.num_tokens_per_train_step=24576",
                           "--training.num_tokens_per_microbatch_per_dp_rank=1024",
                           "--training.max_context_length=512", "--parallelism.tensor_parallel_degree=2",
-                          "--parallelism.pipeline_parallel_degree=1"]),
+                          "--parallelism.pipeline_parallel_degree=1", "--parallelism.data_parallel_shard_degree=4"]),
 ])
 def test_flags_from_the_captured_config_fields(version, loader, flags):
     fields = FIELDS[version]
     names = names_from_fields(version, loader, set(fields["training"]), set(fields["parallelism"]))
-    assert names.flags(global_batch=48, local_batch=2, tp=2, pp=1, seq_len=512) == flags
+    assert names.flags(global_batch=48, local_batch=2, tp=2, pp=1, seq_len=512, dp_shard=4) == flags
 
 
 def test_token_counting_torchtitan_needs_the_sequence_length():
     fields = FIELDS["main"]
     names = names_from_fields("main", "registry", set(fields["training"]), set(fields["parallelism"]))
     with pytest.raises(UsageError, match="TorchTitan main counts batches in tokens: give --seq-len"):
-        names.flags(global_batch=48, local_batch=2, tp=2, pp=1, seq_len=None)
+        names.flags(global_batch=48, local_batch=2, tp=2, pp=1, seq_len=None, dp_shard=4)
 
 
 @pytest.mark.parametrize("loader, program, message", [
@@ -156,4 +179,43 @@ def test_the_configuration_must_be_named_as_the_version_reads_it(loader, program
 
 def test_a_torchtitan_without_known_batch_fields_is_refused():
     with pytest.raises(UsageError, match="TorchTitan 9.9: its training config has neither"):
-        names_from_fields("9.9", "registry", {"batch_size"}, {"tensor_parallel_degree", "pipeline_parallel_degree"})
+        names_from_fields("9.9", "registry", {"batch_size"}, set(PARALLELISM_FIELDS))
+
+
+def names_of(version: str, loader: str):
+    fields = FIELDS[version]
+    return names_from_fields(version, loader, set(fields["training"]), set(fields["parallelism"]))
+
+
+def test_fixed_degrees_come_from_the_arguments_else_the_toml_file(tmp_path):
+    toml = tmp_path / "job.toml"
+    toml.write_text("[parallelism]\ndata_parallel_replicate_degree = 2\ncontext_parallel_degree = 2\n")
+    names = names_of("0.2.2", "toml")
+    assert names.fixed_degrees(["--job.config_file", str(toml)]) == {"dp_replicate": 2, "cp": 2}
+    assert names.fixed_degrees(["--job.config_file", str(toml), "--parallelism.context_parallel_degree", "4"]) == \
+        {"dp_replicate": 2, "cp": 4}
+    assert names_of("0.3.0", "registry").fixed_degrees(["--module", "llama3"]) == {"dp_replicate": 1, "cp": 1}
+
+
+@pytest.mark.parametrize("program, message", [
+    (["--parallelism.data_parallel_shard_degree=8"], ("--parallelism.data_parallel_shard_degree is set by transit "
+                                                      "launch (from the plan or its options); leave it out")),
+    (["--parallelism.tensor_parallel_degree", "4"], "--parallelism.tensor_parallel_degree is set by transit launch"),
+    (["--training.global_batch_size=8"], "--training.global_batch_size is set by transit launch"),
+])
+def test_the_job_does_not_set_what_launch_sets(program, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        names_of("0.3.0", "registry").check_program(["--module", "llama3", "--config", "x", *program])
+
+
+def test_a_count_the_fixed_degrees_cannot_tile_is_refused():
+    # 3 nodes x 4 ranks = 12 with TP 2 and a fixed replicate degree of 4: 12 / 2 = 6 data-parallel ranks
+    # are not a multiple of 4
+    launch = Launch(job_id="1", hostnames=("a", "b", "c"), nproc_per_node=4, tp=2, pp=1, global_batch=48,
+                    local_batch=1, rdzv_endpoint="a:1", rdzv_port_chosen_on="a", cpus_per_node=None, dp_replicate=4)
+    with pytest.raises(UsageError, match=re.escape("3 nodes x 4 processes = 12 ranks are not a multiple of TP x PP "
+                                                   "= 2 x DP replicate 4")):
+        _ = launch.dp
+    with_cp = Launch(job_id="1", hostnames=("a", "b"), nproc_per_node=4, tp=2, pp=1, global_batch=48, local_batch=1,
+                     rdzv_endpoint="a:1", rdzv_port_chosen_on="a", cpus_per_node=None, cp=2)
+    assert (with_cp.dp, with_cp.dp_shard, with_cp.grad_accum) == (2, 2, 24)  # CP ranks share a batch

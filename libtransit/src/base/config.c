@@ -63,6 +63,7 @@ static const transit_var vars[] = {
     {"TRANSIT_GRAD_ACCUM", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_TP", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_PP", VAR_TOOL, 0, 0, 0, NULL},
+    {"TRANSIT_CANDIDATES", VAR_TOOL, 0, 0, 0, NULL},
     /* transit report */
     {"TRANSIT_REPORT_DIR", VAR_TOOL, 0, 0, 0, NULL},
     /* scripts/dev-cluster */
