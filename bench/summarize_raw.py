@@ -46,7 +46,9 @@ def system_of(name: str, run: dict) -> System:
         cap = None  # TRANSIT's L is in its stats (limit_bytes), not a cap the runner set
     return System(name, kind, config["world_size"], config["global_batch"], config["local_batch"],
                   cap=str(cap) if cap else None, policy=(transit or {}).get("policy"),
-                  transport="sockets" if SOCKETS_MARK in run.get("command", "") else "nvlink")
+                  transport="sockets" if SOCKETS_MARK in run.get("command", "") else "nvlink",
+                  # what the runner ran with (bench/train.py records --deterministic; DeepSpeed never is)
+                  deterministic=bool(config.get("deterministic")))
 
 
 # the earlier drivers' reference run for the losses (collect.py's losses_vs_no_offload, losses_vs_native)
