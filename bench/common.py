@@ -298,19 +298,15 @@ class GpuClocks:
 
 
 def pin_cpu_cores(local_rank: int, cores_per_rank: int | None) -> list[int] | None:
-    """Restrict this rank (and the threads it starts later) to its CPU cores: BENCH_CPU_CORES
-    ("first-last", set by bench/paper.py for runs side by side) and, within those, its own block of
-    `cores_per_rank` (rank r takes the r-th). Neither: every core, unchanged (None)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if os.environ.get("BENCH_CPU_CORES"):
-        first, _, last = os.environ["BENCH_CPU_CORES"].partition("-")
-        allowed = [c for c in allowed if int(first) <= c <= int(last)]
-    elif not cores_per_rank:
+    """Restrict this rank (and the threads it starts later) to its own block of `cores_per_rank`
+    of the cores it may use (rank r takes the r-th). None: every core, unchanged (None)."""
+    if not cores_per_rank:
         return None
-    mine = allowed[local_rank * cores_per_rank:(local_rank + 1) * cores_per_rank] if cores_per_rank else allowed
-    if not mine or (cores_per_rank and len(mine) < cores_per_rank):
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = allowed[local_rank * cores_per_rank:(local_rank + 1) * cores_per_rank]
+    if len(mine) < cores_per_rank:
         raise SystemExit(f"--cpu-cores-per-rank {cores_per_rank}: rank {local_rank} needs cores "
-                         f"{local_rank * (cores_per_rank or 0)}-{(local_rank + 1) * (cores_per_rank or 0) - 1} "
+                         f"{local_rank * cores_per_rank}-{(local_rank + 1) * cores_per_rank - 1} "
                          f"of the {len(allowed)} it may use")
     os.sched_setaffinity(0, mine)
     torch.set_num_threads(len(mine))
