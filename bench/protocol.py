@@ -37,9 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect import load_transit_stats, transit_summary
-from common import (
+from bench.common import (
     GIB,
     NON_ALLOCATOR_MARGIN_BYTES,
     SettleRule,
@@ -48,7 +46,8 @@ from common import (
     window_median,
     write_json,
 )
-from model import config_by_name
+from bench.model import config_by_name
+from bench.transit_stats import load_transit_stats, transit_summary
 
 SUMMARY_SCHEMA = "transit.bench-summary/1"
 REPO = Path(__file__).resolve().parent.parent
@@ -398,10 +397,10 @@ def schedule(runs: list[Run], seconds) -> list[Placement]:
     return out
 
 
-def split_parts(runs: list[Run], seconds) -> list[list[Run]]:
-    """Consecutive runs into parts (device commands) that end within COMMAND_LIMIT_S - PART_MARGIN_S
-    estimated seconds."""
-    budget = COMMAND_LIMIT_S - PART_MARGIN_S
+def split_parts(runs: list[Run], seconds, command_limit_s: float = COMMAND_LIMIT_S) -> list[list[Run]]:
+    """Consecutive runs into parts (commands) that end within command_limit_s - PART_MARGIN_S
+    estimated seconds; no limit (0): one part."""
+    budget = command_limit_s - PART_MARGIN_S if command_limit_s else math.inf
     parts: list[list[Run]] = [[]]
     for run in runs:
         if parts[-1] and makespan(parts[-1] + [run], seconds) > budget:
@@ -517,6 +516,18 @@ def estimate_run(system: System, history: list[dict], repeat: int = 1) -> tuple[
     steps = next(n for n in range(1, len(times) + 1) if rule.timed_from(times[:n]) is not None)
     settled = "settles" if rule.timed_from(times[:steps])[1] else "does not settle"
     return RUN_OVERHEAD_S[system.kind] + sum(times[:steps]), f"{basis}; {steps} steps, {settled}"
+
+
+def estimator(history: list[dict]):
+    """estimate(run) -> (seconds, basis), each system's estimate made once."""
+    cache: dict[tuple[str, bool], tuple[float, str]] = {}
+
+    def estimate(run: Run) -> tuple[float, str]:
+        key = (run.system.name, run.repeat == 0)
+        if key not in cache:
+            cache[key] = estimate_run(run.system, history, run.repeat)
+        return cache[key]
+    return estimate
 
 
 # ---------------------------------------------------------------- running
@@ -868,9 +879,12 @@ def parse_assignments(values: list[str], what: str, conv) -> dict:
     out = {}
     for value in values:
         name, sep, number = value.partition("=")
+        try:
+            out[name] = conv(number)
+        except ValueError:
+            sep = ""
         if not sep:
-            raise SystemExit(f"{what} {value!r}: give NAME=VALUE")
-        out[name] = conv(number)
+            raise SystemExit(f"{what} {value!r}: give NAME=VALUE, VALUE a {conv.__name__}")
     return out
 
 
@@ -915,93 +929,6 @@ def resolve(args: argparse.Namespace) -> Experiment:
     return experiment
 
 
-def print_plan(experiment: Experiment, parts: list[list[Run]], seconds, basis, cores: int, args) -> None:
-    print(f"{experiment.name}: {experiment.claim}")
-    print(f"one GPU (device kind {experiment.machine}); {experiment.repeats} repeat(s); {cores} cores; the runs one "
-          "after another, in this order")
-    for system in experiment.systems:
-        print(f"  {system.name}: {system.kind}{' ' + system.policy if system.policy else ''}, "
-              f"global batch {system.global_batch} = micro-batch {system.local_batch} x {system.grad_accum} x "
-              f"{system.data_ranks}, cap {system.cap or 'none'}, cores/rank {system.cores_per_rank or 'all'}, "
-              f"{f'{system.nodes} emulated node(s), sockets on lo' if system.nodes else 'one rank'}; "
-              f"{seconds(Run(system, 1)):.0f} s a run: {basis(Run(system, 1))}")
-    total = 0.0
-    for k, part in enumerate(parts, 1):
-        placements = schedule(part, seconds)
-        span = SETUP_S + max(p.end for p in placements)
-        total += span
-        print(f"part {k}/{len(parts)}: {span:.0f} s (setup {SETUP_S} s)")
-        for p in placements:
-            print(f"  {p.start:6.0f}-{p.end:4.0f} s  {p.run.id}")
-        extra = (" --search-summary " + " ".join(map(str, args.search_summary))) if args.search_summary else ""
-        limits = " --limit NAME=BYTES ... (printed by part 1)" if k > 1 and any(
-            r.calibrated for r in plan(experiment)) else ""
-        print(f"  device command: source bench/device_setup.sh && BENCH_GIT_COMMIT=<sha> python3 bench/paper.py "
-              f"{experiment.name} --part {k}/{len(parts)}{extra} --out $OUT{limits}")
-    verdict = "fits" if total <= EXPERIMENT_BUDGET_S else "does NOT fit"
-    print(f"estimated device time: {total:.0f} s ({total / 60:.1f} min) in {len(parts)} command(s) of at most "
-          f"{COMMAND_LIMIT_S // 60} min, every part at one commit; {verdict} {EXPERIMENT_BUDGET_S // 60} minutes")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Experiments: " + ", ".join(EXPERIMENTS))
-    p.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS))
-    p.add_argument("--list", action="store_true", help="list the experiments")
-    p.add_argument("--dry-run", action="store_true", help="print the plan with its estimated device time")
-    p.add_argument("--part", metavar="K/N", help="run part K of N, the dry run's cut (default: every slot)")
-    p.add_argument("--out", type=Path, help="directory for the summary (and the raw archive)")
-    p.add_argument("--work", type=Path, default=Path("/tmp/paper-work"), help="the runs' directories")
-    p.add_argument("--limit", action="append", default=[], metavar="NAME=BYTES",
-                   help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
-    p.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
-                   help="claim-b*: each system's best micro-batch from these micro-batch searches' summaries")
-    p.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
-    p.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
-    p.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores of the machine (default: this one's)")
-    p.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON", help="join the parts' summaries")
-    p.add_argument("--time-limit", type=float, metavar="S",
-                   help="run every slot in one command of S seconds: runs start while a minute is left and "
-                        "are stopped at the limit (instead of --part's cut by estimates)")
-    args = p.parse_args(argv)
-    if args.list:
-        for e in EXPERIMENTS.values():
-            print(f"{e.name:18s} {e.machine:15s} {len(e.systems):2d} systems x {e.repeats}: {e.claim}")
-        return 0
-    if not args.experiment:
-        p.error("name an experiment (--list shows them)")
-    experiment = resolve(args)
-    history = recorded_runs()
-    estimates: dict[str, tuple[float, str]] = {}
-
-    def estimate(run: Run) -> tuple[float, str]:
-        key = f"{run.system.name}.{run.repeat == 0}"
-        if key not in estimates:
-            estimates[key] = estimate_run(run.system, history, run.repeat)
-        return estimates[key]
-
-    def seconds(run: Run) -> float:
-        return estimate(run)[0]
-
-    runs = plan(experiment)
-    parts = split_parts(runs, seconds)
-    if args.merge:
-        return merge(experiment, args.merge, len(parts), args.out)
-    if args.dry_run:
-        print_plan(experiment, parts, seconds, lambda run: estimate(run)[1], args.cores, args)
-        return 0
-    if not args.out:
-        p.error("--out DIR: where the summary goes")
-    k, n = 0, 0
-    if args.part:
-        k_text, _, n_text = args.part.partition("/")
-        if not (k_text.isdigit() and n_text.isdigit() and int(n_text) == len(parts) and 1 <= int(k_text) <= len(parts)):
-            p.error(f"--part {args.part!r}: this plan has {len(parts)} parts (K/{len(parts)}, K from 1)")
-        k, n = int(k_text), int(n_text)
-    chosen = parts[k - 1] if k else runs
-    limits = parse_assignments(args.limit, "--limit", int)
-    return execute(experiment, chosen, k, n, args, limits, seconds)
-
-
 @dataclass(frozen=True)
 class Budget:
     """A command's time: its deadline (unix seconds), the seconds a run needs left to start, and
@@ -1012,15 +939,17 @@ class Budget:
     stop_after: Callable[[Run], float]
 
 
-def budget(seconds, part: int, time_limit: float | None, t0: float) -> Budget:
-    """--part K/N: the command's 10 minutes; a run starts if its estimate fits and is stopped at
+def budget(seconds, part: int, time_limit: float | None, t0: float,
+           command_limit_s: float = COMMAND_LIMIT_S) -> Budget:
+    """--part K/N: the command's limit; a run starts if its estimate fits and is stopped at
     RUN_LIMIT_FACTOR x it (at least RUN_LIMIT_MIN_S). --time-limit S: a run starts while
     RUN_START_MIN_S are left, its estimate notwithstanding (the estimates of runs never recorded are
     guesses), and is stopped only at the deadline. Neither: every slot, no deadline."""
     if time_limit:
         return Budget(t0 + time_limit - SETUP_S - PART_MARGIN_S / 2, lambda run: min(seconds(run), RUN_START_MIN_S),
                       lambda run: math.inf)
-    return Budget(t0 + (COMMAND_LIMIT_S - SETUP_S - PART_MARGIN_S / 2 if part else math.inf), seconds,
+    return Budget(t0 + (command_limit_s - SETUP_S - PART_MARGIN_S / 2 if part and command_limit_s else math.inf),
+                  seconds,
                   lambda run: max(RUN_LIMIT_MIN_S, RUN_LIMIT_FACTOR * seconds(run)))
 
 
@@ -1030,7 +959,7 @@ def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, ar
     work = args.work / experiment.name
     work.mkdir(parents=True, exist_ok=True)
     records = run_part(runs, work, limits, args.transit_profile, seconds,
-                       budget(seconds, part, getattr(args, "time_limit", None), t0), experiment)
+                       budget(seconds, part, args.time_limit, t0, args.command_limit), experiment)
     limits = calibrated_limits(experiment, records, limits)
     name = f"{experiment.name}-part{part}" if part else experiment.name
     extra = {"command": shlex.join([sys.executable, *sys.argv]), "driver_commit": git_commit(),
@@ -1045,7 +974,7 @@ def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, ar
         tar.add(work, arcname=name)
     print_summary(doc)
     if limits and part and part < n_parts:
-        print("next part: --limit " + " --limit ".join(f"{k}={v}" for k, v in sorted(limits.items())))
+        print("next part: " + " ".join(f"--limit {k}={v}" for k, v in sorted(limits.items())))
     return 0
 
 
@@ -1086,6 +1015,3 @@ def print_summary(doc: dict) -> None:
         print(f"{row['name']:34s} {row['gpus']:>4d} {row['micro_batch']:>3d} "
               f"{row['repeats_ok']:>2d}/{row['repeats_planned']:<2d} {spread:>26s} {own:>12s} {nvml:>9s} {losses:>8s}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
