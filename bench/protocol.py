@@ -856,7 +856,8 @@ def summary_doc(experiment: Experiment, runs: list[dict], parts: list[int], n_pa
     devices = sorted({json.dumps(r["device"], sort_keys=True) for r in runs if r.get("device")})
     return {
         "schema": SUMMARY_SCHEMA, "experiment": experiment.name, "claim": experiment.claim,
-        "machine": experiment.machine, "search": experiment.search, "note": experiment.note,
+        "machine": experiment.machine, "search": experiment.search, "correctness": experiment.correctness,
+        "note": experiment.note,
         "protocol": {"repeats": experiment.repeats, "alternation": "A B C A B C ...; calibrations first",
                      "gpu": "one GPU, the runs one after another (emulated nodes share it)",
                      "settle_rules": {"frameworks": FRAMEWORK_SETTLE.as_dict(), "transit": TRANSIT_SETTLE.as_dict()},
