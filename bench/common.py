@@ -45,7 +45,7 @@ ANONYMOUS_MAPPING = "[anonymous]"  # the key smaps_rss_by_path gives mappings wi
 SMAPS_HEADER_OR_RSS = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+[ \t]*(.*)$|^Rss:\s+(\d+) kB$", re.MULTILINE)
 # The Rss line of a mapping whose pathname is UVM_DEVICE_PATH (the lines between hold no "Rss:").
 SMAPS_UVM_RSS = re.compile(" " + re.escape(UVM_DEVICE_PATH) + r"\n(?:(?!Rss:).*\n)*?Rss:\s+(\d+) kB")
-# The benchmark protocol's settle rule (bench/README.md, "Protocol"): a run has settled at the first
+# The benchmark protocol's settle rule (bench/README.md): a run has settled at the first
 # step s, from its first eligible step on, where SETTLE_WINDOW consecutive step times (s, s+1, ...)
 # all lie within SETTLE_TOLERANCE of their median; its TIMED_STEPS timed steps start at s. A run
 # whose window cannot start by step max_start is "not settled": its timed steps start at max_start.

@@ -1,11 +1,7 @@
-"""One driver, one protocol: run a named experiment of the paper's claims, write one summary JSON.
+"""The benchmark protocol: the experiments, their plan and estimates, their runs on one GPU, and
+one summary JSON (transit.bench-summary/1) per experiment. `python -m bench` is its command line.
 
-    python3 bench/paper.py --list                          the experiments
-    python3 bench/paper.py claim-c --dry-run               its plan, device time and device commands
-    source bench/device_setup.sh && python3 bench/paper.py controls-1gpu --out $OUT     (on the device)
-    python3 bench/paper.py claim-c --merge p1.json p2.json --out bench/results/claim-c.json
-
-The protocol (bench/README.md, "Protocol"), the same for every experiment, on one GPU:
+The protocol (bench/README.md), the same for every experiment, on one GPU:
 - systems alternate, A B C A B C ..., for REPEATS (>= 3) repeats, one run after another;
 - every run follows common.SettleRule: it stops once its step times have settled and TIMED_STEPS
   steps are timed (or, not settled by the rule's last start, timed from there, and marked so);
@@ -15,7 +11,7 @@ The protocol (bench/README.md, "Protocol"), the same for every experiment, on on
   measure (PyTorch's reserved bytes; TRANSIT's bound) and by NVML, beside the cap;
 - one commit for every part of an experiment; the summary says whether the hosts were one.
 A device command may be limited (10 minutes on the project's device machines), so a plan is cut
-into parts (--part K/N), each writing its own summary and raw archive; --merge joins them; or one
+into parts (--part K/N), each writing its own summary and raw archive; `merge` joins them; or one
 command runs every slot within --time-limit. The summary records the estimated and the actual
 device time.
 """
