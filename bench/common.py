@@ -21,6 +21,9 @@ from pathlib import Path
 
 import torch
 
+from transit import _native
+from transit.errors import UsageError
+
 RESULT_SCHEMA = "transit.bench/1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -42,8 +45,7 @@ ANONYMOUS_MAPPING = "[anonymous]"  # the key smaps_rss_by_path gives mappings wi
 SMAPS_HEADER_OR_RSS = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+[ \t]*(.*)$|^Rss:\s+(\d+) kB$", re.MULTILINE)
 # The Rss line of a mapping whose pathname is UVM_DEVICE_PATH (the lines between hold no "Rss:").
 SMAPS_UVM_RSS = re.compile(" " + re.escape(UVM_DEVICE_PATH) + r"\n(?:(?!Rss:).*\n)*?Rss:\s+(\d+) kB")
-SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-# The benchmark protocol's settle rule (bench/README.md, "Protocol"): a run has settled at the first
+# The benchmark protocol's settle rule (bench/README.md): a run has settled at the first
 # step s, from its first eligible step on, where SETTLE_WINDOW consecutive step times (s, s+1, ...)
 # all lie within SETTLE_TOLERANCE of their median; its TIMED_STEPS timed steps start at s. A run
 # whose window cannot start by step max_start is "not settled": its timed steps start at max_start.
@@ -83,11 +85,12 @@ def protocol_settings(args: argparse.Namespace) -> SettleRule | None:
 
 
 def parse_size(text: str) -> int:
-    """'24G', '512M', '1.5T' or a plain byte count, the same syntax as TRANSIT_MEM_LIMIT."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in SIZE_SUFFIXES:
-        return int(float(text[:-1]) * SIZE_SUFFIXES[text[-1]])
-    return int(text)
+    """Bytes of a size such as 24G, by TRANSIT's one size grammar (TRANSIT_MEM_LIMIT's); as an
+    argparse type, a bad size is one line naming it."""
+    try:
+        return _native.parse_size(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -212,17 +215,6 @@ def host_resident_bytes(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
-def managed_probe_args(doc: str) -> argparse.Namespace:
-    """--gib (managed memory to probe, default 8) and --out (the result file), for the scripts that
-    probe the driver on managed memory (uvm_probe.py, evict_cost.py); doc's first line describes."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--gib", type=int, default=8)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=lambda v: [int(n) for n in v.split(",")], default=[],
-                    help="comma-separated thread counts for parallel evictions (evict_cost.py)")
-    return ap.parse_args()
-
-
 def read_own_smaps() -> str:
     with open("/proc/self/smaps") as f:
         return f.read()
@@ -298,19 +290,15 @@ class GpuClocks:
 
 
 def pin_cpu_cores(local_rank: int, cores_per_rank: int | None) -> list[int] | None:
-    """Restrict this rank (and the threads it starts later) to its CPU cores: BENCH_CPU_CORES
-    ("first-last", set by bench/paper.py for runs side by side) and, within those, its own block of
-    `cores_per_rank` (rank r takes the r-th). Neither: every core, unchanged (None)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if os.environ.get("BENCH_CPU_CORES"):
-        first, _, last = os.environ["BENCH_CPU_CORES"].partition("-")
-        allowed = [c for c in allowed if int(first) <= c <= int(last)]
-    elif not cores_per_rank:
+    """Restrict this rank (and the threads it starts later) to its own block of `cores_per_rank`
+    of the cores it may use (rank r takes the r-th). None: every core, unchanged (None)."""
+    if not cores_per_rank:
         return None
-    mine = allowed[local_rank * cores_per_rank:(local_rank + 1) * cores_per_rank] if cores_per_rank else allowed
-    if not mine or (cores_per_rank and len(mine) < cores_per_rank):
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = allowed[local_rank * cores_per_rank:(local_rank + 1) * cores_per_rank]
+    if len(mine) < cores_per_rank:
         raise SystemExit(f"--cpu-cores-per-rank {cores_per_rank}: rank {local_rank} needs cores "
-                         f"{local_rank * (cores_per_rank or 0)}-{(local_rank + 1) * (cores_per_rank or 0) - 1} "
+                         f"{local_rank * cores_per_rank}-{(local_rank + 1) * cores_per_rank - 1} "
                          f"of the {len(allowed)} it may use")
     os.sched_setaffinity(0, mine)
     torch.set_num_threads(len(mine))
@@ -461,16 +449,17 @@ def residency_sweep(device: torch.device) -> dict:
     `dtoh_bytes_before` is therefore the managed data that was resident on the device at the end,
     measured by the driver's own migration records: a check of TRANSIT's estimate and of the smaps
     bound that depends on neither."""
-    from cuda_driver import Driver
+    from transit.bench_link import _Driver  # transit bench link's libcuda calls on managed memory
 
     torch.cuda.synchronize(device)
     segments = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
                 if s.get("device", device.index) == device.index]
     before, host_before = transit_dtoh_bytes(), uvm_host_resident_bytes(read_own_smaps())
     t0 = time.perf_counter()
-    driver = Driver()
+    driver = _Driver(device.index or 0)
     for address, size in segments:
-        driver.prefetch(address, size, to_host=True)
+        driver.prefetch(address, size, host=True, stream=0)
+    torch.cuda.synchronize(device)
     return {"segments": len(segments), "segment_bytes": sum(size for _, size in segments),
             "dtoh_bytes_before": before, "uvm_host_resident_before_bytes": host_before,
             "uvm_host_resident_after_bytes": uvm_host_resident_bytes(read_own_smaps()),
@@ -651,7 +640,7 @@ def result_doc(*, system: str, runner: str, model_name: str, batch: BatchSetting
                warmup: int, loop: LoopResult, rank_facts: list[dict], cap: dict | None,
                config: dict, settle: SettleRule | None = None) -> dict:
     """The result file every runner writes: provenance, configuration, throughput, memory, offload."""
-    from model import config_by_name, count_params, flops_per_step
+    from bench.model import config_by_name, count_params, flops_per_step
 
     cfg = config_by_name(model_name)
     flops = flops_per_step(cfg, batch.global_batch)

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
+# as a script (torchrun bench/train.py): the repository root on the path, for the bench package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (
     GpuClocks,
     NvmlMonitor,
     add_protocol_args,
@@ -41,8 +42,8 @@ from common import (
     timed_steps,
     write_json,
 )
-from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
-from train import ADAM_BETAS, LEARNING_RATE, WEIGHT_DECAY, micro_batch
+from bench.model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
+from bench.train import ADAM_BETAS, LEARNING_RATE, WEIGHT_DECAY, micro_batch
 
 SYSTEMS = ("zero-offload", "zero-infinity", "zenflow")
 # ZenFlow's settings: DeepSpeed's ZenFlow tutorial (topk 5 %, CPU update every 4 steps, overlapped).

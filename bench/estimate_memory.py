@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GIB
-from model import Transformer, apply_activation_checkpointing, config_by_name, count_params, loss_fn
+# as a script (torchrun bench/train.py): the repository root on the path, for the bench package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import GIB
+from bench.model import Transformer, apply_activation_checkpointing, config_by_name, count_params, loss_fn
 
 
 def estimate(model_name: str, world: int, local_batch: int, grad_accum: int) -> dict:

@@ -26,8 +26,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_json
+# as a script (torchrun bench/train.py): the repository root on the path, for the bench package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import write_json
 
 FACTORS_SCHEMA = "transit.factors/2"
 # The simulator needs the slowdown in [0, 1).
@@ -66,7 +67,8 @@ def factors(doc: dict, source: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("compare", type=Path, help="a comparison result (bench/collect.py compare)")
+    p.add_argument("compare", type=Path,
+                   help="a comparison result (the earlier drivers' collect.py compare, at the tag pre-protocol-bench)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "sim-factors.json")
     args = p.parse_args(argv)
     doc = json.loads(args.compare.read_text())

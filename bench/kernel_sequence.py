@@ -25,8 +25,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import train
 
 MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (ATen's cuda/Sleep.cu)
 MARKER_CYCLES = 1

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transit.models import ModelSpec
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -53,29 +55,22 @@ def config_by_name(name: str) -> ModelConfig:
     return CONFIGS[name]
 
 
+def spec(cfg: ModelConfig) -> ModelSpec:
+    """The planner's description of this model (transit.models): its parameter and FLOP counts."""
+    return ModelSpec("bench", layers=cfg.n_layers, hidden=cfg.dim, ffn=cfg.ffn_dim, heads=cfg.n_heads,
+                     kv_heads=cfg.n_kv_heads, vocab=cfg.vocab_size)
+
+
 def count_params(cfg: ModelConfig) -> dict[str, int]:
-    """Parameter counts by formula (checked against the module in tests)."""
-    kv_dim = cfg.n_kv_heads * cfg.head_dim
-    attention = cfg.dim * cfg.dim * 2 + cfg.dim * kv_dim * 2
-    mlp = 3 * cfg.dim * cfg.ffn_dim
-    per_layer = attention + mlp + 2 * cfg.dim
-    embedding = cfg.vocab_size * cfg.dim
-    total = embedding + cfg.n_layers * per_layer + cfg.dim + cfg.vocab_size * cfg.dim
-    return {"total": total, "embedding": embedding, "per_layer": per_layer}
+    """Parameter counts by transit.models' formula (checked against the module in tests)."""
+    model = spec(cfg)
+    return {"total": model.total_params(), "embedding": model.embedding_params, "per_layer": model.layer_params()}
 
 
 def flops_per_token(cfg: ModelConfig) -> int:
-    """Model FLOPs of one token, forward and backward, without recomputation.
-
-    6 x (parameters other than the embedding lookup) for the matrix products, plus
-    12 x layers x heads x head_dim x seq_len for attention scores and values (the formula
-    TorchTitan and the PaLM paper use). Activation recomputation is not counted: it is
-    overhead, not model work.
-    """
-    params = count_params(cfg)
-    dense = 6 * (params["total"] - params["embedding"])
-    attention = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * cfg.seq_len
-    return dense + attention
+    """Model FLOPs of one token, forward and backward, without recomputation: transit.models'
+    count, the one `transit plan` uses (TorchTitan's and PaLM's formula)."""
+    return spec(cfg).model_flops_per_token(cfg.seq_len)
 
 
 def flops_per_step(cfg: ModelConfig, global_batch: int) -> int:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records the warm-up profiles of the 1.9B `bench` model at cap CAP (default 27G: L = cap - 1.5 GiB,
-# as bench/run_compare.sh gives TRANSIT) for each global batch in BATCHES (default "8 64"), one
+# as the protocol gives TRANSIT) for each global batch in BATCHES (default "8 64"), one
 # run per policy with TRANSIT_PROFILE=1, STEPS optimizer steps each (default 6: two profiled, one
 # to drain, the first planned one, two after), on one GPU (BENCH_GPU, default 0). Base and
 # prefetch run side by side (their bytes come from their own CUPTI records); advise runs alone,

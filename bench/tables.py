@@ -1,18 +1,19 @@
-"""The results table of README.md (and bench/README.md), generated from the summary JSONs.
+"""README.md's results table, generated from the benchmark protocol's summaries only.
 
-    python3 bench/tables.py                       the block, from the protocol's summaries in bench/results
-    python3 bench/tables.py --check README.md     exit 1 if the file's block is not that block
-    python3 bench/tables.py --write README.md     replace the file's block with it
-    python3 bench/tables.py --pre-protocol        the earlier single runs' summaries instead, labelled so
-    python3 bench/tables.py --only claim-b claim-c-gb64     these summaries only (file names without .json)
-    python3 bench/tables.py --brief ...           for README.md: device, model and protocol a line each, no commits
+    python -m bench table                       the block, from the protocol's summaries in bench/results
+    python -m bench table --check README.md     exit 1 if the file's block is not that block
+    python -m bench table --write README.md     replace the file's block with it
+    python -m bench table --only scale-in-4to2-gb8     these summaries only (file names without .json)
+    python -m bench table --brief ...           device, model and protocol a line each, no commits
 
 The block lies between RESULTS_BEGIN and RESULTS_END; its first line names the command that made
-it, which --check runs again. Each experiment (bench/paper.py) gets one
-table: per system its TFLOPS per GPU (median, min-max and repeats), the ratio of TRANSIT advise's
-median to it at the same global batch, its peak by its own measure and by NVML against its budget
-(no verdict: the numbers), PCIe GiB per step, and its losses against the reference. Without any
-summary the block says so in one line.
+it, which --check runs again. Each experiment's complete summary (transit.bench-summary/1, not
+pre-protocol, not a micro-batch search, not a correctness check) gets one table: per system its
+throughput as median [min-max] (n) over its repeats (TFLOPS per GPU; job tokens/s, the only
+figure of emulated nodes sharing a GPU), the best TRANSIT system's median over its own at the same
+tokens per step, its peak by its own measure and by NVML against its budget (no verdict: the
+numbers), PCIe GiB per step, and its losses against the reference. Without any summary the block
+says so in one line.
 """
 
 from __future__ import annotations
@@ -27,20 +28,23 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench/results"
 SUMMARY_SCHEMA = "transit.bench-summary/1"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
+COMMAND = "python -m bench table"
 GIB = 1 << 30
-HEADER = ("system", "GPUs", "micro-batch", "tokens/step", "TFLOPS/GPU median [min-max] (n)", "advise / this",
-          "peak own / NVML / budget GiB", "PCIe GiB/step in / out / zero-copy", "losses")
+HEADER = ("system", "ranks", "micro-batch", "tokens/step", "TFLOPS/GPU median [min-max] (n)",
+          "tokens/s median [min-max] (n)", "best TRANSIT / this", "peak own / NVML / budget GiB",
+          "PCIe GiB/step in / out / zero-copy", "losses")
 
 
-def summaries(pre_protocol: bool, only: list[str] | None = None, directory: Path = RESULTS) -> list[tuple[Path, dict]]:
-    """The summary files of one kind (the protocol's, or the earlier single runs'), by name, or those
-    named in `only`, in that order."""
+def summaries(only: list[str] | None = None, directory: Path | None = None) -> list[tuple[Path, dict]]:
+    """The protocol's complete result summaries (in bench/results unless `directory`), by name, or
+    those named in `only`, in that order."""
     out = []
+    directory = directory or RESULTS
     paths = [directory / f"{name}.json" for name in only] if only else sorted(directory.glob("*.json"))
     for path in paths:
         doc = json.loads(path.read_text())
-        if doc.get("schema") == SUMMARY_SCHEMA and bool(doc.get("pre_protocol")) == pre_protocol \
-                and doc.get("complete", True) and not doc.get("search"):
+        if (doc.get("schema") == SUMMARY_SCHEMA and not doc.get("pre_protocol") and doc.get("complete")
+                and not doc.get("search") and not doc.get("correctness")):
             out.append((path, doc))
     return out
 
@@ -49,32 +53,46 @@ def _gib(value) -> str:
     return f"{value / GIB:.1f}" if value else "-"
 
 
-def _advise_medians(doc: dict) -> dict[int, float]:
-    """TRANSIT advise's median TFLOPS per global batch in one summary."""
-    return {row["global_batch"]: row["tflops_per_gpu"]["median"] for row in doc["systems"]
-            if row.get("kind") == "transit" and row.get("policy") == "advise" and row["tflops_per_gpu"]["median"]}
+def _spread(stat: dict, fmt: str) -> str:
+    return f"{stat['median']:{fmt}} [{stat['min']:{fmt}}-{stat['max']:{fmt}}] ({stat['n']})" if stat["median"] else "- (0)"
 
 
-def row_cells(row: dict, advise: dict[int, float]) -> tuple[str, ...]:
-    tf = row["tflops_per_gpu"]
-    spread = f"{tf['median']:.1f} [{tf['min']:.1f}-{tf['max']:.1f}] ({tf['n']})" if tf["median"] else "- (0)"
-    mine = advise.get(row["global_batch"])
-    ratio = f"{mine / tf['median']:.2f}x" if mine and tf["median"] and row.get("policy") != "advise" else "-"
+def _best_transit(doc: dict) -> dict[int, float]:
+    """The best TRANSIT system's median tokens/s per tokens per step in one summary."""
+    best: dict[int, float] = {}
+    for row in doc["systems"]:
+        median = (row.get("tokens_per_s") or {}).get("median")
+        if row.get("kind") == "transit" and median:
+            best[row["tokens_per_step"]] = max(best.get(row["tokens_per_step"], 0.0), median)
+    return best
+
+
+def row_cells(row: dict, best: dict[int, float]) -> tuple[str, ...]:
+    # emulated nodes share one GPU: their per-GPU TFLOPS mean nothing
+    tflops = "-" if row.get("emulated_nodes") else _spread(row["tflops_per_gpu"], ".1f")
+    tokens = row.get("tokens_per_s") or {"median": None}
+    mine = best.get(row["tokens_per_step"])
+    ratio = f"{mine / tokens['median']:.2f}x" if mine and tokens["median"] and row.get("kind") != "transit" else "-"
     budget = row.get("budget_bytes")
-    peaks = f"{_gib(row.get('peak_own_bytes'))} / {_gib(row.get('peak_nvml_bytes'))} / {_gib(budget)}"
-    pcie = row.get("pcie_bytes_per_step") or {}
-    traffic = " / ".join(_gib(pcie.get(k)) if pcie.get(k) is not None else "-" for k in ("htod", "dtoh", "zero_copy"))
+    # NVML reads the whole GPU: with emulated nodes, every rank's memory and PCIe bytes together
+    shared = bool(row.get("emulated_nodes"))
+    nvml = "-" if shared else _gib(row.get("peak_nvml_bytes"))
+    peaks = f"{_gib(row.get('peak_own_bytes'))} / {nvml} / {_gib(budget)}"
+    pcie = {} if shared and row.get("kind") != "transit" else row.get("pcie_bytes_per_step") or {}
+    traffic = " / ".join(_gib(pcie.get(k)) if pcie.get(k) is not None and not (shared and k == "zero_copy") else "-"
+                         for k in ("htod", "dtoh", "zero_copy"))
     losses = row.get("losses") or {}
     verdict = {True: "bitwise equal", False: "differ", None: "-"}[losses.get("all_bitwise_equal")]
     if losses.get("checks"):
         verdict += f" ({losses['reference'].split(' ')[0]})"
-    return (row["name"], str(row["gpus"]), str(row["micro_batch"]), f"{row['tokens_per_step']:,}", spread, ratio,
-            peaks, traffic, verdict)
+    ranks = f"{row['ranks']} ({row['emulated_nodes']} nodes)" if row.get("emulated_nodes") else str(row["ranks"])
+    return (row["name"], ranks, str(row["micro_batch"]), f"{row['tokens_per_step']:,}", tflops, _spread(tokens, ",.0f"),
+            ratio, peaks, traffic, verdict)
 
 
 def _model_line(doc: dict) -> str:
     """The models of a summary's systems, by name and size (bench/model.py)."""
-    from model import config_by_name, count_params  # imports torch: only for --brief
+    from bench.model import config_by_name, count_params  # imports torch: only for --brief
     names = sorted({row["model"] for row in doc["systems"] if row.get("model")})
     described = []
     for name in names:
@@ -85,33 +103,31 @@ def _model_line(doc: dict) -> str:
 
 
 def table(path: Path, doc: dict, brief: bool = False) -> list[str]:
-    label = " (pre-protocol: one run per system)" if doc.get("pre_protocol") else ""
     commits = ", ".join(c[:7] for c in doc.get("git_commits", [])) or "-"
     devices = ", ".join(sorted({d.get("name", "?") for d in doc.get("devices") or [] if d})) or "-"
     hosts = "" if doc.get("same_host", True) else ", several hosts"
     if brief:
         lines = [f"**{doc['experiment']}**: {doc.get('claim', '')} (`bench/results/{path.name}`).", "",
                  f"- device: {devices}{hosts}", f"- model: {_model_line(doc)}",
-                 f"- protocol: {doc.get('protocol', '-')}", ""]
+                 (f"- protocol: {doc['protocol']['repeats']} alternated repeats per system, the settle rule, "
+                 f"fair memory (bench/README.md)"), ""]
     else:
-        lines = [(f"**{doc['experiment']}**{label}: {doc.get('claim', '')}. `bench/results/{path.name}`, commit "
+        lines = [(f"**{doc['experiment']}**: {doc.get('claim', '')}. `bench/results/{path.name}`, commit "
                   f"{commits}, {devices}{hosts}."), ""]
     lines += ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    advise = _advise_medians(doc)
-    lines += ["| " + " | ".join(row_cells(row, advise)) + " |" for row in doc["systems"]]
+    best = _best_transit(doc)
+    lines += ["| " + " | ".join(row_cells(row, best)) + " |" for row in doc["systems"]]
     return lines + [""]
 
 
-def block(pre_protocol: bool = False, only: list[str] | None = None, directory: Path = RESULTS,
-          brief: bool = False) -> str:
-    found = summaries(pre_protocol, only, directory)
-    flags = ((" --brief" if brief else "") + (" --pre-protocol" if pre_protocol else "")
-             + (" --only " + " ".join(only) if only else ""))
-    lines = [RESULTS_BEGIN, f"<!-- generated by `python3 bench/tables.py{flags}` from bench/results: edit those, not this -->",
+def block(only: list[str] | None = None, directory: Path | None = None, brief: bool = False) -> str:
+    found = summaries(only, directory)
+    flags = (" --brief" if brief else "") + (" --only " + " ".join(only) if only else "")
+    lines = [RESULTS_BEGIN, f"<!-- generated by `{COMMAND}{flags}` from bench/results: edit those, not this -->",
              ""]
     if not found:
-        lines += [("No results under the benchmark protocol yet: `bench/paper.py` writes them (bench/README.md, "
-                  '"Protocol").'), ""]
+        lines += ["No results under the benchmark protocol yet: `python -m bench run` writes them (bench/README.md).",
+                  ""]
     for path, doc in found:
         lines += table(path, doc, brief)
     return "\n".join(lines + [RESULTS_END])
@@ -120,8 +136,8 @@ def block(pre_protocol: bool = False, only: list[str] | None = None, directory: 
 def command_of(block_text: str) -> list[str]:
     """The tables.py arguments a block was generated with (its first line)."""
     header = block_text.splitlines()[1]
-    start, end = header.find("`python3 bench/tables.py"), header.rfind("`")
-    return shlex.split(header[start + len("`python3 bench/tables.py"):end]) if 0 <= start < end else []
+    start, end = header.find(f"`{COMMAND}"), header.rfind("`")
+    return shlex.split(header[start + len(COMMAND) + 1:end]) if 0 <= start < end else []
 
 
 def file_block(text: str) -> str | None:
@@ -131,15 +147,14 @@ def file_block(text: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n")[0])
     action = p.add_mutually_exclusive_group()
     action.add_argument("--check", type=Path, metavar="FILE", help="exit 1 if FILE's block differs")
     action.add_argument("--write", type=Path, metavar="FILE", help="replace FILE's block")
-    p.add_argument("--pre-protocol", action="store_true", help="the earlier single runs' summaries instead")
     p.add_argument("--brief", action="store_true", help="device, model and protocol a line each; no commits")
     p.add_argument("--only", nargs="+", metavar="NAME", help="these summaries (bench/results/NAME.json), in this order")
     args = p.parse_args(argv)
-    generated = block(args.pre_protocol, args.only, brief=args.brief)
+    generated = block(args.only, brief=args.brief)
     target = args.check or args.write
     if target is None:
         print(generated)
@@ -147,14 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     text = target.read_text()
     current = file_block(text)
     if current is None:
-        print(f"{target}: no {RESULTS_BEGIN} ... {RESULTS_END} block; put `python3 bench/tables.py`'s output there",
+        print(f"{target}: no {RESULTS_BEGIN} ... {RESULTS_END} block; put `python -m bench table`'s output there",
               file=sys.stderr)
         return 2
     if args.check:
         made_with = p.parse_args(command_of(current))  # the block is checked against what made it
-        generated = block(made_with.pre_protocol, made_with.only, brief=made_with.brief)
+        generated = block(made_with.only, brief=made_with.brief)
         if current != generated:
-            print(f"{target}: the results block differs from the summaries; `python3 bench/tables.py --write "
+            print(f"{target}: the results block differs from the summaries; `python -m bench table --write "
                   f"{target}` writes it", file=sys.stderr)
             return 1
         return 0

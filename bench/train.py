@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
+# as a script (torchrun bench/train.py): the repository root on the path, for the bench package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (
     GpuClocks,
     NvmlMonitor,
     StepPhases,
@@ -44,7 +45,7 @@ from common import (
     uvm_host_resident_bytes,
     write_json,
 )
-from model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
+from bench.model import Transformer, apply_activation_checkpointing, config_by_name, loss_fn, synthetic_batch
 
 LEARNING_RATE = 3e-4
 ADAM_BETAS = (0.9, 0.95)

@@ -1,7 +1,7 @@
 """`transit bench link` without a GPU: its arguments, the sizes and batching it measures, and the
 table and PNG it draws from a recorded result.
 
-bench/fixtures/link-handwritten.json is a HAND-WRITTEN fixture (round made-up times in the result's
+tests/fixtures/bench/link-handwritten.json is a HAND-WRITTEN fixture (round made-up times in the result's
 exact shape), not a measurement."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from transit import bench_link
 from transit.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO / "bench/fixtures/link-handwritten.json"
+FIXTURE = REPO / "tests/fixtures/bench/link-handwritten.json"
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 

@@ -1,22 +1,19 @@
-"""One driver, one protocol: run a named experiment of the paper's claims, write one summary JSON.
+"""The benchmark protocol: the experiments, their plan and estimates, their runs on one GPU, and
+one summary JSON (transit.bench-summary/1) per experiment. `python -m bench` is its command line.
 
-    python3 bench/paper.py --list                          the experiments
-    python3 bench/paper.py claim-c --dry-run               its plan, device time and device commands
-    source bench/device_setup.sh && python3 bench/paper.py controls-1gpu --out $OUT     (on the device)
-    python3 bench/paper.py claim-c --merge p1.json p2.json --out bench/results/claim-c.json
-
-The protocol (bench/README.md, "Protocol"), the same for every experiment:
-- systems alternate, A B C A B C ..., for REPEATS (>= 3) repeats; on a 2-GPU machine two one-GPU
-  runs go side by side, one per GPU (they share no link), each on its own half of the CPU cores;
+The protocol (bench/README.md), the same for every experiment, on one GPU:
+- systems alternate, A B C A B C ..., for REPEATS (>= 3) repeats, one run after another;
 - every run follows common.SettleRule: it stops once its step times have settled and TIMED_STEPS
   steps are timed (or, not settled by the rule's last start, timed from there, and marked so);
 - fair memory: a TRANSIT system with a cap first runs once at L = cap - NON_ALLOCATOR_MARGIN_BYTES
   (its calibration run, in the summary, out of the statistics); its worst overshoot there, its own
   bound's peak over L, is taken off L for its timed repeats. Every row gives its peak by its own
   measure (PyTorch's reserved bytes; TRANSIT's bound) and by NVML, beside the cap;
-- one commit and one machine kind for every row; the summary says whether the hosts were one.
-A device command runs at most 10 minutes, so a plan is cut into parts (--part K/N), each writing
-its own summary and raw archive; --merge joins them. The dry run prints the parts' commands.
+- one commit for every part of an experiment; the summary says whether the hosts were one.
+A device command may be limited (10 minutes on the project's device machines), so a plan is cut
+into parts (--part K/N), each writing its own summary and raw archive; `merge` joins them; or one
+command runs every slot within --time-limit. The summary records the estimated and the actual
+device time.
 """
 
 from __future__ import annotations
@@ -32,12 +29,11 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect import load_transit_stats, transit_summary
-from common import (
+from bench.common import (
     GIB,
     NON_ALLOCATOR_MARGIN_BYTES,
     SettleRule,
@@ -46,7 +42,8 @@ from common import (
     window_median,
     write_json,
 )
-from model import config_by_name
+from bench.model import config_by_name
+from bench.transit_stats import load_transit_stats, transit_summary
 
 SUMMARY_SCHEMA = "transit.bench-summary/1"
 REPO = Path(__file__).resolve().parent.parent
@@ -62,16 +59,16 @@ TRANSIT_SETTLE = SettleRule(first=4, max_start=6)
 # it (bench/README.md), and SETTLE_WINDOW steps after; the timed repeats' peaks are reported too.
 CALIBRATION_SETTLE = SettleRule(first=TRANSIT_SETTLE.first, max_start=TRANSIT_SETTLE.first,
                                 timed=TRANSIT_SETTLE.window)
-SOCKETS_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
-TRANSPORTS = {"nvlink": {}, "no-p2p": {"NCCL_P2P_DISABLE": "1"}, "sockets": SOCKETS_ENV}
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 KINDS = ("fsdp2", "fsdp2-cpu-offload", "zero-offload", "zero-infinity", "zenflow", "transit")
 DEEPSPEED_KINDS = ("zero-offload", "zero-infinity", "zenflow")
-MACHINES = {"nvidia-h200": 1, "nvidia-h100-x1": 1, "nvidia-h200-x2": 2}  # device kind -> GPUs
-# Device time. A command may run 600 s; a part keeps PART_MARGIN_S of it for the setup and the end.
+# Every experiment runs on one GPU (issue 54 item 1); the kinds of the device machines that have one.
+MACHINES = ("nvidia-h200", "nvidia-h100-x1")
+# Device time. A command may run 600 s; a part keeps PART_MARGIN_S of it for the setup and the end;
+# one experiment, all its parts at one commit, fits EXPERIMENT_BUDGET_S.
 COMMAND_LIMIT_S = 600
 PART_MARGIN_S = 60
-EXPERIMENT_BUDGET_S = 25 * 60  # issue 36 item 8
+EXPERIMENT_BUDGET_S = 30 * 60
 # Seconds a run spends outside its steps (start, model build, NCCL, teardown), per kind: the gaps
 # between consecutive runs' end times less their step times in compare-gb64-27g-h200x2.json and
 # compare-gb8-h200x2.json (raw, at 2bd697f): FSDP2 13-18 s, FSDP2 offload 19-26 s, DeepSpeed
@@ -96,7 +93,6 @@ class System:
     local_batch: int = 4
     cap: str | None = None  # per-GPU cap: the frameworks' allocator cap; TRANSIT's L before fair memory
     policy: str | None = None
-    transport: str = "nvlink"  # how 2 ranks talk (TRANSPORTS)
     tp: int = 1
     deterministic: bool = False
     cores_per_rank: int | None = None  # None: every rank may use every core
@@ -140,8 +136,10 @@ class System:
         return parse_size(self.cap) if self.cap else None
 
     def check(self) -> None:
-        if self.kind not in KINDS or self.transport not in TRANSPORTS:
-            raise ValueError(f"{self.name}: kind {self.kind!r} / transport {self.transport!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r}; known: {', '.join(KINDS)}")
+        if self.gpus != 1:
+            raise ValueError(f"{self.name}: {self.gpus} GPUs; every system runs on one (emulated nodes share it)")
         if self.global_batch % (self.local_batch * self.data_ranks):
             raise ValueError(f"{self.name}: global batch {self.global_batch} is not a multiple of "
                              f"{self.local_batch} x {self.data_ranks} ranks")
@@ -155,11 +153,17 @@ class Experiment:
     systems: tuple[System, ...]
     repeats: int = REPEATS
     search: bool = False  # a micro-batch search: one run per system, no repeats
+    # a bitwise loss check: its systems may run deterministic kernels, and its timings are no result
+    correctness: bool = False
     note: str = ""
 
-    @property
-    def gpus(self) -> int:
-        return MACHINES[self.machine]
+    def check(self) -> None:
+        if self.machine not in MACHINES:
+            raise ValueError(f"{self.name}: machine {self.machine!r}; one-GPU kinds: {', '.join(MACHINES)}")
+        for system in self.systems:
+            system.check()
+            if system.deterministic and not self.correctness:
+                raise ValueError(f"{self.name}: {system.name} is deterministic; timings never are (issue 54 item 2)")
 
 
 def _control(gpus: int, gb: int, **kw) -> System:
@@ -173,69 +177,71 @@ def _transit_1gpu(policies: tuple[str, ...], batches: tuple[int, ...]) -> tuple[
                                   reference=f"fsdp2-1gpu-gb{gb}") for p in policies)))
 
 
-# Issue 37 item 3 on one GPU: hybrid against advise, the uncapped control and the best framework
-# (ZeRO-Offload, the fastest of the one-GPU frameworks at cap 27 GiB: 148.9 TFLOPS at global batch 8,
-# micro-batch 8, and 282.4 at 64, micro-batch 16; one run each, compare-gb8-h200x2 and
-# compare-gb64-mb16-h200). At 64 TRANSIT runs micro-batch 8: at 4 even native (289.8 TFLOPS) stays
-# under the bar of 1.05x ZeRO-Offload (design-notes.md, "Hybrid at micro-batch 8").
-HYBRID_MICRO = {8: 4, 64: 8}  # global batch -> TRANSIT's and the control's micro-batch
-ZERO_OFFLOAD_MICRO = {8: 8, 64: 16}
+# Claim (b) on one GPU (issue 54 item 3): every offload at the same cap and tokens per step (TRANSIT's
+# footprint about 1.36x its L there, bench/README.md "Sizing"), each system at its best micro-batch
+# from a recorded search (--search-summary), every core or 10 per GPU (the paper's cluster).
+CLAIM_B_CAP = "27G"
+CLAIM_B_BATCHES = (8, 64)  # 16,384 and 131,072 tokens per step
+CLAIM_B_SEARCH = {"transit-hybrid": (2, 4, 8), "transit-advise": (2, 4, 8), "zero-offload": (4, 8, 16),
+                  "zero-infinity": (4, 8, 16), "zenflow": (4, 8, 16), "fsdp2-cpu-offload": (4, 8, 16)}
+CLAIM_B_DEFAULT_MICRO = {"transit-hybrid": 4, "transit-advise": 4, "zero-offload": 8, "zero-infinity": 8,
+                         "zenflow": 8, "fsdp2-cpu-offload": 8}
+# Groups small enough that one experiment fits EXPERIMENT_BUDGET_S: each TRANSIT policy alternates with
+# ZeRO-Offload (the fastest framework on record, compare-gb64-mb16-h200) and one more framework; FSDP2's
+# CPU offload (36-44 s a step at global batch 64) fits only alone.
+CLAIM_B_GROUPS = {"claim-b": ("transit-hybrid", "zero-offload", "zero-infinity"),
+                  "claim-b-more": ("transit-advise", "zero-offload", "zenflow"),
+                  "claim-b-fsdp": ("fsdp2-cpu-offload",)}
+CLAIM_B_CORES = (None, 10)
 
 
-def _hybrid_1gpu(gb: int) -> tuple[System, ...]:
-    micro = HYBRID_MICRO[gb]
-    control = _control(1, gb, local_batch=micro)
-    return (control,
-            *(System(f"transit-{p}-gb{gb}-mb{micro}", "transit", 1, gb, micro, cap="27G", policy=p,
-                     reference=control.name) for p in ("hybrid", "advise")),
-            System(f"zero-offload-1gpu-gb{gb}-mb{ZERO_OFFLOAD_MICRO[gb]}", "zero-offload", 1, gb,
-                   ZERO_OFFLOAD_MICRO[gb], cap="27G"))
+def _claim_b_system(family: str, gb: int, micro: int, cores: int | None) -> System:
+    name = f"{family}-gb{gb}-mb{micro}" + (f"-{cores}cores" if cores else "")
+    if family.startswith("transit-"):
+        return System(name, "transit", 1, gb, micro, cap=CLAIM_B_CAP, policy=family.removeprefix("transit-"),
+                      cores_per_rank=cores)
+    return System(name, family, 1, gb, micro, cap=CLAIM_B_CAP, cores_per_rank=cores)
 
 
-def _claim_c(gb: int) -> tuple[System, ...]:
-    ref = f"fsdp2-2gpu-nvlink-gb{gb}"
-    return (System(ref, "fsdp2", 2, gb, cap="27G"),
-            System(f"fsdp2-2gpu-no-p2p-gb{gb}", "fsdp2", 2, gb, cap="27G", transport="no-p2p", reference=ref),
-            System(f"fsdp2-2gpu-sockets-gb{gb}", "fsdp2", 2, gb, cap="27G", transport="sockets", reference=ref),
-            System(f"transit-advise-1gpu-gb{gb}", "transit", 1, gb, cap="27G", policy="advise", reference=ref))
+def claim_b_systems(families: tuple[str, ...], gb: int, micro: dict[str, int], cores: int | None) -> tuple[System, ...]:
+    return tuple(_claim_b_system(family, gb, micro[family], cores) for family in families)
 
 
-# claim (b): 2 GPUs, the same per-GPU cap and tokens per step. 14 GiB: FSDP2's estimated peak on 2
-# GPUs at micro-batch 4 is 15.9 GiB (bench/estimate_memory.py, README "Sizing"), about 17.5 GiB with
-# the allocator's caching, 1.4x TRANSIT's L = 14 - 1.5 GiB.
-CLAIM_B_CAP, CLAIM_B_BATCH = "14G", 64
-# the micro-batches searched, per system; TRANSIT against the frameworks in two halves, each in 25 min
-CLAIM_B_SEARCH = {"transit-advise": (2, 4, 8), "zero-offload": (4, 8, 16), "zero-infinity": (4, 8, 16),
-                  "zenflow": (4, 8, 16), "fsdp2-cpu-offload": (4, 8, 16)}
-CLAIM_B_DEFAULT_MICRO = {"transit-advise": 4, "zero-offload": 8, "zero-infinity": 8, "zenflow": 8,
-                         "fsdp2-cpu-offload": 8}
-CLAIM_B_HALVES = {"claim-b": ("transit-advise", "zero-offload", "zero-infinity"),
-                  "claim-b-more": ("transit-advise", "zenflow", "fsdp2-cpu-offload")}
+def _claim_b_experiments() -> list[Experiment]:
+    out = []
+    for gb in CLAIM_B_BATCHES:
+        tokens = f"{gb * 2048:,} tokens per step"
+        out += [Experiment(f"claim-b-search-gb{gb}-{family}", f"claim (b): {family}'s micro-batches at cap "
+                           f"{CLAIM_B_CAP}, {tokens}, one run each", "nvidia-h200",
+                           tuple(_claim_b_system(family, gb, m, None) for m in micros if gb % m == 0),
+                           repeats=1, search=True)
+                for family, micros in CLAIM_B_SEARCH.items()]
+        out += [Experiment(group + f"-gb{gb}" + (f"-{cores}cores" if cores else ""),
+                           f"claim (b) on one GPU: cap {CLAIM_B_CAP}, {tokens}, {' vs '.join(families)}, each at "
+                           "its best micro-batch, " + (f"{cores} CPU cores per GPU (the paper's cluster)" if cores
+                                                      else "every CPU core"), "nvidia-h200",
+                           claim_b_systems(families, gb, CLAIM_B_DEFAULT_MICRO, cores),
+                           note="micro-batches: the defaults until --search-summary names the searches' summaries")
+                for group, families in CLAIM_B_GROUPS.items() for cores in CLAIM_B_CORES]
+    return out
 
 
-def _claim_b_system(family: str, micro: int, cores: int | None) -> System:
-    suffix = f"-mb{micro}" + (f"-{cores}cores" if cores else "")
-    if family == "transit-advise":
-        return System(f"transit-advise-2rank{suffix}", "transit", 2, CLAIM_B_BATCH, micro, cap=CLAIM_B_CAP,
-                      policy="advise", cores_per_rank=cores)
-    return System(f"{family}-2gpu{suffix}", family, 2, CLAIM_B_BATCH, micro, cap=CLAIM_B_CAP, cores_per_rank=cores)
-
-
-def claim_b_systems(families: tuple[str, ...], micro: dict[str, int], cores: int | None) -> tuple[System, ...]:
-    return tuple(_claim_b_system(family, micro[family], cores) for family in families)
-
-
-# issue 36 item 3: a per-GPU cap at which the model needs 4 GPUs without offload: FSDP2's estimated
-# peak is 9.5 GiB per GPU on 4 (micro-batch 4) and 15.9 GiB on 2 (bench/estimate_memory.py).
+# Issue 36 item 3 on emulated nodes sharing one GPU: TRANSIT on 2 ranks at a per-rank cap at which the
+# model needs 4 ranks without offload (FSDP2's estimated peak: 9.5 GiB per rank on 4, 15.9 on 2,
+# bench/estimate_memory.py) against native FSDP2 on 2 uncapped; a bitwise loss check (deterministic
+# kernels), so one repeat; once more with TP 2 inside one node. The GPU tier checks the same on the
+# small model (tests/gpu/test_emulated_nodes.py).
 TWO_RANK_CAP, TWO_RANK_BATCH = "13G", 8
 
 
 def _two_rank(tp: int) -> tuple[System, ...]:
     tag = "" if tp == 1 else f"-tp{tp}"
-    ref = f"fsdp2-2gpu-uncapped{tag}"
-    return (System(ref, "fsdp2", 2, TWO_RANK_BATCH, tp=tp, deterministic=True),
-            System(f"transit-advise-2rank{tag}", "transit", 2, TWO_RANK_BATCH, cap=TWO_RANK_CAP, policy="advise",
-                   tp=tp, deterministic=True, reference=ref))
+    nodes, per_node = (2, 1) if tp == 1 else (1, 2)
+    ref = System(f"fsdp2-2rank-uncapped{tag}", "fsdp2", 1, TWO_RANK_BATCH, tp=tp, deterministic=True, nodes=nodes,
+                 ranks_per_node=per_node)
+    return (ref, System(f"transit-advise-2rank{tag}", "transit", 1, TWO_RANK_BATCH, cap=TWO_RANK_CAP,
+                        policy="advise", tp=tp, deterministic=True, reference=ref.name, nodes=nodes,
+                        ranks_per_node=per_node))
 
 
 # Issue 53 item 3, the scale-in (the paper's claim c) on emulated nodes sharing one GPU: native FSDP2
@@ -255,53 +261,39 @@ def _scale_in_sizing() -> tuple[System, ...]:
                  for n in (4, 2, 1))
 
 
-def _scale_in(native: int, fewer: int, gb: int) -> tuple[System, ...]:
+# At global batch 64 both policies with native do not fit one experiment (--dry-run): one per policy.
+SCALE_IN_POLICIES = {8: (("advise", "hybrid"),), 64: (("advise",), ("hybrid",))}
+
+
+def _scale_in(native: int, fewer: int, gb: int, policies: tuple[str, ...]) -> tuple[System, ...]:
     cap = SCALE_IN_CAPS[native]
     return (System(f"fsdp2-{native}node-gb{gb}", "fsdp2", 1, gb, SCALE_IN_MICRO, cap=cap, model=SCALE_IN_MODEL,
                    nodes=native),
             *(System(f"transit-{p}-{fewer}node-gb{gb}", "transit", 1, gb, SCALE_IN_MICRO, cap=cap, policy=p,
-                     model=SCALE_IN_MODEL, nodes=fewer) for p in ("advise", "hybrid")))
+                     model=SCALE_IN_MODEL, nodes=fewer) for p in policies))
 
 
 def _experiments() -> list[Experiment]:
-    out = [Experiment("controls-1gpu", "item 2: what no offload costs on one GPU (native FSDP2, no cap, micro-batch 4 "
-                      "as TRANSIT's runs)", "nvidia-h200", (_control(1, 8), _control(1, 64))),
-           Experiment("transit-1gpu", "items 1, 6: TRANSIT advise on one GPU at cap 27 GiB against the uncapped "
-                      "control", "nvidia-h200-x2", _transit_1gpu(("advise",), (8, 64)))]
-    out += [Experiment(f"transit-1gpu-{policy}", f"item 1: TRANSIT {policy} on one GPU at cap 27 GiB against the "
-                       "uncapped control", "nvidia-h200-x2", _transit_1gpu((policy,), (8, 64)))
-            for policy in ("prefetch", "base")]
-    out += [Experiment(f"hybrid-1gpu-gb{gb}", f"issue 37 item 3: TRANSIT hybrid on one GPU at cap 27 GiB against "
-                       f"advise, the uncapped control and ZeRO-Offload, global batch {gb}", "nvidia-h200",
-                       _hybrid_1gpu(gb)) for gb in HYBRID_MICRO]
-    out += [Experiment(f"claim-c-gb{gb}", f"item 4, claim (c) in its limiting case (scale-in 2 -> 1 GPU), global batch "
-                       f"{gb}: FSDP2 on 2 GPUs (NVLink, P2P disabled, sockets) against TRANSIT advise on 1",
-                       "nvidia-h200-x2", _claim_c(gb)) for gb in (8, 64, 16, 128)]
-    for name, families in CLAIM_B_HALVES.items():
-        searched = tuple(f for f in families if f != "transit-advise" or name == "claim-b")
-        out.append(Experiment(f"{name}-search", f"item 5: every micro-batch tried for {name}, one run each",
-                              "nvidia-h200-x2", tuple(_claim_b_system(f, m, None) for f in searched
-                                                      for m in CLAIM_B_SEARCH[f]), repeats=1, search=True))
-        for cores in (None, 10):
-            out.append(Experiment(
-                name + ("-10cores" if cores else ""),
-                f"item 5, claim (b): 2 GPUs, cap {CLAIM_B_CAP} per GPU, {CLAIM_B_BATCH * 2048:,} tokens per step, "
-                f"{' vs '.join(families)}, each at its best micro-batch, "
-                + (f"{cores} CPU cores per GPU (the paper's cluster)" if cores else "every CPU core"),
-                "nvidia-h200-x2", claim_b_systems(families, CLAIM_B_DEFAULT_MICRO, cores),
-                note="micro-batches: the defaults until --search-summary names the searches' summaries"))
-    out.append(Experiment("scale-in-sizing", "issue 53 item 3: native FSDP2 uncapped on 4, 2 and 1 emulated nodes "
-                          "(one GPU), global batch 8: each rank's peak, for the scale-in's caps", "nvidia-h100-x1",
+    out = [Experiment("controls-1gpu", "what no offload costs on one GPU (native FSDP2, no cap, micro-batch 4 "
+                      "as TRANSIT's runs)", "nvidia-h200", (_control(1, 8), _control(1, 64)))]
+    out += [Experiment(f"transit-1gpu-{policy}-gb{gb}", f"TRANSIT {policy} on one GPU at cap 27 GiB against the "
+                       f"uncapped control, global batch {gb}", "nvidia-h200", _transit_1gpu((policy,), (gb,)))
+            for policy in ("advise", "prefetch", "base") for gb in (8, 64)]
+    out += _claim_b_experiments()
+    out.append(Experiment("scale-in-sizing", "native FSDP2 uncapped on 4, 2 and 1 emulated nodes (one GPU), "
+                          "global batch 8: each rank's peak, for the scale-in's caps", "nvidia-h100-x1",
                           _scale_in_sizing(), repeats=1, search=True))
-    out += [Experiment(f"scale-in-{n}to{m}-gb{gb}", f"issue 53 item 3, claim (c) emulated: native FSDP2 on {n} emulated "
-                       f"nodes at cap {SCALE_IN_CAPS[n]} per rank against TRANSIT advise and hybrid on {m}, one GPU, "
-                       f"global batch {gb}; job tokens/s on the same GPU, NCCL bytes per node", "nvidia-h100-x1",
-                       _scale_in(n, m, gb))
-            for n, m in SCALE_IN_CASES if n in SCALE_IN_CAPS for gb in (8, 64)]
-    out.append(Experiment("transit-2rank", "item 3: TRANSIT on 2 ranks (FSDP2 + NCCL, cap 13 GiB per GPU, where the "
-                          "model needs 4 GPUs without offload) against native FSDP2 on 2 uncapped; deterministic, "
-                          "losses bit for bit; once more with TP degree 2", "nvidia-h200-x2",
-                          (*_two_rank(1), *_two_rank(2))))
+    out += [Experiment(f"scale-in-{n}to{m}-gb{gb}" + (f"-{policies[0]}" if len(policies) == 1 else ""),
+                       f"claim (c) on emulated nodes: native FSDP2 on {n} emulated nodes at cap {SCALE_IN_CAPS[n]} "
+                       f"per rank against TRANSIT {' and '.join(policies)} on {m}, one GPU, global batch {gb}; job "
+                       "tokens/s on the same GPU, NCCL bytes per node", "nvidia-h100-x1", _scale_in(n, m, gb, policies))
+            for n, m in SCALE_IN_CASES for gb, cases in SCALE_IN_POLICIES.items() for policies in cases]
+    out.append(Experiment("transit-2rank", "TRANSIT on 2 emulated nodes (one GPU, FSDP2 + NCCL over sockets, cap "
+                          "13 GiB per rank, where the model needs 4 ranks without offload) against native FSDP2 on 2 "
+                          "uncapped; deterministic, losses bit for bit; once more with TP 2 in one node",
+                          "nvidia-h200", (*_two_rank(1), *_two_rank(2)), repeats=1, correctness=True))
+    for experiment in out:
+        experiment.check()
     return out
 
 
@@ -316,9 +308,10 @@ def transit_limit(system: System, overshoot: int) -> int:
     return system.cap_bytes - NON_ALLOCATOR_MARGIN_BYTES - overshoot
 
 
-def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[int], limit: int | None,
+def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | None,
                 profile: bool) -> tuple[list[str], dict]:
-    """The argv and the environment additions of one run of `system` under `rule` on `gpu_ids`."""
+    """The argv and the environment additions of one run of `system` under `rule` (on the GPU that
+    CUDA_VISIBLE_DEVICES leaves first; emulated nodes spread over every GPU it leaves)."""
     if system.nodes:
         launcher = [sys.executable, "-m", "transit.emulate", str(system.nodes), "--nproc-per-node",
                     str(system.ranks_per_node)]
@@ -327,8 +320,7 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[i
                          *(["--mem-limit", str(limit)] if limit is not None else [])]
         launcher.append("--")
     else:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                    str(system.gpus)]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
     args = ["--model", system.model, "--global-batch", str(system.global_batch), "--local-batch", str(system.local_batch),
             "--settle-from", str(rule.first), "--settle-by", str(rule.max_start), "--timed-steps", str(rule.timed),
             "--out", str(run_dir / "result.json")]
@@ -346,7 +338,7 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, gpu_ids: list[i
             script += ["--residency-sweep"]
     if system.cap and not system.transit:
         args += ["--mem-cap", system.cap]
-    env = MULTICAST_OFF | TRANSPORTS[system.transport] | {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
+    env = dict(MULTICAST_OFF)
     if system.cores_per_rank:
         env["OMP_NUM_THREADS"] = str(system.cores_per_rank)
     argv = [*launcher, *script, *args]
@@ -390,51 +382,32 @@ class Placement:
     run: Run
     start: float  # seconds after the part's start
     end: float
-    gpu_ids: list[int]
 
 
-def schedule(runs: list[Run], gpus: int, seconds) -> list[Placement]:
-    """List scheduling on the GPUs: runs start in order, each as soon as its GPUs are free (a
-    one-GPU run on the GPU free first, a run of every GPU once all are) and, for a calibrated
-    system's timed repeat, once its calibration has ended; `seconds(run)` is how long it takes."""
-    free_at = [0.0] * gpus
-    calibration_end: dict[str, float] = {}
-    last_start = 0.0
-    out = []
+def schedule(runs: list[Run], seconds) -> list[Placement]:
+    """The runs one after another on the GPU; `seconds(run)` is how long each takes."""
+    out, t = [], 0.0
     for run in runs:
-        ready = max(last_start, calibration_end.get(run.system.name, 0.0) if run.repeat else 0.0)
-        if run.system.gpus == 1 and gpus > 1:
-            g = min(range(gpus), key=lambda i: free_at[i])
-            ids = [g]
-        else:
-            ids = list(range(run.system.gpus))
-        begin = max([ready] + [free_at[i] for i in ids])
-        finish = begin + seconds(run)
-        for i in ids:
-            free_at[i] = finish
-        if run.repeat == 0:
-            calibration_end[run.system.name] = finish
-        last_start = begin
-        out.append(Placement(run, begin, finish, ids))
+        out.append(Placement(run, t, t + seconds(run)))
+        t += seconds(run)
     return out
 
 
-def split_parts(runs: list[Run], gpus: int, seconds) -> list[list[Run]]:
-    """Consecutive runs into parts (device commands) whose schedule ends within
-    COMMAND_LIMIT_S - PART_MARGIN_S estimated seconds."""
-    budget = COMMAND_LIMIT_S - PART_MARGIN_S
+def split_parts(runs: list[Run], seconds, command_limit_s: float = COMMAND_LIMIT_S) -> list[list[Run]]:
+    """Consecutive runs into parts (commands) that end within command_limit_s - PART_MARGIN_S
+    estimated seconds; no limit (0): one part."""
+    budget = command_limit_s - PART_MARGIN_S if command_limit_s else math.inf
     parts: list[list[Run]] = [[]]
     for run in runs:
-        trial = parts[-1] + [run]
-        if parts[-1] and max(p.end for p in schedule(trial, gpus, seconds)) > budget:
+        if parts[-1] and makespan(parts[-1] + [run], seconds) > budget:
             parts.append([run])
         else:
-            parts[-1] = trial
+            parts[-1].append(run)
     return parts
 
 
-def makespan(runs: list[Run], gpus: int, seconds) -> float:
-    return max((p.end for p in schedule(runs, gpus, seconds)), default=0.0)
+def makespan(runs: list[Run], seconds) -> float:
+    return sum(seconds(run) for run in runs)
 
 
 # ---------------------------------------------------------------- estimates from recorded runs
@@ -449,44 +422,85 @@ def recorded_runs() -> list[dict]:
     return runs
 
 
-def _nearest_recorded(system: System, history: list[dict]) -> tuple[dict | None, str]:
-    """The recorded run most like `system`: the same kind and policy, then the same GPUs and
-    transport if any (else the slowest transport recorded, sockets: an upper bound), then the
-    nearest global batch and micro-batch."""
-    same = [r for r in history if r.get("model") == system.model and r["config"].get("kind") == system.kind
-            and r["config"].get("policy") == system.policy]
-    if not same:
-        return None, "no recorded run of this kind"
-    for pick, how in ((lambda r: r["config"]["gpus"] == system.gpus and r["config"]["transport"] == system.transport,
-                       ""),
-                      (lambda r: r["config"]["gpus"] == system.gpus and r["config"]["transport"] == "sockets",
-                       f"; no {system.transport} run recorded, sockets' taken"),
-                      (lambda r: r["config"]["gpus"] == system.gpus, f"; no {system.transport} run recorded"),
-                      (lambda r: True, f"; no {system.gpus}-GPU run recorded, per-GPU work scaled")):
-        candidates = [r for r in same if pick(r)]
-        if candidates:
-            return min(candidates, key=lambda r: (abs(math.log(r["config"]["global_batch"] / system.global_batch)),
-                                                  abs(r["config"]["micro_batch"] - system.local_batch))), how
-    raise AssertionError("unreachable: the last filter takes every run")
+# A kind or policy never recorded is estimated from one that was: ZenFlow is ZeRO-Offload with a
+# selective update (at most ZeRO-Offload's step); hybrid's guard keeps advise's placement whenever its
+# own is slower (docs/design-notes.md, "Hybrid"), so advise's steps bound it.
+STAND_INS = {("zenflow", None): ("zero-offload", None), ("transit", "hybrid"): ("transit", "advise")}
+
+
+def _per_sequence(run: dict) -> float:
+    """A recorded run's steady step (the median of its steps after step 0) per sequence on its GPU."""
+    config = run["config"]
+    return statistics.median(run["step_times_s"][1:] or run["step_times_s"]) / (config["global_batch"] / config["gpus"])
+
+
+def _nearest(system: System, runs: list[dict]) -> dict:
+    """Of `runs`, the one most like `system`: the same emulated nodes, then the same kernels (deterministic
+    ones are slower), the same ranks, not over sockets between GPUs, then the nearest global batch
+    and micro-batch."""
+    return min(runs, key=lambda r: ((r["config"].get("emulated_nodes") or 0) != system.nodes,
+                                    bool(r["config"].get("deterministic")) != system.deterministic,
+                                    r["config"].get("ranks", r["config"]["gpus"]) != system.ranks,
+                                    r["config"].get("transport") == "sockets",
+                                    abs(math.log(r["config"]["global_batch"] / system.global_batch)),
+                                    abs(r["config"]["micro_batch"] - system.local_batch)))
+
+
+def _recorded(history: list[dict], kind: str, policy: str | None, model: str | None) -> list[dict]:
+    return [r for r in history if r["config"].get("kind") == kind and r["config"].get("policy") == policy
+            and model in (None, r.get("model"))]
+
+
+def _describe(ref: dict) -> str:
+    rc = ref["config"]
+    nodes = f", {rc['emulated_nodes']} emulated nodes" if rc.get("emulated_nodes") else ""
+    return (f"{ref['source_file']} {ref['system']} ({rc['model']}, {rc['gpus']} GPU(s){nodes}, global batch "
+            f"{rc['global_batch']}, micro-batch {rc['micro_batch']}"
+            + (", deterministic" if rc.get("deterministic") else "") + ")")
 
 
 def estimate_steps(system: System, history: list[dict], rule: SettleRule) -> tuple[list[float], str]:
-    """Step times a run of `system` should see, from the nearest recorded run: its steps from the
-    settle rule's first one on scaled by the sequences per GPU, extended with its last three
-    steps' median to the rule's most steps; and where they come from."""
-    ref, how = _nearest_recorded(system, history)
-    if ref is None:
-        return [], how
-    rc = ref["config"]
-    scale = (system.global_batch / system.gpus) / (rc["global_batch"] / rc["gpus"])
+    """Step times a run of `system` should see, and where they come from: the nearest recorded run of
+    its kind and policy (or their stand-in) on its model, its steps from the settle rule's first one
+    on scaled by the sequences on the GPU; for TRANSIT on a model it never ran, its model's native
+    steps times the step-by-step ratio of the nearest TRANSIT run (any model) to its own model's
+    native. Beyond the recorded steps: the median of those from the rule's first step on."""
+    kind, policy = system.kind, system.policy
+    if not _recorded(history, kind, policy, None) and (kind, policy) in STAND_INS:
+        kind, policy = STAND_INS[kind, policy]
+    stand_in = (f"; {' '.join(filter(None, (kind, policy)))} stands in"
+                if (kind, policy) != (system.kind, system.policy) else "")
+    same = _recorded(history, kind, policy, system.model)
     first = rule.first
-    recorded = list(ref["step_times_s"])
-    times = recorded[:first] + [t * scale for t in recorded[first:]]
-    # beyond the recorded steps: the median of those from the rule's first step on
+    if same:
+        ref = _nearest(system, same)
+        scale = system.global_batch / (ref["config"]["global_batch"] / ref["config"]["gpus"])
+        recorded = list(ref["step_times_s"])
+        times = recorded[:first] + [t * scale for t in recorded[first:]]
+        basis = _describe(ref) + stand_in + (f"; steps from {first} x{scale:.2f}" if scale != 1 else "")
+    elif system.transit and _recorded(history, kind, policy, None):
+        ref = _nearest(system, _recorded(history, kind, policy, None))
+        ref_native = _nearest(ref_like(ref), _recorded(history, "fsdp2", None, ref["model"]))
+        native_times, native_basis = estimate_steps(replace(system, kind="fsdp2", policy=None, cap=None), history,
+                                                    FRAMEWORK_SETTLE)
+        if not native_times:
+            return [], f"no recorded native run of {system.model}"
+        own = statistics.median(native_times[1:])
+        ratio = own / (_per_sequence(ref_native) * ref["config"]["global_batch"] / ref["config"]["gpus"])
+        times = [t * ratio for t in ref["step_times_s"]]
+        basis = (f"{_describe(ref)}{stand_in}, x{ratio:.2f}: native {system.model} {own:.2f} s a step "
+                 f"({native_basis}) over {_describe(ref_native)}'s per-sequence step")
+    else:
+        return [], "no recorded run of this kind"
     times += [statistics.median(times[first:] or times)] * (rule.max_steps - len(times))
-    basis = (f"{ref['source_file']} {ref['system']} ({rc['gpus']} GPU(s), global batch {rc['global_batch']}, "
-             f"micro-batch {rc['micro_batch']}, {rc['transport']}{how}")
-    return times, basis + (f"; steps from {first} x{scale:.2f})" if scale != 1 else ")")
+    return times, basis
+
+
+def ref_like(run: dict) -> System:
+    """A recorded run's configuration as a System (to find the native run nearest to it)."""
+    rc = run["config"]
+    return System(run["system"], rc["kind"], 1, rc["global_batch"], rc["micro_batch"], model=rc["model"],
+                  deterministic=bool(rc.get("deterministic")), nodes=rc.get("emulated_nodes") or 0)
 
 
 def estimate_run(system: System, history: list[dict], repeat: int = 1) -> tuple[float, str]:
@@ -498,6 +512,18 @@ def estimate_run(system: System, history: list[dict], repeat: int = 1) -> tuple[
     steps = next(n for n in range(1, len(times) + 1) if rule.timed_from(times[:n]) is not None)
     settled = "settles" if rule.timed_from(times[:steps])[1] else "does not settle"
     return RUN_OVERHEAD_S[system.kind] + sum(times[:steps]), f"{basis}; {steps} steps, {settled}"
+
+
+def estimator(history: list[dict]):
+    """estimate(run) -> (seconds, basis), each system's estimate made once."""
+    cache: dict[tuple[str, bool], tuple[float, str]] = {}
+
+    def estimate(run: Run) -> tuple[float, str]:
+        key = (run.system.name, run.repeat == 0)
+        if key not in cache:
+            cache[key] = estimate_run(run.system, history, run.repeat)
+        return cache[key]
+    return estimate
 
 
 # ---------------------------------------------------------------- running
@@ -514,8 +540,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def start_run(run: Run, gpu_ids: list[int], cores: tuple[int, int] | None, work: Path, limits: dict[str, int],
-              profile: bool) -> dict:
+def start_run(run: Run, work: Path, limits: dict[str, int], profile: bool) -> dict:
     """Start one run in the background; the returned dict holds its process and what run_record needs."""
     run_dir = work / run.id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -523,81 +548,55 @@ def start_run(run: Run, gpu_ids: list[int], cores: tuple[int, int] | None, work:
     if run.calibrated:  # a calibration run, or one whose calibration failed, runs at L itself
         limit = limits.get(run.system.name) if run.repeat else None
         limit = transit_limit(run.system, 0) if limit is None else limit
-    argv, env_extra = run_command(run.system, run.system.rule(run.repeat), run_dir, gpu_ids, limit, profile)
-    if cores:
-        env_extra["BENCH_CPU_CORES"] = f"{cores[0]}-{cores[1]}"  # common.pin_cpu_cores
+    argv, env_extra = run_command(run.system, run.system.rule(run.repeat), run_dir, limit, profile)
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items()) + " " + shlex.join(argv)
     (run_dir / "command.txt").write_text(command + "\n")
-    print(f"=== {run.id} on GPU {','.join(map(str, gpu_ids))}: {command}", flush=True)
+    print(f"=== {run.id}: {command}", flush=True)
     log = open(run_dir / "log.txt", "w")  # noqa: SIM115 (closed when the run ends)
     env = os.environ | env_extra | {"BENCH_COMMAND": command}
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return {"run": run, "proc": proc, "log": log, "t0": time.time(), "limit": limit, "command": command,
-            "gpu_ids": gpu_ids, "cores": cores, "dir": run_dir}
+            "dir": run_dir}
 
 
-def finish_run(live: dict, rc) -> dict:
+def finish_run(live: dict, rc, estimated_s: float) -> dict:
     live["log"].close()
-    record = run_record(live["run"], live["dir"], rc, live["command"], live["limit"], live["gpu_ids"], live["cores"])
+    record = run_record(live["run"], live["dir"], rc, live["command"], live["limit"])
     record["start_unix"], record["end_unix"] = round(live["t0"], 1), round(time.time(), 1)
     record["elapsed_s"] = round(record["end_unix"] - record["start_unix"], 1)
-    print(f"    {record['id']}: {record['status']} in {record['elapsed_s']:.0f} s, "
+    record["estimated_s"] = round(estimated_s, 1)
+    print(f"    {record['id']}: {record['status']} in {record['elapsed_s']:.0f} s (estimated {estimated_s:.0f} s), "
           f"{record.get('tflops_per_gpu') or 0:.1f} TFLOPS/GPU", flush=True)
     return record
 
 
-def run_part(runs: list[Run], gpus: int, cores: int, work: Path, limits: dict[str, int], profile: bool,
-             seconds, deadline: float, experiment: Experiment) -> list[dict]:
-    """schedule()'s rule, live: each run starts in order once its GPUs are free and, for a timed
-    repeat of a calibrated system, once its calibration has ended (its L then known); one-GPU runs
-    on a 2-GPU machine get their GPU's half of the cores. A run is stopped at RUN_LIMIT_FACTOR x its
-    estimate (at least RUN_LIMIT_MIN_S) or at the deadline; one whose estimate no longer fits
-    before the deadline is skipped."""
-    live_runs: list[dict] = []
+def run_part(runs: list[Run], work: Path, limits: dict[str, int], profile: bool, seconds, window: Budget,
+             experiment: Experiment) -> list[dict]:
+    """The runs one after another, a timed repeat of a calibrated system with the L its calibration
+    gave; each started and stopped by `window`; `seconds(run)`: its estimate, recorded beside its
+    actual time."""
     records: list[dict] = []
-
-    def reap_one() -> None:
-        """Wait until one live run has ended (or was stopped), and record it."""
-        while True:
-            for live in live_runs:
-                rc = live["proc"].poll()
-                limit_s = max(RUN_LIMIT_MIN_S, RUN_LIMIT_FACTOR * seconds(live["run"]))
-                if rc is None and time.time() > min(live["t0"] + limit_s, deadline):
-                    _kill_group(live["proc"])
-                    rc = "timeout"
-                if rc is not None:
-                    live_runs.remove(live)
-                    records.append(finish_run(live, rc))
-                    return
-            time.sleep(1.0)
-
-    def calibrating(run: Run) -> bool:
-        return any(live["run"].system == run.system and live["run"].repeat == 0 for live in live_runs)
-
+    live = None
     try:
         for run in runs:
-            one_gpu_lane = run.system.gpus == 1 and gpus > 1
-            while (sum(len(live["gpu_ids"]) for live in live_runs) > gpus - run.system.gpus
-                   or (run.repeat and calibrating(run))):
-                reap_one()
             limits = calibrated_limits(experiment, records, limits)
-            left = deadline - time.time()
-            if seconds(run) > left:
-                records.append(skipped(run, f"estimated {seconds(run):.0f} s, {left:.0f} s left in this command"))
+            left = window.deadline - time.time()
+            if window.need(run) > left:
+                records.append(skipped(run, f"needs {window.need(run):.0f} s, {left:.0f} s left in this command"))
                 continue
-            taken = {g for live in live_runs for g in live["gpu_ids"]}
-            ids = [min(set(range(gpus)) - taken)] if one_gpu_lane else list(range(run.system.gpus))
-            half = cores // gpus
-            lane_cores = (ids[0] * half, (ids[0] + 1) * half - 1) if one_gpu_lane else None
-            live_runs.append(start_run(run, ids, lane_cores, work, limits, profile))
-        while live_runs:
-            reap_one()
-    finally:  # stopped (SIGTERM, ^C): the runs started their own sessions, so stop them here
-        for live in live_runs:
+            live = start_run(run, work, limits, profile)
+            stop_at = min(live["t0"] + window.stop_after(run), window.deadline)
+            try:
+                rc = live["proc"].wait(timeout=max(0.0, stop_at - time.time()))
+            except subprocess.TimeoutExpired:
+                _kill_group(live["proc"])
+                rc = "timeout"
+            records.append(finish_run(live, rc, seconds(run)))
+            live = None
+    finally:  # stopped (SIGTERM, ^C): the run started its own session, so stop it here
+        if live:
             _kill_group(live["proc"])
-    overlaps(records)
-    order = {run.id: i for i, run in enumerate(runs)}
-    return sorted(records, key=lambda r: order[r["id"]])  # the plan's order, not the order they ended
+    return records
 
 
 def skipped(run: Run, reason: str) -> dict:
@@ -607,16 +606,7 @@ def skipped(run: Run, reason: str) -> dict:
             "config": system_config(run.system)}
 
 
-def overlaps(records: list[dict]) -> None:
-    """Each run's `beside`: the runs that ran at the same time (on the other GPU)."""
-    timed = [r for r in records if r.get("start_unix")]
-    for r in timed:
-        r["beside"] = [o["id"] for o in timed if o is not r and o["start_unix"] < r["end_unix"]
-                       and r["start_unix"] < o["end_unix"]]
-
-
-def run_record(run: Run, run_dir: Path, rc, command: str, limit: int | None, gpu_ids: list[int],
-               cores: tuple[int, int] | None) -> dict:
+def run_record(run: Run, run_dir: Path, rc, command: str, limit: int | None) -> dict:
     """One run as the summary keeps it: its settings, step times, losses, memory and PCIe bytes."""
     system = run.system
     result_file = run_dir / "result.json"
@@ -626,7 +616,7 @@ def run_record(run: Run, run_dir: Path, rc, command: str, limit: int | None, gpu
     record = {"id": run.id, "system": system.name, "repeat": run.repeat,
               "role": "calibration" if run.repeat == 0 else "timed",
               "status": "ok" if rc == 0 and result else "timeout" if rc == "timeout" else "failed", "rc": rc,
-              "command": command, "gpu_ids": gpu_ids, "cores": cores, "limit_bytes": limit,
+              "command": command, "limit_bytes": limit,
               "config": system_config(system), "raw": f"{run.id}/ (in the part's raw archive)"}
     if record["status"] != "ok":
         log = run_dir / "log.txt"
@@ -646,7 +636,7 @@ def system_config(system: System) -> dict:
             "global_batch": system.global_batch,
             "micro_batch": system.local_batch, "grad_accum": system.grad_accum, "tp": system.tp,
             "tokens_per_step": system.tokens_per_step, "policy": system.policy,
-            "transport": "sockets on lo (emulated nodes)" if system.nodes else system.transport,
+            "transport": "sockets on lo (emulated nodes)" if system.nodes else "none (one rank)",
             "cap": system.cap, "cap_bytes": system.cap_bytes, "deterministic": system.deterministic,
             "cpu_cores_per_rank": system.cores_per_rank or "all"}
 
@@ -862,10 +852,10 @@ def summary_doc(experiment: Experiment, runs: list[dict], parts: list[int], n_pa
     devices = sorted({json.dumps(r["device"], sort_keys=True) for r in runs if r.get("device")})
     return {
         "schema": SUMMARY_SCHEMA, "experiment": experiment.name, "claim": experiment.claim,
-        "machine": experiment.machine, "search": experiment.search, "note": experiment.note,
+        "machine": experiment.machine, "search": experiment.search, "correctness": experiment.correctness,
+        "note": experiment.note,
         "protocol": {"repeats": experiment.repeats, "alternation": "A B C A B C ...; calibrations first",
-                     "side_by_side": "on 2 GPUs, consecutive one-GPU runs in one slot, one GPU and half the cores "
-                                     "each (`beside` names the other run)",
+                     "gpu": "one GPU, the runs one after another (emulated nodes share it)",
                      "settle_rules": {"frameworks": FRAMEWORK_SETTLE.as_dict(), "transit": TRANSIT_SETTLE.as_dict()},
                      "fair_memory": "a capped TRANSIT system's calibration run at L = cap - "
                                     f"{NON_ALLOCATOR_MARGIN_BYTES} bytes; its timed repeats at that L less its "
@@ -886,23 +876,31 @@ def parse_assignments(values: list[str], what: str, conv) -> dict:
     out = {}
     for value in values:
         name, sep, number = value.partition("=")
+        try:
+            out[name] = conv(number)
+        except ValueError:
+            sep = ""
         if not sep:
-            raise SystemExit(f"{what} {value!r}: give NAME=VALUE")
-        out[name] = conv(number)
+            raise SystemExit(f"{what} {value!r}: give NAME=VALUE, VALUE a {conv.__name__}")
     return out
 
 
-def best_micro_batches(search_files: list[Path]) -> dict[str, int]:
-    """Each claim (b) system's micro-batch with the highest median TFLOPS in the searches' summaries."""
+def claim_b_family(name: str) -> str:
+    return next(f for f in CLAIM_B_SEARCH if name.startswith(f + "-"))
+
+
+def best_micro_batches(search_files: list[Path], gb: int) -> dict[str, int]:
+    """Each claim (b) system's micro-batch with the highest median TFLOPS at global batch `gb` in the
+    searches' summaries."""
     best: dict[str, tuple[float, int]] = {}
     for path in search_files:
         doc = json.loads(path.read_text())
-        if not (doc.get("experiment") or "").endswith("-search"):
-            raise SystemExit(f"--search-summary {path}: not a micro-batch search's summary")
+        if not (doc.get("experiment") or "").startswith("claim-b-search-"):
+            raise SystemExit(f"--search-summary {path}: not a claim (b) micro-batch search's summary")
         for row in doc["systems"]:
-            family = next(f for f in CLAIM_B_SEARCH if row["name"].startswith(f + "-"))
+            family = claim_b_family(row["name"])
             tflops = row["tflops_per_gpu"]["median"]
-            if tflops is not None and tflops > best.get(family, (0.0, 0))[0]:
+            if row["global_batch"] == gb and tflops is not None and tflops > best.get(family, (0.0, 0))[0]:
                 best[family] = (tflops, row["micro_batch"])
     return {family: micro for family, (_, micro) in best.items()}
 
@@ -910,115 +908,46 @@ def best_micro_batches(search_files: list[Path]) -> dict[str, int]:
 def resolve(args: argparse.Namespace) -> Experiment:
     experiment = EXPERIMENTS[args.experiment]
     if args.search_summary:
-        half = experiment.name.removesuffix("-10cores")
-        if half not in CLAIM_B_HALVES:
-            raise SystemExit(f"--search-summary picks claim (b)'s micro-batches: {', '.join(CLAIM_B_HALVES)} "
-                             "(and their -10cores runs) only")
-        micro = CLAIM_B_DEFAULT_MICRO | best_micro_batches(args.search_summary)
-        missing = [f for f in CLAIM_B_HALVES[half] if f not in best_micro_batches(args.search_summary)]
+        if not experiment.name.startswith("claim-b") or experiment.search:
+            raise SystemExit("--search-summary picks claim (b)'s micro-batches: "
+                             f"{', '.join(n for n, e in EXPERIMENTS.items() if n.startswith('claim-b') and not e.search)} only")
+        families = tuple(claim_b_family(s.name) for s in experiment.systems)
+        gb, cores = experiment.systems[0].global_batch, experiment.systems[0].cores_per_rank
+        found = best_micro_batches(args.search_summary, gb)
+        missing = [f for f in families if f not in found]
         if missing:
-            raise SystemExit(f"--search-summary: no completed search run of {', '.join(missing)}")
-        cores = experiment.systems[0].cores_per_rank
-        experiment = replace(experiment, systems=claim_b_systems(CLAIM_B_HALVES[half], micro, cores),
+            raise SystemExit(f"--search-summary: no completed search run of {', '.join(missing)} at global batch {gb}")
+        experiment = replace(experiment, systems=claim_b_systems(families, gb, found, cores),
                              note=f"micro-batches from {', '.join(p.name for p in args.search_summary)}: "
-                                  + ", ".join(f"{f} {micro[f]}" for f in CLAIM_B_HALVES[half]))
+                                  + ", ".join(f"{f} {found[f]}" for f in families))
     if args.model != MODEL:
         experiment = replace(experiment, systems=tuple(replace(s, model=args.model) for s in experiment.systems))
-    for system in experiment.systems:
-        system.check()
+    experiment.check()
     return experiment
 
 
-def print_plan(experiment: Experiment, parts: list[list[Run]], seconds, basis, cores: int, args) -> None:
-    print(f"{experiment.name}: {experiment.claim}")
-    print(f"machine {experiment.machine}; {experiment.repeats} repeat(s); {cores} cores; runs start in this order, "
-          "each once its GPU(s) are free")
-    for system in experiment.systems:
-        print(f"  {system.name}: {system.kind}{' ' + system.policy if system.policy else ''}, {system.gpus} GPU(s), "
-              f"global batch {system.global_batch} = micro-batch {system.local_batch} x {system.grad_accum} x "
-              f"{system.data_ranks}, cap {system.cap or 'none'}, cores/rank {system.cores_per_rank or 'all'}, "
-              f"{f'{system.nodes} emulated node(s), sockets on lo' if system.nodes else system.transport}; {seconds(Run(system, 1)):.0f} s a run: {basis(Run(system, 1))}")
-    total = 0.0
-    for k, part in enumerate(parts, 1):
-        placements = schedule(part, experiment.gpus, seconds)
-        span = SETUP_S + max(p.end for p in placements)
-        total += span
-        print(f"part {k}/{len(parts)}: {span:.0f} s (setup {SETUP_S} s)")
-        for p in placements:
-            print(f"  {p.start:6.0f}-{p.end:4.0f} s  GPU {','.join(map(str, p.gpu_ids)):3s} {p.run.id}")
-        extra = (" --search-summary " + " ".join(map(str, args.search_summary))) if args.search_summary else ""
-        limits = " --limit NAME=BYTES ... (printed by part 1)" if k > 1 and any(
-            r.calibrated for r in plan(experiment)) else ""
-        print(f"  device command: source bench/device_setup.sh && BENCH_GIT_COMMIT=<sha> python3 bench/paper.py "
-              f"{experiment.name} --part {k}/{len(parts)}{extra} --out $OUT{limits}")
-    verdict = "fits" if total <= EXPERIMENT_BUDGET_S else "does NOT fit"
-    print(f"estimated device time: {total:.0f} s ({total / 60:.1f} min) in {len(parts)} command(s); "
-          f"{verdict} the {EXPERIMENT_BUDGET_S // 60}-minute budget of one experiment (issue 36 item 8)")
+@dataclass(frozen=True)
+class Budget:
+    """A command's time: its deadline (unix seconds), the seconds a run needs left to start, and
+    those after which it is stopped."""
+
+    deadline: float
+    need: Callable[[Run], float]
+    stop_after: Callable[[Run], float]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Experiments: " + ", ".join(EXPERIMENTS))
-    p.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS))
-    p.add_argument("--list", action="store_true", help="list the experiments")
-    p.add_argument("--dry-run", action="store_true", help="print the plan with its estimated device time")
-    p.add_argument("--part", metavar="K/N", help="run part K of N, the dry run's cut (default: every slot)")
-    p.add_argument("--out", type=Path, help="directory for the summary (and the raw archive)")
-    p.add_argument("--work", type=Path, default=Path("/tmp/paper-work"), help="the runs' directories")
-    p.add_argument("--limit", action="append", default=[], metavar="NAME=BYTES",
-                   help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
-    p.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
-                   help="claim-b*: each system's best micro-batch from these micro-batch searches' summaries")
-    p.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
-    p.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
-    p.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores of the machine (default: this one's)")
-    p.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON", help="join the parts' summaries")
-    p.add_argument("--time-limit", type=float, metavar="S",
-                   help="run every slot in one command of S seconds: runs start while a minute is left and "
-                        "are stopped at the limit (instead of --part's cut by estimates)")
-    args = p.parse_args(argv)
-    if args.list:
-        for e in EXPERIMENTS.values():
-            print(f"{e.name:18s} {e.machine:15s} {len(e.systems):2d} systems x {e.repeats}: {e.claim}")
-        return 0
-    if not args.experiment:
-        p.error("name an experiment (--list shows them)")
-    experiment = resolve(args)
-    history = recorded_runs()
-    estimates: dict[str, tuple[float, str]] = {}
-
-    def estimate(run: Run) -> tuple[float, str]:
-        key = f"{run.system.name}.{run.repeat == 0}"
-        if key not in estimates:
-            estimates[key] = estimate_run(run.system, history, run.repeat)
-        return estimates[key]
-
-    def seconds(run: Run) -> float:
-        return estimate(run)[0]
-
-    runs = plan(experiment)
-    parts = split_parts(runs, experiment.gpus, seconds)
-    if args.merge:
-        return merge(experiment, args.merge, len(parts), args.out)
-    if args.dry_run:
-        print_plan(experiment, parts, seconds, lambda run: estimate(run)[1], args.cores, args)
-        return 0
-    if not args.out:
-        p.error("--out DIR: where the summary goes")
-    k, n = 0, 0
-    if args.part:
-        k_text, _, n_text = args.part.partition("/")
-        if not (k_text.isdigit() and n_text.isdigit() and int(n_text) == len(parts) and 1 <= int(k_text) <= len(parts)):
-            p.error(f"--part {args.part!r}: this plan has {len(parts)} parts (K/{len(parts)}, K from 1)")
-        k, n = int(k_text), int(n_text)
-    chosen = parts[k - 1] if k else runs
-    limits = parse_assignments(args.limit, "--limit", int)
-    return execute(experiment, chosen, k, n, args, limits, seconds)
-
-
-def min_seconds(seconds):
-    """Under --time-limit a run starts while RUN_START_MIN_S are left, its estimate notwithstanding
-    (the estimates of runs never recorded are guesses), and is stopped at the deadline."""
-    return lambda run: min(seconds(run), RUN_START_MIN_S)
+def budget(seconds, part: int, time_limit: float | None, t0: float,
+           command_limit_s: float = COMMAND_LIMIT_S) -> Budget:
+    """--part K/N: the command's limit; a run starts if its estimate fits and is stopped at
+    RUN_LIMIT_FACTOR x it (at least RUN_LIMIT_MIN_S). --time-limit S: a run starts while
+    RUN_START_MIN_S are left, its estimate notwithstanding (the estimates of runs never recorded are
+    guesses), and is stopped only at the deadline. Neither: every slot, no deadline."""
+    if time_limit:
+        return Budget(t0 + time_limit - SETUP_S - PART_MARGIN_S / 2, lambda run: min(seconds(run), RUN_START_MIN_S),
+                      lambda run: math.inf)
+    return Budget(t0 + (command_limit_s - SETUP_S - PART_MARGIN_S / 2 if part and command_limit_s else math.inf),
+                  seconds,
+                  lambda run: max(RUN_LIMIT_MIN_S, RUN_LIMIT_FACTOR * seconds(run)))
 
 
 def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, args, limits, seconds) -> int:
@@ -1026,17 +955,14 @@ def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, ar
     t0 = time.time()
     work = args.work / experiment.name
     work.mkdir(parents=True, exist_ok=True)
-    if getattr(args, "time_limit", None):  # the command's own limit: every slot, as many runs as fit before it
-        deadline = t0 + args.time_limit - SETUP_S - PART_MARGIN_S / 2
-        seconds = min_seconds(seconds)
-    else:
-        deadline = t0 + (COMMAND_LIMIT_S - SETUP_S - PART_MARGIN_S / 2 if part else math.inf)
-    records = run_part(runs, experiment.gpus, args.cores, work, limits, args.transit_profile, seconds, deadline,
-                       experiment)
+    records = run_part(runs, work, limits, args.transit_profile, seconds,
+                       budget(seconds, part, args.time_limit, t0, args.command_limit), experiment)
     limits = calibrated_limits(experiment, records, limits)
     name = f"{experiment.name}-part{part}" if part else experiment.name
     extra = {"command": shlex.join([sys.executable, *sys.argv]), "driver_commit": git_commit(),
              "limits": dict(limits), "elapsed_s": round(time.time() - t0, 1),
+             "device_time_s": {"estimated": round(SETUP_S + makespan(runs, seconds)),
+                               "actual": round(time.time() - t0 + SETUP_S)},
              "raw": f"{name}-raw.tar.gz (device output, not committed)"}
     doc = summary_doc(experiment, records, [part] if part else [], n_parts, extra)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1045,7 +971,7 @@ def execute(experiment: Experiment, runs: list[Run], part: int, n_parts: int, ar
         tar.add(work, arcname=name)
     print_summary(doc)
     if limits and part and part < n_parts:
-        print("next part: --limit " + " --limit ".join(f"{k}={v}" for k, v in sorted(limits.items())))
+        print("next part: " + " ".join(f"--limit {k}={v}" for k, v in sorted(limits.items())))
     return 0
 
 
@@ -1054,10 +980,15 @@ def merge(experiment: Experiment, files: list[Path], n_parts: int, out: Path | N
     for f, doc in zip(files, docs):
         if doc.get("schema") != SUMMARY_SCHEMA or doc.get("experiment") != experiment.name:
             raise SystemExit(f"--merge {f}: not a {SUMMARY_SCHEMA} part of {experiment.name}")
+    commits = sorted({c for doc in docs for c in doc["git_commits"]})
+    if len(commits) > 1:
+        raise SystemExit(f"--merge: the parts ran at {', '.join(commits)}; one experiment runs at one commit")
     runs = [run for doc in docs for run in doc["runs"]]
     parts = [k for doc in docs for k in doc["parts"]]
     extra = {"merged_from": [f.name for f in files], "command": shlex.join([sys.executable, *sys.argv]),
-             "raw": [doc.get("raw") for doc in docs]}
+             "raw": [doc.get("raw") for doc in docs],
+             "device_time_s": {key: sum((doc.get("device_time_s") or {}).get(key) or 0 for doc in docs)
+                               for key in ("estimated", "actual")}}
     doc = summary_doc(experiment, runs, parts, n_parts, extra)
     if out is None:
         raise SystemExit("--merge needs --out FILE")
@@ -1081,6 +1012,3 @@ def print_summary(doc: dict) -> None:
         print(f"{row['name']:34s} {row['gpus']:>4d} {row['micro_batch']:>3d} "
               f"{row['repeats_ok']:>2d}/{row['repeats_planned']:<2d} {spread:>26s} {own:>12s} {nvml:>9s} {losses:>8s}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

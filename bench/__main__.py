@@ -1,0 +1,170 @@
+"""TRANSIT's benchmark suite: run the protocol's experiments on one GPU, one summary each.
+
+    python -m bench list                               the experiments
+    python -m bench plan NAME                          its runs, their estimated time, the commands
+    python -m bench run NAME --out DIR                 run it (or --part K/N of it, or within --time-limit S)
+    python -m bench merge NAME PART.json ... --out F   the parts' summaries as one
+    python -m bench table [--check|--write FILE]       the results table from bench/results
+
+bench/README.md says what each experiment measures and how the protocol runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from bench import protocol, tables
+from bench.protocol import (
+    COMMAND_LIMIT_S,
+    EXPERIMENT_BUDGET_S,
+    EXPERIMENTS,
+    MODEL,
+    SETUP_S,
+    Experiment,
+    Run,
+    estimator,
+    plan,
+    recorded_runs,
+    schedule,
+    split_parts,
+)
+
+LIST_SCHEMA = "transit.bench-list/1"
+PLAN_SCHEMA = "transit.bench-plan/1"
+
+
+def plan_doc(experiment: Experiment, estimate, command_limit_s: float, search: list[Path] | None) -> dict:
+    """The experiment's runs in their parts (commands), each run's estimate and its basis."""
+    seconds = lambda run: estimate(run)[0]
+    parts = split_parts(plan(experiment), seconds, command_limit_s)
+    extra = f" --search-summary {' '.join(map(str, search))}" if search else ""
+    calibrated = any(run.calibrated for run in plan(experiment))
+    out = []
+    for k, part in enumerate(parts, 1):
+        placements = schedule(part, seconds)
+        cut = f" --part {k}/{len(parts)}" if len(parts) > 1 else ""
+        limits = " --limit NAME=BYTES ... (printed by part 1)" if k > 1 and calibrated else ""
+        if command_limit_s != COMMAND_LIMIT_S:
+            cut += f" --command-limit {command_limit_s:g}"
+        out.append({"part": k, "seconds": round(SETUP_S + placements[-1].end),
+                    "command": f"python3 -m bench run {experiment.name}{cut}{extra} --out DIR{limits}",
+                    "runs": [{"id": p.run.id, "start_s": round(p.start), "end_s": round(p.end),
+                              "basis": estimate(p.run)[1]} for p in placements]})
+    total = sum(part["seconds"] for part in out)
+    return {"schema": PLAN_SCHEMA, "experiment": experiment.name, "claim": experiment.claim,
+            "device_kind": experiment.machine, "repeats": experiment.repeats,
+            "systems": [{"name": s.name, **protocol.system_config(s), "seconds_a_run": round(estimate(Run(s, 1))[0]),
+                         "basis": estimate(Run(s, 1))[1]} for s in experiment.systems],
+            "setup_s": SETUP_S, "command_limit_s": command_limit_s or None, "parts": out, "estimated_s": total,
+            "budget_s": EXPERIMENT_BUDGET_S, "fits": total <= EXPERIMENT_BUDGET_S}
+
+
+def print_plan(doc: dict, cores: int) -> None:
+    print(f"{doc['experiment']}: {doc['claim']}")
+    print(f"one GPU (device kind {doc['device_kind']}); {doc['repeats']} repeat(s); {cores} cores; the runs one "
+          "after another, in this order")
+    for s in doc["systems"]:
+        where = f"{s['emulated_nodes']} emulated node(s), sockets on lo" if s["emulated_nodes"] else "one rank"
+        print(f"  {s['name']}: {s['kind']}{' ' + s['policy'] if s['policy'] else ''}, global batch "
+              f"{s['global_batch']} = micro-batch {s['micro_batch']} x {s['grad_accum']} x "
+              f"{s['ranks'] // s['tp']}, cap {s['cap'] or 'none'}, cores/rank {s['cpu_cores_per_rank']}, {where}; "
+              f"{s['seconds_a_run']} s a run: {s['basis']}")
+    for part in doc["parts"]:
+        print(f"part {part['part']}/{len(doc['parts'])}: {part['seconds']} s (setup {doc['setup_s']} s)")
+        for run in part["runs"]:
+            print(f"  {run['start_s']:6d}-{run['end_s']:4d} s  {run['id']}")
+        print(f"  command: {part['command']}")
+    limit = f" of at most {doc['command_limit_s'] / 60:g} min" if doc["command_limit_s"] else ""
+    verdict = "fits" if doc["fits"] else "does NOT fit"
+    print(f"estimated device time: {doc['estimated_s']} s ({doc['estimated_s'] / 60:.1f} min) in "
+          f"{len(doc['parts'])} command(s){limit}, every part at one commit; {verdict} {doc['budget_s'] // 60} minutes")
+
+
+def parse_part(text: str, n_parts: int) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(n) == n_parts and 1 <= int(k) <= n_parts):
+        raise SystemExit(f"--part {text!r}: this plan has {n_parts} part(s) (K/{n_parts}, K from 1)")
+    return int(k), int(n)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="the experiments")
+    listing.add_argument("--json", action="store_true", help=f"as JSON ({LIST_SCHEMA})")
+
+    def experiment_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
+                       help="one of `python -m bench list`")
+        q.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
+                       help="claim-b-*: each system's best micro-batch from these claim-b-search-* summaries")
+        q.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
+        q.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",
+                       help=f"seconds one command may run: the plan is cut into parts that fit (default "
+                            f"{COMMAND_LIMIT_S}, the project's device machines'; 0: one command)")
+
+    planning = sub.add_parser("plan", help="the runs, their estimated device time and commands; runs nothing")
+    experiment_args(planning)
+    planning.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores (default: this machine's)")
+    planning.add_argument("--json", action="store_true", help=f"as JSON ({PLAN_SCHEMA})")
+    running = sub.add_parser("run", help="run the experiment (on a GPU node), write its summary")
+    experiment_args(running)
+    running.add_argument("--out", type=Path, required=True, help="directory for the summary and the raw archive")
+    how = running.add_mutually_exclusive_group()
+    how.add_argument("--part", metavar="K/N", help="part K of the plan's N (default: every run)")
+    how.add_argument("--time-limit", type=float, metavar="S",
+                     help="every run in one command of S seconds: runs start while a minute is left and are "
+                          "stopped at the limit")
+    running.add_argument("--work", type=Path, default=Path("/tmp/bench-work"), help="the runs' directories")
+    running.add_argument("--limit", action="append", default=[], metavar="NAME=BYTES",
+                         help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
+    running.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
+    merging = sub.add_parser("merge", help="join the parts' summaries into one")
+    merging.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT")
+    merging.add_argument("parts", type=Path, nargs="+", metavar="PART_JSON")
+    merging.add_argument("--out", type=Path, required=True, help="the summary file")
+    merging.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",
+                         help="the limit the parts were cut by")
+    sub.add_parser("table", help="the results table from bench/results (`python -m bench table --help`)",
+                   add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["table"]:
+        return tables.main(argv[1:])
+    args = parser().parse_args(argv)
+    if args.command == "list":
+        if args.json:
+            print(json.dumps({"schema": LIST_SCHEMA, "experiments": [
+                {"name": e.name, "device_kind": e.machine, "systems": [s.name for s in e.systems],
+                 "repeats": e.repeats, "search": e.search, "correctness": e.correctness, "claim": e.claim}
+                for e in EXPERIMENTS.values()]}, indent=1))
+        for e in [] if args.json else EXPERIMENTS.values():
+            print(f"{e.name:38s} {e.machine:15s} {len(e.systems):2d} systems x {e.repeats}: {e.claim}")
+        return 0
+    experiment = EXPERIMENTS[args.experiment]
+    estimate = estimator(recorded_runs())
+    seconds = lambda run: estimate(run)[0]
+    if args.command == "merge":
+        n_parts = len(split_parts(plan(experiment), seconds, args.command_limit))
+        return protocol.merge(experiment, args.parts, n_parts, args.out)
+    experiment = protocol.resolve(args)
+    if args.command == "plan":
+        doc = plan_doc(experiment, estimate, args.command_limit, args.search_summary)
+        print(json.dumps(doc, indent=1)) if args.json else print_plan(doc, args.cores)
+        return 0
+    runs = plan(experiment)
+    parts = split_parts(runs, seconds, args.command_limit)
+    k, n = parse_part(args.part, len(parts)) if args.part else (0, 0)
+    limits = protocol.parse_assignments(args.limit, "--limit", int)
+    return protocol.execute(experiment, parts[k - 1] if k else runs, k, n, args, limits, seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

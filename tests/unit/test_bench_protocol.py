@@ -1,0 +1,331 @@
+"""bench/protocol.py without a GPU: the settle rule and the collection on recorded runs, the plan and
+its estimates, and the driver itself on the CPU with the tiny model.
+
+Recorded data: the step times of bench/results/policies-long-h200x2.summary.json and
+compare-gb64-27g-final.summary.json (pre-protocol summaries of the raw files of the same names at
+2bd697f, H200), and the three rounds of tests/fixtures/bench/overhead-rounds-h200x2--this*.json.gz
+(raw results captured on an nvidia-h200-x2 at 138109c: the same two configurations run three times)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench import __main__ as cli
+from bench import protocol
+from bench.common import SettleRule, StepPhases
+
+REPO = Path(__file__).resolve().parents[2]
+
+RESULTS = REPO / "bench/results"
+
+
+def recorded_steps(summary: str) -> dict[str, list[float]]:
+    doc = json.loads((RESULTS / summary).read_text())
+    return {run["system"]: run["step_times_s"] for run in doc["runs"] if run.get("step_times_s")}
+
+
+LONG = recorded_steps("policies-long-h200x2.summary.json")
+CAP27 = recorded_steps("compare-gb64-27g-final.summary.json")
+
+
+def test_a_flat_run_settles_at_its_first_eligible_step():
+    native = LONG["native"]  # 1.82 s from step 1 on
+    assert protocol.FRAMEWORK_SETTLE.settled_at(native) == 1
+    assert protocol.FRAMEWORK_SETTLE.timed_from(native) == (1, True)
+    assert protocol.FRAMEWORK_SETTLE.timed_from(native[:8]) is None  # 7 of the 8 timed steps
+
+
+def test_a_window_counts_against_its_median():
+    # fsdp2 on 2 GPUs: 2.92 is 5.8 % over the first window's median (2.76), 2.89 is 4.7 % over the next's
+    steps = CAP27["fsdp2-2gpu"]
+    assert steps == pytest.approx([3.94, 2.92, 2.76, 2.74, 2.89, 2.79], abs=0.005)
+    assert protocol.FRAMEWORK_SETTLE.settled_at(steps) == 2
+    assert protocol.FRAMEWORK_SETTLE.timed_from(steps) is None  # 6 steps recorded: the run goes on
+
+
+def test_transit_is_not_settled_during_its_profile():
+    """advise at 138109c was still speeding up at its last step (6.67, 6.42, 5.91, 5.87 s): no window
+    from step 4 on is within 5 %, and its profile steps never count."""
+    advise = CAP27["transit-advise"]
+    assert protocol.TRANSIT_SETTLE.settled_at(advise) is None
+    # steps 1 and 2 (35.55 and 36.47 s, profiling) are within 5 % of each other: only a window of 3 with
+    # step 3 (29.45 s) could start there, and TRANSIT's rule starts at step 4 anyway
+    assert SettleRule(first=1, window=2).settled_at(advise) == 1
+    assert protocol.TRANSIT_SETTLE.first == 4 and protocol.TRANSIT_SETTLE.window == 3
+
+
+def test_a_run_not_settled_by_the_rule_is_timed_from_its_last_start():
+    """prefetch's 24 steps (policies-long): slower again after its profile until step 10, settled
+    from step 13 (6.54, 6.25, 6.77 s); under TRANSIT_SETTLE (no start after 6) it is marked not
+    settled and timed from step 6, once it has 14 steps."""
+    prefetch = LONG["transit-prefetch"]
+    assert SettleRule(first=4, max_start=14).settled_at(prefetch) == 13
+    rule = protocol.TRANSIT_SETTLE
+    assert rule.settled_at(prefetch) is None
+    assert rule.timed_from(prefetch[:13]) is None
+    assert rule.timed_from(prefetch[:14]) == (6, False)
+    assert rule.max_steps == 14
+
+
+def test_step_stats_time_the_rules_steps():
+    from bench.common import step_stats
+
+    stats = step_stats(LONG["native"], warmup=3, settle=protocol.FRAMEWORK_SETTLE)
+    assert stats["warmup_steps"] == 1 and stats["measured_steps"] == 8
+    assert stats["p50_s"] == statistics.median(LONG["native"][1:9])
+    assert stats["settle"]["settled"] is True and stats["settle"]["timed"] == 8
+
+
+def rounds() -> list[dict]:
+    return [json.loads(gzip.decompress((REPO / f"tests/fixtures/bench/overhead-rounds-h200x2--this{i}.json.gz")
+                                       .read_bytes()))["runs"] for i in (1, 2, 3)]
+
+
+def test_collection_of_three_recorded_repeats():
+    """Three real repeats of TRANSIT base and of base without its recorder (model small, global batch
+    8, one H200 each): per run the rule's timed steps, TFLOPS from their median; per system the
+    median, min and max over the repeats, and the losses checked against the reference's same repeat."""
+    ref = protocol.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
+    base = protocol.System("transit-base", "transit", 1, 8, 8, policy="base", reference="transit-base-norec",
+                        model="small")
+    records, expected = [], []
+    for repeat, runs in enumerate(rounds(), 1):
+        for system in (ref, base):
+            result = runs[system.name]["result"]
+            record = {"id": f"{system.name}.r{repeat}", "system": system.name, "repeat": repeat, "role": "timed",
+                      "status": "ok"} | protocol.compact_result(result, system.settle)
+            records.append(record)
+            if system is base:
+                times = result["step_time"]["all_s"]
+                start, _ = system.settle.timed_from(times)
+                expected.append(result["flops_per_step"] / statistics.median(times[start:start + 8]) / 1e12)
+    # round 2's steps 5-7 (0.130, 0.123, 0.124 s) are just over 5 % apart: not settled, timed from step 6
+    assert [(r["timed_from"], r["settled"]) for r in records if r["system"] == "transit-base"] == [
+        (5, True), (6, False), (5, True)]
+    rows = {row["name"]: row for row in protocol.summarize_systems((ref, base), records)}
+    row = rows["transit-base"]
+    assert row["tflops_per_gpu"] == {"median": statistics.median(expected), "min": min(expected),
+                                     "max": max(expected), "n": 3}
+    assert row["repeats_ok"] == 3 and row["settled"] == [True, False, True]
+    checks = row["losses"]["checks"]
+    assert [c["against"] for c in checks] == ["transit-base-norec.r1", "transit-base-norec.r2", "transit-base-norec.r3"]
+    # not deterministic: the same first loss, then apart (at most 0.036, 0.083 and 0.033 over the 60 steps)
+    assert row["losses"]["all_bitwise_equal"] is False and [c["steps"] for c in checks] == [60, 60, 60]
+    assert [round(c["max_abs_diff"], 3) for c in checks] == [0.036, 0.083, 0.033]
+    # without a reference, the repeats are checked against the first
+    assert rows["transit-base-norec"]["losses"]["reference"] == "transit-base-norec.r1 (repeatability)"
+
+
+def test_pcie_bytes_per_timed_step_from_the_cumulative_counters():
+    counters = {"rx_bytes": [100, 200, 400, 700, 1100], "tx_bytes": [0, 10, 20, 30, 40], "error": None}
+    assert protocol.pcie_per_step(counters, first=1, n=3) == {"rx": (1100 - 200) / 3, "tx": (40 - 10) / 3}
+    assert protocol.pcie_per_step(counters, first=2, n=3) == {"error": "not recorded"}  # past the last reading
+    assert protocol.pcie_per_step({"error": "NVML return 3"}, 1, 3) == {"error": "NVML return 3"}
+    assert protocol.pcie_per_step(None, 1, 3) is None
+
+
+def test_calibration_takes_the_overshoot_off_l():
+    system = protocol.System("transit-advise-gb64", "transit", 1, 64, cap="27G", policy="advise")
+    experiment = protocol.Experiment("x", "test", "nvidia-h200", (system,))
+    l0 = 27 * 2**30 - protocol.NON_ALLOCATOR_MARGIN_BYTES
+    calibration = {"system": system.name, "role": "calibration", "status": "ok",
+                   "transit": {"overshoot_bytes": 195_695_624}}  # advise-final's bound peak over its L
+    limits = protocol.calibrated_limits(experiment, [calibration], {})
+    assert limits == {system.name: (l0 - 195_695_624) // 2**20 * 2**20}
+    assert protocol.calibrated_limits(experiment, [calibration], {system.name: 123}) == {system.name: 123}
+
+
+def test_plan_puts_calibrations_first_and_alternates():
+    experiment = protocol.EXPERIMENTS["claim-b-gb8"]
+    runs = protocol.plan(experiment)
+    assert runs[0].id == "transit-hybrid-gb8-mb4.calibration"
+    names = [r.system.name for r in runs[1:]]
+    assert names == [s.name for s in experiment.systems] * 3
+    assert [r.repeat for r in runs[1:4]] == [1, 1, 1]
+
+
+def test_every_experiment_runs_on_one_gpu_and_times_fast_kernels():
+    for experiment in protocol.EXPERIMENTS.values():
+        assert experiment.machine in ("nvidia-h200", "nvidia-h100-x1")
+        assert all(s.gpus == 1 for s in experiment.systems)
+        assert experiment.correctness or not any(s.deterministic for s in experiment.systems), experiment.name
+    two_gpus = protocol.System("two", "fsdp2", 2, 8)
+    with pytest.raises(ValueError, match="two: 2 GPUs; every system runs on one"):
+        protocol.Experiment("x", "test", "nvidia-h200", (two_gpus,)).check()
+    exact = protocol.System("exact", "fsdp2", 1, 8, deterministic=True)
+    with pytest.raises(ValueError, match="x: exact is deterministic; timings never are"):
+        protocol.Experiment("x", "test", "nvidia-h200", (exact,)).check()
+
+
+def test_the_runs_go_one_after_another():
+    a = protocol.System("a", "transit", 1, 8, cap="27G", policy="advise")
+    b = protocol.System("b", "fsdp2", 1, 8)
+    experiment = protocol.Experiment("x", "test", "nvidia-h200", (a, b), repeats=2)
+    times = {"a": 100.0, "b": 30.0}
+    placements = protocol.schedule(protocol.plan(experiment), lambda run: 40.0 if run.repeat == 0 else times[run.system.name])
+    assert [(p.run.id, p.start, p.end) for p in placements] == [
+        ("a.calibration", 0, 40), ("a.r1", 40, 140), ("b.r1", 140, 170), ("a.r2", 170, 270), ("b.r2", 270, 300)]
+
+
+def estimates():
+    history = protocol.recorded_runs()
+    return lambda run: protocol.estimate_run(run.system, history, run.repeat)[0]
+
+
+def test_parts_fit_one_device_command():
+    experiment = protocol.EXPERIMENTS["transit-1gpu-advise-gb64"]
+    seconds = estimates()
+    parts = protocol.split_parts(protocol.plan(experiment), seconds)
+    assert len(parts) > 1 and [run for part in parts for run in part] == protocol.plan(experiment)
+    assert all(protocol.makespan(part, seconds) <= protocol.COMMAND_LIMIT_S - protocol.PART_MARGIN_S for part in parts)
+
+
+def test_every_experiment_fits_its_device_time():
+    seconds = estimates()
+    for experiment in protocol.EXPERIMENTS.values():
+        parts = protocol.split_parts(protocol.plan(experiment), seconds)
+        total = sum(protocol.SETUP_S + protocol.makespan(part, seconds) for part in parts)
+        assert total <= protocol.EXPERIMENT_BUDGET_S, (experiment.name, total)
+
+
+def test_estimates_name_the_recorded_run_they_scale():
+    history = protocol.recorded_runs()
+    seconds, basis = protocol.estimate_run(protocol.System("fsdp2-1gpu-gb64", "fsdp2", 1, 64), history)
+    # the nearest: no deterministic one-GPU native run at 64; FSDP2 on 2 GPUs over NVLink, per GPU twice the work
+    assert basis.startswith("compare-gb64-27g-final.summary.json fsdp2-2gpu (bench, 2 GPU(s), global batch 64")
+    steps = CAP27["fsdp2-2gpu"]
+    scaled = [steps[0]] + [2 * t for t in steps[1:]]
+    # 18 s of start, and the rule stops at step 10 (settled at 2): the recorded 6 steps, 4 at their median
+    assert seconds == pytest.approx(protocol.RUN_OVERHEAD_S["fsdp2"] + sum(scaled) + 4 * statistics.median(scaled[1:]))
+    _, basis = protocol.estimate_run(protocol.System("z", "zenflow", 1, 64, 8), history)
+    assert "zero-offload stands in" in basis
+    # TRANSIT on the small model, never recorded: the small model's native steps on 2 emulated nodes
+    # (scale-in-sizing.json) times advise's steps over native's on the bench model
+    _, basis = protocol.estimate_run(protocol.System("t", "transit", 1, 8, 2, cap="5.5G", policy="hybrid", model="small",
+                                               nodes=2), history)
+    assert basis.startswith("compare-gb8-h200x2.summary.json transit-advise (bench, 1 GPU(s), global batch 8")
+    assert "transit advise stands in" in basis and "scale-in-sizing.json fsdp2-2node-gb8-uncapped" in basis
+
+
+def test_plan_prints_every_experiments_runs_and_device_time(capsys):
+    for name in protocol.EXPERIMENTS:
+        assert cli.main(["plan", name, "--cores", "32"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"{name}: ") and "estimated device time: " in out and "; fits 30 minutes" in out
+        assert f"command: python3 -m bench run {name}" in out
+
+
+def test_claim_b_takes_each_systems_best_micro_batch_from_the_search(tmp_path):
+    rows = [{"name": "zero-offload-gb64-mb4", "micro_batch": 4, "global_batch": 64, "tflops_per_gpu": {"median": 200.0}},
+            {"name": "zero-offload-gb64-mb8", "micro_batch": 8, "global_batch": 64, "tflops_per_gpu": {"median": 250.0}},
+            {"name": "zero-offload-gb64-mb16", "micro_batch": 16, "global_batch": 64,
+             "tflops_per_gpu": {"median": None}},  # OOM
+            {"name": "zero-offload-gb8-mb4", "micro_batch": 4, "global_batch": 8, "tflops_per_gpu": {"median": 300.0}},
+            {"name": "transit-hybrid-gb64-mb2", "micro_batch": 2, "global_batch": 64, "tflops_per_gpu": {"median": 210.0}},
+            {"name": "zero-infinity-gb64-mb16", "micro_batch": 16, "global_batch": 64,
+             "tflops_per_gpu": {"median": 190.0}}]
+    search = tmp_path / "claim-b-search.json"
+    search.write_text(json.dumps({"experiment": "claim-b-search-gb64-zero-offload", "systems": rows}))
+    assert protocol.best_micro_batches([search], 64) == {"zero-offload": 8, "transit-hybrid": 2, "zero-infinity": 16}
+    args = argparse.Namespace(experiment="claim-b-gb64-10cores", search_summary=[search], model=protocol.MODEL)
+    experiment = protocol.resolve(args)
+    assert [s.name for s in experiment.systems] == ["transit-hybrid-gb64-mb2-10cores", "zero-offload-gb64-mb8-10cores",
+                                                    "zero-infinity-gb64-mb16-10cores"]
+    args.experiment = "claim-b-more-gb64"
+    with pytest.raises(SystemExit, match="no completed search run of transit-advise, zenflow at global batch 64"):
+        protocol.resolve(args)
+
+
+def test_the_plan_as_json_and_a_bad_part_in_one_line(capsys):
+    assert cli.main(["plan", "transit-1gpu-advise-gb64", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "transit.bench-plan/1" and doc["fits"] and len(doc["parts"]) == 2
+    assert doc["parts"][1]["command"].startswith("python3 -m bench run transit-1gpu-advise-gb64 --part 2/2 ")
+    assert doc["estimated_s"] == sum(part["seconds"] for part in doc["parts"])
+    with pytest.raises(SystemExit, match=r"--part '3/2': this plan has 2 part\(s\)"):
+        cli.main(["run", "transit-1gpu-advise-gb64", "--part", "3/2", "--out", "/tmp/unused"])
+    # no command limit: one command
+    assert cli.main(["plan", "transit-1gpu-advise-gb64", "--json", "--command-limit", "0"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["parts"]) == 1
+
+
+def test_a_time_limit_stops_runs_only_at_its_deadline():
+    run = protocol.Run(protocol.System("a", "fsdp2", 1, 8), 1)
+    by_part = protocol.budget(lambda r: 200.0, 1, None, 0.0)
+    assert by_part.need(run) == 200.0 and by_part.stop_after(run) == 400.0
+    assert by_part.deadline == protocol.COMMAND_LIMIT_S - protocol.SETUP_S - protocol.PART_MARGIN_S / 2
+    limited = protocol.budget(lambda r: 200.0, 0, 1800.0, 0.0)
+    assert limited.need(run) == protocol.RUN_START_MIN_S and limited.stop_after(run) == float("inf")
+
+
+def test_merge_refuses_parts_of_two_commits(tmp_path):
+    experiment = protocol.EXPERIMENTS["controls-1gpu"]
+    files = []
+    for k, commit in ((1, "aaaa"), (2, "bbbb")):
+        doc = protocol.summary_doc(experiment, [], [k], 2, {"device_time_s": {"estimated": 300, "actual": 280}})
+        doc["git_commits"] = [commit]
+        files.append(tmp_path / f"part{k}.json")
+        files[-1].write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="the parts ran at aaaa, bbbb; one experiment runs at one commit"):
+        protocol.merge(experiment, files, 2, tmp_path / "out.json")
+
+
+def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
+    """The whole driver with the tiny model on the CPU (gloo): two systems alternating (two repeats
+    here, to keep the test short), their summary and the raw archive."""
+    pytest.importorskip("torch")
+    a = protocol.System("tiny-a", "fsdp2", 1, 2, 1, model="tiny")
+    b = protocol.System("tiny-b", "fsdp2", 1, 2, 2, model="tiny", reference="tiny-a")
+    experiment = protocol.Experiment("cpu-smoke", "the driver on a CPU", "nvidia-h200", (a, b), repeats=2)
+    args = argparse.Namespace(work=tmp_path / "work", out=tmp_path / "out", transit_profile=False, time_limit=None,
+                              command_limit=protocol.COMMAND_LIMIT_S)
+    assert protocol.execute(experiment, protocol.plan(experiment), 0, 0, args, {}, lambda run: 120.0) == 0
+    doc = json.loads((tmp_path / "out/cpu-smoke.json").read_text())
+    assert doc["schema"] == "transit.bench-summary/1" and doc["complete"] is True
+    assert [r["id"] for r in doc["runs"]] == ["tiny-a.r1", "tiny-b.r1", "tiny-a.r2", "tiny-b.r2"]
+    assert all(r["status"] == "ok" for r in doc["runs"]), [r.get("log_tail") for r in doc["runs"]]
+    starts = [r["start_unix"] for r in doc["runs"]]
+    assert starts == sorted(starts)
+    for run in doc["runs"]:
+        assert run["timed_steps"] == 8 and len(run["step_times_s"]) in range(9, 15)
+    row = {r["name"]: r for r in doc["systems"]}["tiny-b"]
+    assert row["repeats_ok"] == 2 and row["tflops_per_gpu"]["n"] == 2 and row["micro_batch"] == 2
+    # the same rows in the same order: micro-batch 2 against 1 x 2 accumulated
+    assert row["losses"]["checks"][0]["against"] == "tiny-a.r1" and row["losses"]["checks"][0]["steps"] >= 9
+    assert (tmp_path / "out/cpu-smoke-raw.tar.gz").stat().st_size > 1000
+    assert all(run["estimated_s"] == 120.0 for run in doc["runs"])
+    assert doc["device_time_s"]["estimated"] == protocol.SETUP_S + 4 * 120
+    assert 0 < doc["device_time_s"]["actual"] - protocol.SETUP_S <= sum(r["elapsed_s"] for r in doc["runs"]) + 5
+
+
+def test_step_phases_sum_each_part_per_step_and_take_the_timed_steps_median():
+    """Two micro-batches' forward and backward spans add up within their step; the median is over
+    the steps step_stats timed (here steps 1 and 2 of 3)."""
+    import time
+
+    import torch
+
+    phases = StepPhases(torch.device("cpu"))
+    waits = {"forward": 0.002, "backward": 0.004, "optimizer": 0.001}
+    for step in range(3):
+        phases.begin_step()
+        for _ in range(2):
+            for part in ("forward", "backward"):
+                with phases.span(part):
+                    time.sleep(waits[part] * (step + 1))
+        with phases.span("optimizer"):
+            time.sleep(waits["optimizer"] * (step + 1))
+    doc = phases.as_dict(first=1, count=2)
+    assert list(doc["all_s"]) == ["forward", "backward", "optimizer"]
+    for part, wait in waits.items():
+        spans = 1 if part == "optimizer" else 2
+        per_step = doc["all_s"][part]
+        assert len(per_step) == 3
+        assert all(s >= spans * wait * (i + 1) for i, s in enumerate(per_step)), (part, per_step)
+        assert doc["p50_s"][part] == statistics.median(per_step[1:3])
