@@ -111,7 +111,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory,
     results: dict[str, tuple[list[float], dict, list[dict[str, str]]]] = {"native": (native_losses, {}, [])}
     for policy in POLICIES:
         out = tmp_path_factory.mktemp(policy)
-        # hybrid's own placement: its guard, which may keep advise's, is tested in test_hybrid_guard.py
+        # hybrid's own placement: its guard, which may keep advise's, is tested in test_hybrid_guard_gpu.py
         guard = {"TRANSIT_HYBRID_GUARD": "0"} if policy == "hybrid" else {}
         results[policy] = (run(out, policy, **guard), stats(out), ticks(out))
     return results
