@@ -3,7 +3,7 @@
 # run by tests/slurm/test_dev_cluster_prefix.py in a mount namespace of its own, where every file
 # the installed packages put under /usr (and /lib) is covered by an empty one and their plugin
 # directory by an empty directory, so that only PREFIX's can run. It starts the cluster in DC on
-# ports PORT.., writes what the test checks into OUT/, and stops the cluster.
+# ports PORT.. with one GPU per node, writes what the test checks into OUT/, and stops the cluster.
 #   unshare --mount tests/slurm/prefix_cluster.sh PREFIX DC PORT OUT
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,7 +21,8 @@ while read -r f; do
 done < <(dpkg -L "${INSTALLED[@]}" 2>/dev/null | grep -v '^/usr/share/')
 
 export TRANSIT_DEV_CLUSTER_PREFIX=$PREFIX TRANSIT_DEV_CLUSTER_DIR=$DC TRANSIT_DEV_CLUSTER_PORT=$PORT
-export TRANSIT_DEV_CLUSTER_ACCOUNTING=0
+# One GPU per node, as GRES: a stand-in device (dev-cluster's counted GPUs), as a GPU host declares its own.
+export TRANSIT_DEV_CLUSTER_ACCOUNTING=0 TRANSIT_DEV_CLUSTER_GPUS=1
 trap '"$REPO/scripts/dev-cluster" down' EXIT
 "$REPO/scripts/dev-cluster" up
 eval "$("$REPO/scripts/dev-cluster" env)"
@@ -37,6 +38,8 @@ done
 runuser -u "$USER" -- srun -N2 --transit=off sh -c \
     'echo "$SLURMD_NODENAME $NCCL_HOSTID $NCCL_SOCKET_IFNAME $NCCL_NET"' | sort >"$OUT/tasks"
 srun -N2 --transit=off sh -c 'readlink /proc/$PPID/exe' >"$OUT/stepds"
+runuser -u "$USER" -- srun -N2 --gpus-per-node=1 --transit=off sh -c \
+    'echo "$SLURMD_NODENAME $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES"' | sort >"$OUT/gpu-tasks"
 runuser -u "$USER" -- srun -N2 --transit=advise --transit-mem-limit=1G \
     sh -c 'echo "$TRANSIT_POLICY $TRANSIT_MEM_LIMIT"' >"$OUT/transit-tasks"
 runuser -u "$USER" -- squeue --json --states=all >"$OUT/squeue.json"

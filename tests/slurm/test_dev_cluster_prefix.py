@@ -1,8 +1,9 @@
 """The dev cluster from Slurm and munge unpacked under a prefix (TRANSIT_DEV_CLUSTER_PREFIX), as on a
 GPU host with no package registry: the .deb files scripts/fetch-slurm-debs puts in .debs/ are
 unpacked with dpkg-deb -x, and tests/slurm/prefix_cluster.sh runs the cluster from them in a mount
-namespace where this host's installed Slurm, munge and the carried libraries are hidden, then a
-2-node step, a TRANSIT step, `squeue --json` and the quickstart's job.
+namespace where this host's installed Slurm, munge and the carried libraries are hidden, then
+2-node steps (one with a GPU per node, declared as GRES), a TRANSIT step, `squeue --json` and the
+quickstart's job.
 
 Skipped, saying so, without .debs/ or without a mount namespace to hide the installed Slurm in.
 Its cluster listens 10 ports above the tier's (TRANSIT_DEV_CLUSTER_PORT, default 16817).
@@ -74,6 +75,11 @@ def test_each_node_gets_its_own_nccl_host_id(prefix_run: dict) -> None:
     tasks = [line.split() for line in lines(prefix_run, "tasks")]
     assert len({node for node, *_ in tasks}) == 2, tasks
     assert all(rest == [node, "lo", "Socket"] for node, *rest in tasks), tasks
+
+
+def test_gpus_are_gres_and_each_node_sees_its_first(prefix_run: dict) -> None:
+    tasks = [line.split() for line in lines(prefix_run, "gpu-tasks")]
+    assert len({node for node, *_ in tasks}) == 2 and all(rest == ["1", "0"] for _, *rest in tasks), tasks
 
 
 def test_transit_steps_run_through_the_plugin(prefix_run: dict) -> None:
