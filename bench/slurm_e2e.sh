@@ -12,7 +12,7 @@
 # Results in $OUT: quickstart.log (the quickstart's output, its report included), job.out (the
 # job's own output), report.txt and report.json (`transit report JOBID`, `--json`), job-stats.tgz
 # (the job's report directory: the ranks' stats and the plugin's step files), gpu-test.log, and
-# cluster-logs.tgz (the daemons' logs and the GPU test's job logs). DEADLINE_S (default 530) bounds
+# cluster-logs.tgz (the daemons' logs and every job's output). DEADLINE_S (default 530) bounds
 # the whole command; a phase that would pass it is stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +54,7 @@ export PYTHON
 export PATH=$REPO/tests/fixtures/plan/bin:$PATH
 
 finish() {
-    (cd "$DC" && shopt -s nullglob && tar czf "$OUT/cluster-logs.tgz" log work/*/*/log.txt)
+    (cd "$DC" && shopt -s nullglob && tar czf "$OUT/cluster-logs.tgz" log quickstart/*.out work/*/*/log.txt)
     scripts/dev-cluster down
 }
 trap finish EXIT
@@ -69,14 +69,15 @@ if ! scripts/dev-cluster status >/dev/null 2>&1; then
     exit 1
 fi
 eval "$(scripts/dev-cluster env)"
-jobid=$(sed -n 's/^quickstart: job \([0-9]*\) finished.*/\1/p' "$OUT/quickstart.log")
+# The job's id, from the line the quickstart prints when its job ends, finished or failed.
+jobid=$(sed -n 's/^quickstart: job \([0-9]*\) \(finished\|failed\).*/\1/p' "$OUT/quickstart.log")
 if [[ -n $jobid ]]; then
     cp "$DC/quickstart/slurm-$jobid.out" "$OUT/job.out"
     python3 -m transit report "$jobid" >"$OUT/report.txt" 2>&1
     python3 -m transit report "$jobid" --json >"$OUT/report.json" 2>>"$OUT/report.txt"
     tar czf "$OUT/job-stats.tgz" -C "$DC/reports" "$jobid"
 else
-    say "the quickstart's job did not finish (exit $rc)"
+    say "the quickstart's job did not end (exit $rc)"
 fi
 
 say "the GPU test ($(left) s left)"
