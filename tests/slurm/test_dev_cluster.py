@@ -50,6 +50,16 @@ def test_a_marked_test_runs_its_jobs_as_root(cluster: Cluster) -> None:
     assert (out.returncode, out.stdout) == (0, "root\n"), out.stderr
 
 
+def test_each_node_is_a_host_of_its_own_for_nccl(cluster: Cluster) -> None:
+    """The TaskProlog: NCCL_HOSTID names the task's node, NCCL's sockets use lo, multicast is off."""
+    show = 'echo "$SLURMD_NODENAME $NCCL_HOSTID $NCCL_SOCKET_IFNAME $NCCL_NET $NCCL_NVLS_ENABLE"'
+    out = cluster.run(["srun", "-N2", "--transit=off", "sh", "-c", show])
+    assert out.returncode == 0, out.stderr
+    tasks = [line.split() for line in out.stdout.splitlines()]
+    assert len({node for node, *_ in tasks}) == 2, out.stdout
+    assert all(rest == [node, "lo", "Socket", "0"] for node, *rest in tasks), out.stdout
+
+
 def test_every_allocation_has_an_extern_step(cluster: Cluster) -> None:
     """PrologFlags=Contain: the extern step exists on each node while the job runs."""
     rank0 = 'test "$SLURM_PROCID" != 0 || { squeue -h -s -j "$SLURM_JOB_ID" -o "%i %N"; echo "job $SLURM_JOB_NODELIST"; }'

@@ -15,6 +15,8 @@ DEV_CLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "dev-cluster"
 @pytest.mark.parametrize(("variable", "value", "allowed"), [
     ("TRANSIT_DEV_CLUSTER_GPUS", "four", "expected a number of GPUs per node"),
     ("TRANSIT_DEV_CLUSTER_ACCOUNTING", "yes", "expected 1 (slurmdbd) or 0 (none)"),
+    ("TRANSIT_DEV_CLUSTER_PREFIX", "/nonexistent", ("expected the absolute path of a directory holding Slurm and "
+     "munge unpacked with dpkg-deb -x (usr/sbin/slurmctld-wlm, usr/sbin/munged; scripts/fetch-slurm-debs)")),
 ])
 def test_a_bad_value_is_refused_before_anything_starts(tmp_path: Path, variable: str, value: str,
                                                        allowed: str) -> None:

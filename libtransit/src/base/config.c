@@ -71,6 +71,7 @@ static const transit_var vars[] = {
     {"TRANSIT_DEV_CLUSTER_DIR", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_DEV_CLUSTER_GPUS", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_DEV_CLUSTER_ACCOUNTING", VAR_TOOL, 0, 0, 0, NULL},
+    {"TRANSIT_DEV_CLUSTER_PREFIX", VAR_TOOL, 0, 0, 0, NULL},
     /* bench/ drivers */
     {"TRANSIT_PREBUILT", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_CARRIED_LIB", VAR_TOOL, 0, 0, 0, NULL},
