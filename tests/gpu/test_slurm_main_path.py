@@ -104,7 +104,7 @@ class Job:
 def jobs(cluster: dict) -> dict:
     native_job = Job(cluster, "native")
     native = native_job.finish()
-    peaks = [r["memory"]["torch_max_reserved_bytes"] for r in native["memory"]["per_rank"]]
+    peaks = [r["torch_max_reserved_bytes"] for r in native["memory"]["per_rank"]]
     limit = int(min(peaks) / L_DIVISOR) // MIB * MIB
     # Slurm gives each node its first GPU, this host's first: every job's ranks share it.
     free = free_gpu_memory()
