@@ -205,12 +205,16 @@ def test_estimates_name_the_recorded_run_they_scale():
     assert seconds == pytest.approx(protocol.RUN_OVERHEAD_S["fsdp2"] + sum(scaled) + 4 * statistics.median(scaled[1:]))
     _, basis = protocol.estimate_run(protocol.System("z", "zenflow", 1, 64, 8), history)
     assert "zero-offload stands in" in basis
-    # TRANSIT on the small model, never recorded: the small model's native steps on 2 emulated nodes
-    # (scale-in-sizing.json) times advise's steps over native's on the bench model
+    # TRANSIT hybrid on the small model on 2 emulated nodes: recorded by the emulated scale-in
     _, basis = protocol.estimate_run(protocol.System("t", "transit", 1, 8, 2, cap="5.5G", policy="hybrid", model="small",
                                                nodes=2), history)
-    assert basis.startswith("compare-gb8-h200x2.summary.json transit-advise (bench, 1 GPU(s), global batch 8")
-    assert "transit advise stands in" in basis and "scale-in-sizing.json fsdp2-2node-gb8-uncapped" in basis
+    assert basis.startswith("scale-in-4to2-gb8.json transit-hybrid-2node-gb8 (small, 1 GPU(s), 2 emulated nodes")
+    # prefetch on the small model, never recorded: the small model's native steps on 2 emulated nodes
+    # (scale-in-sizing.json) times prefetch's steps over native's on the bench model
+    _, basis = protocol.estimate_run(protocol.System("t", "transit", 1, 8, 2, cap="5.5G", policy="prefetch",
+                                               model="small", nodes=2), history)
+    assert basis.startswith("compare-gb8-h200x2.summary.json transit-prefetch (bench, 1 GPU(s), global batch 8")
+    assert "scale-in-sizing.json fsdp2-2node-gb8-uncapped" in basis
 
 
 def test_plan_prints_every_experiments_runs_and_device_time(capsys):
