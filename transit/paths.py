@@ -48,15 +48,23 @@ def output_file(path: str) -> str:
     return path
 
 
+def _exists(path: str, where: Path) -> bool:
+    """Whether `where` exists; one a directory above it keeps out (Path.exists raises then) is refused."""
+    try:
+        return where.exists()
+    except PermissionError as exc:
+        raise _refuse(path, f"cannot be written: {where}: {exc.strerror}") from exc
+
+
 def output_dir(path: str) -> str:
     """A directory to write files into: it exists and takes new files, or it can be created (its
     nearest existing ancestor takes new entries)."""
     target = Path(path)
-    if target.exists():
+    if _exists(path, target):
         _probe_dir(path, target)
         return path
     ancestor = target.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
+    while not _exists(path, ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     _probe_dir(path, ancestor)
     return path

@@ -152,3 +152,19 @@ def test_bad_argument_is_one_line_without_usage(clean_env) -> None:
     assert r.returncode == 2
     line = "transit plan: argument --precision: invalid choice: 'fp8' (choose from 'bf16', 'mixed') (see transit plan --help)"
     assert r.stderr.splitlines() == [line]
+
+
+def test_an_output_dir_behind_a_closed_directory_is_refused_by_name(monkeypatch) -> None:
+    """A non-root user's --out under /root (mode 0700): stat says EACCES, not "absent". Root passes
+    every permission check here, so the kernel's answer is played by Path.exists for /root's child;
+    the slurm tier meets the real one as its test user."""
+    real_exists = Path.exists
+
+    def exists(self: Path) -> bool:
+        if str(self).startswith("/root/"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(paths.PathError, match=r"^'/root/transit' cannot be written: /root/transit: Permission denied$"):
+        paths.output_dir("/root/transit")
