@@ -39,6 +39,8 @@ PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCA
             "pp": "TRANSIT_PP"}
 # The node counts `submit` planned the global batch for: `launch` runs on any one of them.
 CANDIDATES_ENV = "TRANSIT_CANDIDATES"
+LAUNCH_SCHEMA = "transit.launch/1"  # `transit launch --dry-run --json` (schemas/launch-1.schema.json)
+SUBMIT_SCHEMA = "transit.submit/1"  # `transit submit --json`
 # sbatch options `submit` sets from its plan, which an --sbatch-arg must not set again
 SUBMIT_OWNS = {"--nodes": "plan counts with --candidates", "-N": "plan counts with --candidates",
                "--export": "for launch", "--transit": "use --transit"}
@@ -224,7 +226,7 @@ def launch_main(args: argparse.Namespace) -> int:
     command = launch.command(program, flags)
     if args.dry_run:
         if args.json:
-            print(json.dumps(launch.to_dict() | {"framework": args.framework, "env": environment, "command": command}
+            print(json.dumps({"schema": LAUNCH_SCHEMA} | launch.to_dict() | {"framework": args.framework, "env": environment, "command": command}
                              | ({"torchtitan": asdict(titan)} if titan else {}), indent=2))
         else:
             exports = " ".join(f"{k}={v}" for k, v in environment.items())
@@ -307,7 +309,7 @@ def submit_main(args: argparse.Namespace) -> int:
     export = (f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())},"
               f"{CANDIDATES_ENV}={':'.join(map(str, planned['counts']))}")
     command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit, [export, *args.sbatch_arg])
-    summary = {"requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
+    summary = {"schema": SUBMIT_SCHEMA, "requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
                "target_global_batch": planned["target_global_batch"], "global_batch": planned["global_batch"],
                "grad_accum": planned["grad_accum"], "overshoot": planned["overshoot"], "transit": args.transit,
                "command": command}
