@@ -7,6 +7,7 @@ made here: libtransit's stats file on the CPU, and each command's --json on the 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from transit import _native
+from transit import _native, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
@@ -117,6 +118,7 @@ CAPTURED = FIXTURES / "report" / "captured"
 # (command line after `transit`, the schema its --json carries): every command that has --json
 COMMANDS = [
     (["run", "--print-env", "--policy", "advise", "--json"], "transit.run-env/1"),
+    (["lib-path", "--json"], "transit.lib-path/1"),
     (["plan", "--model", "llama3-8b", "--nodes", "4", "--json"], "transit.plan/3"),
     (["launch", "--nodes", "2", "--nproc-per-node", "2", "--global-batch", "8", "--dry-run", "--json", "train.py"],
      "transit.launch/1"),
@@ -149,3 +151,19 @@ def test_the_emulated_nodes_layout_matches_its_schema(tmp_path: Path) -> None:
                              "--out", str(tmp_path / "out"), "--dry-run", "--json", "--", "x.py"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
     check(json.loads(result.stdout))
+
+
+def commands_with_json(parser, words: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    found = {words} if any("--json" in action.option_strings for action in parser._actions) else set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= commands_with_json(sub, (*words, name))
+    return found
+
+
+def test_every_command_with_json_is_checked_above() -> None:
+    checked = {tuple(argv[:2]) if argv[0] in ("simulate", "bench") and argv[1] in ("sweep", "link") else (argv[0],)
+               for argv, _ in COMMANDS}
+    # `transit cluster --json` passes on scripts/dev-cluster's own status document
+    assert commands_with_json(cli.build_parser()) - checked == {("cluster",)}

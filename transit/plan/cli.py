@@ -8,6 +8,9 @@ import json
 import math
 import textwrap
 
+from rich.console import Console
+from rich.table import Table
+
 from transit import _native, paths
 from transit.errors import UsageError
 from transit.figures import save_png
@@ -164,13 +167,15 @@ def describe(result: dict) -> str:
 def render(result: dict, wide: bool = False) -> str:
     """The plan as text: what is planned, the candidate table (80 columns unless wide), its legend, the verdicts."""
     columns = COLUMNS + (WIDE_COLUMNS if wide else [])
-    cells = [[header for header, _, _ in columns]] + [[value(c) for _, _, value in columns]
-                                                      for c in result["candidates"]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    verdict_column = [header for header, _, _ in columns].index("memory")
-    table = "\n".join("  ".join(cell.ljust(width) if i == verdict_column else cell.rjust(width)
-                                for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
-                      for row in cells)
+    grid = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, header_style="")
+    for header, _, _ in columns:
+        grid.add_column(header, justify="left" if header == "memory" else "right", no_wrap=True)
+    for candidate in result["candidates"]:
+        grid.add_row(*(value(candidate) for _, _, value in columns))
+    console = Console(width=10_000, force_terminal=False, highlight=False)  # a string: the caller prints it
+    with console.capture() as captured:
+        console.print(grid)
+    table = "\n".join(line.rstrip() for line in captured.get().rstrip("\n").split("\n"))
     legend = "; ".join(f"{header}: {legend}" for header, legend, _ in columns if legend)
     return "\n\n".join([describe(result), table, textwrap.fill(legend, TEXT_WIDTH), *verdicts(result)])
 
