@@ -755,11 +755,27 @@ def document(checks: list[Check], failed: bool) -> dict[str, Any]:
     }
 
 
+STATUS_STYLE = {OK: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim"}
+
+
 def print_text(checks: list[Check]) -> None:
-    width = max(len(c.name) for c in checks)
+    """One row a check (status, name, summary) and one more with its fix where it warns or fails. On a
+    terminal the summaries wrap in their column; into a pipe each stays one line, for grep."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from transit.tables import as_text
+
+    grid = Table.grid(padding=(0, 2))
+    for _ in range(3):
+        grid.add_column()
     for c in checks:
-        print(f"{c.status:<5} {c.name:<{width}}  {c.summary}")
+        grid.add_row(f"[{STATUS_STYLE[c.status]}]{c.status}[/]", c.name, c.summary)
         if c.fix and c.status in (WARN, FAIL):
-            print(f"{'':<5} {'':<{width}}  fix: {c.fix}")
+            grid.add_row("", "", f"fix: {c.fix}")
+    if sys.stdout.isatty():
+        Console(highlight=False).print(grid)
+    else:
+        print(as_text(grid))
     counts = ", ".join(f"{sum(c.status == s for c in checks)} {s}" for s in STATUSES)
     print(f"transit doctor: {counts}")

@@ -8,7 +8,6 @@ import json
 import math
 import textwrap
 
-from rich.console import Console
 from rich.table import Table
 
 from transit import _native, paths
@@ -25,6 +24,7 @@ from transit.plan.planner import (
     POLICY_TRANSFER_FACTOR,
     plan,
 )
+from transit.tables import as_text
 
 
 def register_plan(subparsers: argparse._SubParsersAction) -> None:
@@ -172,10 +172,7 @@ def render(result: dict, wide: bool = False) -> str:
         grid.add_column(header, justify="left" if header == "memory" else "right", no_wrap=True)
     for candidate in result["candidates"]:
         grid.add_row(*(value(candidate) for _, _, value in columns))
-    console = Console(width=10_000, force_terminal=False, highlight=False)  # a string: the caller prints it
-    with console.capture() as captured:
-        console.print(grid)
-    table = "\n".join(line.rstrip() for line in captured.get().rstrip("\n").split("\n"))
+    table = as_text(grid)
     legend = "; ".join(f"{header}: {legend}" for header, legend, _ in columns if legend)
     return "\n\n".join([describe(result), table, textwrap.fill(legend, TEXT_WIDTH), *verdicts(result)])
 
