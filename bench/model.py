@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transit.models import ModelSpec
+from transit.plan.models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -56,19 +56,19 @@ def config_by_name(name: str) -> ModelConfig:
 
 
 def spec(cfg: ModelConfig) -> ModelSpec:
-    """The planner's description of this model (transit.models): its parameter and FLOP counts."""
+    """The planner's description of this model (transit.plan.models): its parameter and FLOP counts."""
     return ModelSpec("bench", layers=cfg.n_layers, hidden=cfg.dim, ffn=cfg.ffn_dim, heads=cfg.n_heads,
                      kv_heads=cfg.n_kv_heads, vocab=cfg.vocab_size)
 
 
 def count_params(cfg: ModelConfig) -> dict[str, int]:
-    """Parameter counts by transit.models' formula (checked against the module in tests)."""
+    """Parameter counts by transit.plan.models' formula (checked against the module in tests)."""
     model = spec(cfg)
     return {"total": model.total_params(), "embedding": model.embedding_params, "per_layer": model.layer_params()}
 
 
 def flops_per_token(cfg: ModelConfig) -> int:
-    """Model FLOPs of one token, forward and backward, without recomputation: transit.models'
+    """Model FLOPs of one token, forward and backward, without recomputation: transit.plan.models'
     count, the one `transit plan` uses (TorchTitan's and PaLM's formula)."""
     return spec(cfg).model_flops_per_token(cfg.seq_len)
 

@@ -13,7 +13,7 @@ A policy's factor (plan.POLICY_TRANSFER_FACTOR) is the median of its points; its
 factor x transfer_s, over the same runs (median and largest). tests/unit/test_step_calibration.py
 recomputes both from the summaries.
 
-    python3 bench/step_calibration.py          # prints the constants plan.py should hold
+    python3 bench/step_calibration.py          # prints the constants transit/plan/planner.py should hold
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from model import CONFIGS
 
-from transit.models import ModelSpec
-from transit.plan import CALIBRATION_PCIE_BYTES_PER_S, TrainingConfig, predict_memory, transfer_bytes
+from transit.plan.models import ModelSpec
+from transit.plan.planner import CALIBRATION_PCIE_BYTES_PER_S, TrainingConfig, predict_memory, transfer_bytes
 
 SUMMARIES = sorted((REPO / "bench" / "results").glob("*.summary.json"))
 REFERENCES = ("fsdp2-2gpu", "native")  # no offload, no TRANSIT; per-GPU TFLOPS

@@ -34,6 +34,7 @@ from pathlib import Path
 from transit import paths
 from transit.errors import UsageError
 from transit.figures import save_png
+from transit.units import format_bytes
 
 SCHEMA = "transit.bench-link/1"
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -83,8 +84,8 @@ TABLE_SIZES = (4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB, GIB)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="measure this machine (bench link: PCIe and peer links)",
-                                  description="Benchmarks of this machine.")
+    # a developer's tool: added without help=, so `transit --help` does not list it
+    bench = subparsers.add_parser("bench", description="Benchmarks of this machine (bench link: PCIe and peer links).")
 
     def usage(_args: argparse.Namespace) -> int:
         bench.print_help()
@@ -653,13 +654,6 @@ def all_paths(doc: dict) -> list[dict]:
     return [*doc.get("host_paths", []), *(doc.get("peer") or {}).get("paths", [])]
 
 
-def _bytes_label(n: int) -> str:
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
-
-
 def print_result(doc: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -671,9 +665,9 @@ def print_result(doc: dict) -> None:
     table = Table(title=f"transit bench link: {device.get('name', '?')}, GB/s per transfer size "
                         f"(median of {(doc.get('settings') or {}).get('repeats', '?')})")
     table.add_column("path", no_wrap=True)
-    table.add_column(f"us at {_bytes_label(sizes[0])}" if sizes else "us", justify="right")
+    table.add_column(f"us at {format_bytes(sizes[0], decimals=0)}" if sizes else "us", justify="right")
     for size in shown:
-        table.add_column(_bytes_label(size), justify="right")
+        table.add_column(format_bytes(size, decimals=0), justify="right")
     for path in paths:
         by_size = {p["bytes"]: p for p in path["points"]}
         first = by_size.get(sizes[0]) if sizes else None
@@ -737,7 +731,7 @@ def plot(doc: dict, path: Path) -> None:
     for ax, ylabel in ((bw_ax, "bandwidth, GB/s (10^9 bytes/s)"), (t_ax, "time per transfer, us")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(sizes, [_bytes_label(n) for n in sizes], rotation=45, ha="right")
+        ax.set_xticks(sizes, [format_bytes(n, decimals=0) for n in sizes], rotation=45, ha="right")
         ax.minorticks_off()
         ax.set_xlabel("transfer size")
         ax.set_ylabel(ylabel)

@@ -15,19 +15,21 @@ from typing import NoReturn
 from transit import __version__
 from transit.errors import UsageError
 
-# subcommand -> the module that registers it, in the order `transit --help` lists them
+# subcommand -> "module:function" that registers it (function `register` unless named), in the order
+# `transit --help` lists them. `cluster` (wraps scripts/dev-cluster) and `bench link` (the machine's
+# PCIe and peer links) are developer tools: they register without a help line, so the list omits them.
 SUBCOMMANDS = {
     "run": "transit.run",
     "lib-path": "transit.run",
-    "plan": "transit.plan",
-    "launch": "transit.launch",
-    "submit": "transit.launch",
-    "report": "transit.report",
-    "simulate": "transit.sim",
+    "plan": "transit.plan.cli:register_plan",
+    "launch": "transit.plan.cli:register_launch",
+    "submit": "transit.plan.cli:register_launch",
+    "report": "transit.report.cli",
+    "simulate": "transit.sim.cli",
     "replay": "transit.replay",
-    "cluster": "transit.cluster",  # wraps scripts/dev-cluster
-    "bench": "transit.bench_link",  # bench link: the machine's PCIe and peer links
     "doctor": "transit.doctor",
+    "cluster": "transit.cluster",
+    "bench": "transit.bench_link",
 }
 
 
@@ -47,9 +49,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"transit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = SUBCOMMANDS.get(command or "")
-    for module in dict.fromkeys(SUBCOMMANDS.values()):
-        if wanted in (None, module):
-            importlib.import_module(module).register(subparsers)
+    for registrar in dict.fromkeys(SUBCOMMANDS.values()):
+        if wanted in (None, registrar):
+            module, _, function = registrar.partition(":")
+            getattr(importlib.import_module(module), function or "register")(subparsers)
     return parser
 
 

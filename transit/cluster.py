@@ -29,8 +29,9 @@ def source_checkout() -> Path | None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    # a developer's tool: added without help=, so `transit --help` does not list it
     parser = subparsers.add_parser(
-        "cluster", help="start, stop or inspect the local development Slurm cluster",
+        "cluster",
         description="Manage the local Slurm cluster of a source checkout (scripts/dev-cluster): munge, "
                     "MariaDB, slurmdbd, slurmctld and four slurmd on this host, with the TRANSIT SPANK plugin loaded. "
                     "State, configs and logs live in <repo>/.dev-cluster/. Use it with "

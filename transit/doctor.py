@@ -30,6 +30,7 @@ from typing import Any
 
 from transit import __version__, slurm
 from transit.errors import UsageError
+from transit.units import format_bytes
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
@@ -350,7 +351,7 @@ class Doctor:
         names = sorted({g.name for g in nvml.gpus})
         sizes = sorted({g.memory_bytes for g in nvml.gpus})
         cuda = f"{nvml.cuda_driver // 1000}.{nvml.cuda_driver % 1000 // 10}" if nvml.cuda_driver else "?"
-        return Check("gpus", OK, f"{len(nvml.gpus)} x {', '.join(names)} ({', '.join(_gib(s) for s in sizes)}); "
+        return Check("gpus", OK, f"{len(nvml.gpus)} x {', '.join(names)} ({', '.join(format_bytes(s) for s in sizes)}); "
                      f"driver {nvml.driver} (CUDA {cuda})",
                      details={"driver": nvml.driver, "cuda_driver": cuda, "gpus": [asdict(g) for g in nvml.gpus]})
 
@@ -434,7 +435,7 @@ class Doctor:
         gpu = sum(g.memory_bytes for g in self.nvml.gpus)
         ratio = host / gpu
         details = {"host_bytes": host, "gpu_bytes": gpu, "host_per_gpu_byte": round(ratio, 3)}
-        summary = f"host DRAM {_gib(host)} is {ratio:.2f}x the GPUs' {_gib(gpu)}"
+        summary = f"host DRAM {format_bytes(host)} is {ratio:.2f}x the GPUs' {format_bytes(gpu)}"
         if ratio < MIN_HOST_PER_GPU_BYTE:
             return Check("memory", WARN, f"{summary}: less than {MIN_HOST_PER_GPU_BYTE:g}x leaves little room "
                          "for overflow (a 2x scale-in of a job that fills its GPUs moves that much to the host)",
@@ -674,10 +675,6 @@ def package_lib() -> Path:
     return _native.lib_path()
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 def _user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -758,11 +755,27 @@ def document(checks: list[Check], failed: bool) -> dict[str, Any]:
     }
 
 
+STATUS_STYLE = {OK: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim"}
+
+
 def print_text(checks: list[Check]) -> None:
-    width = max(len(c.name) for c in checks)
+    """One row a check (status, name, summary) and one more with its fix where it warns or fails. On a
+    terminal the summaries wrap in their column; into a pipe each stays one line, for grep."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from transit.tables import as_text
+
+    grid = Table.grid(padding=(0, 2))
+    for _ in range(3):
+        grid.add_column()
     for c in checks:
-        print(f"{c.status:<5} {c.name:<{width}}  {c.summary}")
+        grid.add_row(f"[{STATUS_STYLE[c.status]}]{c.status}[/]", c.name, c.summary)
         if c.fix and c.status in (WARN, FAIL):
-            print(f"{'':<5} {'':<{width}}  fix: {c.fix}")
+            grid.add_row("", "", f"fix: {c.fix}")
+    if sys.stdout.isatty():
+        Console(highlight=False).print(grid)
+    else:
+        print(as_text(grid))
     counts = ", ".join(f"{sum(c.status == s for c in checks)} {s}" for s in STATUSES)
     print(f"transit doctor: {counts}")

@@ -14,6 +14,7 @@ from transit.errors import UsageError
 DEFAULT_OUT = "transit-out"
 OFF = "off"  # as --transit=off: the command runs without TRANSIT
 PRINT_ENV_SCHEMA = "transit.run-env/1"
+LIB_PATH_SCHEMA = "transit.lib-path/1"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -129,7 +130,7 @@ def _transit_env(args: argparse.Namespace, base: dict[str, str], policy: str | N
 def main_lib_path(args: argparse.Namespace) -> int:
     path = str(_native.lib_path())
     if args.json:
-        print(json.dumps({"lib_path": path, "hook_dir": str(_native.HOOK_DIR), "version": _native.version()}))
+        print(json.dumps({"schema": LIB_PATH_SCHEMA, "lib_path": path, "hook_dir": str(_native.HOOK_DIR), "version": _native.version()}))
     else:
         print(path)
     return 0

@@ -150,7 +150,7 @@ def test_sizes_follow_transit_s_grammar_and_a_bad_one_is_one_line():
 
 
 def test_the_models_flops_are_the_planners():
-    """bench/model.py counts FLOPs by transit.models' formula: 1.237e10 per token for `bench`, 202.7
+    """bench/model.py counts FLOPs by transit.plan.models' formula: 1.237e10 per token for `bench`, 202.7
     TFLOP per step of 8 x 2048 tokens."""
     from bench.model import config_by_name, count_params, flops_per_step
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from transit import _native, cli, launch
+from transit import _native, cli
+from transit.plan import launch
 
 MODEL = ["--model", "llama3-8b"]
 PLAN = ["plan", *MODEL, "--nodes", "16"]

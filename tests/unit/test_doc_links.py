@@ -18,7 +18,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "bench").glob("*.md")),
+             REPO / "schemas" / "README.md"]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)]*)?\)")
@@ -141,4 +142,74 @@ def test_the_checker_finds_each_kind_of_link_and_judges_it(tmp_path: Path) -> No
         "README.md:8: ../outside.md: points outside the repository",
         "README.md:8: https:/example.org: not a well-formed URL",
         "README.md:9: ftp://example.org/f: scheme 'ftp': only relative links and http(s) are allowed",
+    ]
+
+
+# --- pointers by section name, in code and docs: `design-notes.md, "Limit mode"`, `bench/README.md "Sizing"`
+POINTER = re.compile(r"([\w./-]*?[\w-]+\.md),? \"([^\"]+)\"")
+POINTER_IN_CODE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md#[\w-]+)")
+# a comment's line break: the newline, the indent and the comment's mark (` * `, `# `, `// `)
+COMMENT_BREAK = re.compile(r"\n[ \t]*(?:\*(?!/)|#|//)?[ \t]*")
+BOLD_LEAD = re.compile(r"\*\*([^*]+)\*\*")
+POINTING_FILES = ("transit/**/*.py", "libtransit/**/*.[ch]", "spank/**/*.[ch]", "bench/**/*.py", "bench/**/*.sh",
+                  "scripts/*", "tests/**/*.py", "README.md", "docs/**/*.md", "bench/*.md", "schemas/*.md")
+
+
+def pointed_file(source: Path, name: str, repo: Path) -> Path | None:
+    """`docs/design.md` from the root, `design-notes.md` beside the source or in docs/."""
+    for candidate in (repo / name, source.parent / name, repo / "docs" / Path(name).name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def section_names(document: Path) -> list[str]:
+    """What a pointer may name, lower case: a heading, an older name kept as an HTML anchor, or the
+    bold lead-in of a titled paragraph (`- **Touches from records.** ...`)."""
+    text = document.read_text()
+    names = [slug(m.group(2)) for _, line in prose_lines(text) if (m := HEADING.match(line))]
+    names += HTML_ANCHOR.findall(text)
+    names += [slug(m.group(1)) for _, line in prose_lines(text) for m in BOLD_LEAD.finditer(line)]
+    return names
+
+
+def broken_pointers(source: Path, repo: Path = REPO) -> list[str]:
+    text = COMMENT_BREAK.sub(" ", source.read_text(errors="replace"))
+    found = []
+    for match in POINTER.finditer(text):
+        name, section = match.group(1), " ".join(match.group(2).split())
+        document = pointed_file(source, name, repo)
+        if document is None:
+            found.append(f"{source.relative_to(repo)}: {name} \"{section}\": no such file")
+        elif not any(known.startswith(slug(section)) for known in section_names(document)):
+            found.append(f"{source.relative_to(repo)}: {name} \"{section}\": no such section")
+    if source.suffix != ".md":  # Markdown links are the test above's
+        for target in POINTER_IN_CODE.findall(text):
+            name, _, fragment = target.partition("#")
+            document = pointed_file(source, name, repo)
+            if document is None or fragment not in anchors(document):
+                found.append(f"{source.relative_to(repo)}: {target}: no such file or anchor")
+    return found
+
+
+SOURCES = sorted({path for pattern in POINTING_FILES for path in REPO.glob(pattern)
+                  if path.is_file() and path.name != "test_doc_links.py"})
+
+
+def test_every_pointer_by_section_name_leads_to_that_section() -> None:
+    assert [problem for source in SOURCES for problem in broken_pointers(source)] == []
+
+
+def test_the_pointer_checker_follows_comments_and_finds_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.md").write_text(
+        "# Notes\n## Limit mode: why\n<a id=\"old-name\"></a>\n- **Touches from records.** text\n")
+    source = tmp_path / "code.c"
+    source.write_text('/* see docs/notes.md, "Limit\n * mode"; notes.md "Old name" and "x" in\n'
+                      ' * notes.md, "Touches from records"; notes.md "Nowhere"; other.md "A";\n'
+                      " * docs/notes.md#limit-mode-why and docs/notes.md#gone */\n")
+    assert broken_pointers(source, tmp_path) == [
+        'code.c: notes.md "Nowhere": no such section',
+        'code.c: other.md "A": no such file',
+        "code.c: docs/notes.md#gone: no such file or anchor",
     ]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from transit.errors import UsageError
-from transit.models import PRESETS, ModelSpec, from_hf_config, preset
+from transit.plan.models import PRESETS, ModelSpec, from_hf_config, preset
 
 HF_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plan" / "hf"
 

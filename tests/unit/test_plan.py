@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from transit import cli, plan
+from transit import cli
 from transit.errors import UsageError
-from transit.models import ModelSpec, preset
-from transit.plan import (
+from transit.plan import planner
+from transit.plan.models import ModelSpec, preset
+from transit.plan.planner import (
     CLUSTER_PRESETS,
     FRAMEWORK_RESERVED_BYTES,
     GIB,
@@ -107,7 +108,7 @@ def test_llama3_70b_fits_six_h100_nodes_of_four_gpus_as_in_the_paper_but_within_
     # agrees, by 0.27 GiB of 79.6: inside the 2-9% it under-predicts by, so 6 and 7 nodes are within
     # the margin and 8 is the smallest count that fits with it
     cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
-    result = plan.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=8, candidates=[8, 7, 6, 5])
+    result = planner.plan(TrainingConfig(preset("llama3-70b")), cluster, nodes=8, candidates=[8, 7, 6, 5])
     assert result["min_native_nodes"] == 8
     rows = result["candidates"]
     assert [c["verdict"] for c in rows] == ["fits in HBM", "within margin", "within margin", "spills to host"]
@@ -119,7 +120,7 @@ def test_the_safety_margin_covers_every_measured_under_prediction():
     accuracy = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" /
                            "plan-accuracy.json").read_text())
     worst = max(-row["error"] for row in accuracy["rows"])
-    assert 0.09 < worst <= plan.HBM_SAFETY_MARGIN  # 9.05%: policies-h200 native, deterministic
+    assert 0.09 < worst <= planner.HBM_SAFETY_MARGIN  # 9.05%: policies-h200 native, deterministic
 
 
 @pytest.mark.parametrize("step_sizes, target, expected", [
@@ -174,12 +175,12 @@ def test_sets_near_one_that_overshoots():
     # 16 -> 12 -> 8 nodes of 8 GPUs for 128 sequences: lcm(128, 96, 64) = 384, +200%. Dropping 12
     # keeps 128 exactly; then the pairs with the count nearest 8 that keep 128: 4 (DP 32) and 2 (DP 16);
     # 7, 9, 6, 10, 5, 11, 3, 13 (DP 56, 72, 48, 80, 40, 88, 24, 104) all overshoot
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: True)
+    proposals = planner.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: True)
     assert [(p["counts"], p["global_batch"]) for p in proposals] == [([16, 8], 128), ([16, 4], 128), ([16, 2], 128)]
 
 
 def test_sets_near_one_that_overshoots_keep_to_the_counts_allowed():
-    proposals = plan.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: count >= 5)
+    proposals = planner.nearby_count_sets(Layout(8, 1, 1, 1), [16, 12, 8], 128, allowed=lambda count: count >= 5)
     assert [p["counts"] for p in proposals] == [[16, 8]]
 
 
@@ -189,7 +190,7 @@ def test_proposed_sets_leave_out_counts_over_twice_the_token_cost():
     config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
     cluster = small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13)
     def proposed(policy):
-        result = plan.plan(config, cluster, nodes=4, candidates=[3], target_global_batch=16, policy=policy)
+        result = planner.plan(config, cluster, nodes=4, candidates=[3], target_global_batch=16, policy=policy)
         return [p["counts"] for p in result["proposals"]]
     assert proposed("advise") == [[4, 2], [4, 1]]
     assert proposed("base") == []
@@ -203,7 +204,7 @@ def small_cluster(**overrides):
 
 def test_plan_spills_what_does_not_fit_and_keeps_one_global_batch():
     config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
-    result = plan.plan(config, small_cluster(), nodes=4, candidates=[3, 2, 1], target_global_batch=30)
+    result = planner.plan(config, small_cluster(), nodes=4, candidates=[3, 2, 1], target_global_batch=30)
     # per GPU at W ranks: 542,148,608 x 16 / W bytes of states + 655,380,480 gathered (the head unit
     # 65,538,048 x 10) + 67,108,864 checkpoints + 917,504,000 logits + 2,239,758,336 framework
     assert [c["device_bytes_needed"] for c in result["candidates"]] == [
@@ -221,14 +222,14 @@ def test_plan_spills_what_does_not_fit_and_keeps_one_global_batch():
     assert (result["min_runnable_nodes"], result["min_native_nodes"]) == (1, 3)
     effs = [c["efficiency"] for c in result["candidates"]]
     assert effs[:3] == [1.0, 1.0, 1.0] and effs[3] < 1.0
-    assert result["policy"] == "advise" and result["step_time_error"] == plan.STEP_TIME_ERROR["advise"]
+    assert result["policy"] == "advise" and result["step_time_error"] == planner.STEP_TIME_ERROR["advise"]
 
 
 def test_step_time_by_hand():
     config = TrainingConfig(TINY, seq_len=16, activation_checkpointing=False)
     memory = predict_memory(config, 1)
     cluster = small_cluster(hbm_bytes=memory.device_total - 1000)  # 1000 bytes spilled, all optimizer state
-    result = plan.step_time(config, memory, cluster, global_batch=4, world_size=1, accumulation=4, policy="base")
+    result = planner.step_time(config, memory, cluster, global_batch=4, world_size=1, accumulation=4, policy="base")
     # FLOPs per token: 6 x (2 x 41088 + 6400 + 64 = 88,640 matmul parameters) + 12 x 2 x 4 x 16 x 16
     compute = 556_416 * 4 * 16 / 1e12
     assert result["compute_s"] == pytest.approx(compute)
@@ -241,7 +242,7 @@ def test_step_time_by_hand():
 
 def test_a_policy_no_summary_calibrates_has_no_step_time():
     config = TrainingConfig(TINY, seq_len=16)
-    result = plan.step_time(config, predict_memory(config, 1), small_cluster(), 4, 1, 4, policy="hybrid")
+    result = planner.step_time(config, predict_memory(config, 1), small_cluster(), 4, 1, 4, policy="hybrid")
     assert (result["step_s"], result["tokens_per_s_per_gpu"], result["efficiency"]) == (None, None, None)
 
 
@@ -251,14 +252,14 @@ def test_default_candidates_keep_throughput_and_leave_costly_counts_out():
     # fewer) fit in HBM. Under base (47.7 x the copy time) the smallest count that keeps 80% is 4.
     cluster = ClusterSpec(**(CLUSTER_PRESETS["h100"].to_dict() | {"gpus_per_node": 4}))
     config = TrainingConfig(preset("llama3-70b"))
-    advise = plan.plan(config, cluster, nodes=64)
+    advise = planner.plan(config, cluster, nodes=64)
     assert advise["counts"] == [64, 48, 32, 2] and advise["min_runnable_nodes"] == 1
     shares = [c["tokens_per_s_per_gpu"] / advise["candidates"][0]["tokens_per_s_per_gpu"]
               for c in advise["candidates"]]
     assert shares[:3] == [1.0, 1.0, 1.0] and 0.8 <= shares[3] < 0.85
-    one_node = plan.MemoryPlanner(config, cluster).timing(1, 256)["tokens_per_s_per_gpu"]
+    one_node = planner.MemoryPlanner(config, cluster).timing(1, 256)["tokens_per_s_per_gpu"]
     assert one_node < 0.8 * advise["candidates"][0]["tokens_per_s_per_gpu"]
-    assert plan.plan(config, cluster, nodes=64, policy="base")["counts"] == [64, 48, 32, 4]
+    assert planner.plan(config, cluster, nodes=64, policy="base")["counts"] == [64, 48, 32, 4]
 
 
 def test_default_candidates_drop_a_reduction_over_twice_the_token_cost():
@@ -266,25 +267,25 @@ def test_default_candidates_drop_a_reduction_over_twice_the_token_cost():
     # that step costs more than twice 4 nodes' GPU time per token, so only 3 nodes (25% fewer, no
     # spill) is proposed, which is also the smallest count keeping 80%
     config = TrainingConfig(MEDIUM, local_batch=2, seq_len=1024)
-    planner = plan.MemoryPlanner(config, small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13), "base")
-    reference = planner.timing(4, 16)["tokens_per_s_per_gpu"]
-    assert planner.timing(2, 16)["tokens_per_s_per_gpu"] < reference / 2
-    assert planner.default_counts(4, 16) == [4, 3]
+    memory_planner = planner.MemoryPlanner(config, small_cluster(hbm_bytes=5 * GIB, sustained_flops=1e13), "base")
+    reference = memory_planner.timing(4, 16)["tokens_per_s_per_gpu"]
+    assert memory_planner.timing(2, 16)["tokens_per_s_per_gpu"] < reference / 2
+    assert memory_planner.default_counts(4, 16) == [4, 3]
 
 
 def test_the_smallest_runnable_count_is_found_by_bisection_as_a_scan_would():
     # 3 nodes need 19.0 GiB of host DRAM per node, 2 nodes 20.35 GiB
     config = TrainingConfig(MEDIUM, seq_len=1024)
-    planner = plan.MemoryPlanner(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB))
-    assert [planner.row(n)["runs"] for n in (1, 2, 3, 4)] == [False, False, True, True]
-    assert planner.smallest_with(4, "runs") == 3
-    assert planner.smallest_with(1000, "runs") == 3
-    assert planner.smallest_with(2, "runs") is None
+    memory_planner = planner.MemoryPlanner(config, small_cluster(hbm_bytes=3 * GIB, host_dram_bytes=20 * GIB))
+    assert [memory_planner.row(n)["runs"] for n in (1, 2, 3, 4)] == [False, False, True, True]
+    assert memory_planner.smallest_with(4, "runs") == 3
+    assert memory_planner.smallest_with(1000, "runs") == 3
+    assert memory_planner.smallest_with(2, "runs") is None
 
 
 def test_plan_skips_counts_that_cannot_host_whole_pipelines():
     model = ModelSpec("m", layers=8, hidden=64, ffn=128, heads=4, kv_heads=4, vocab=100)
-    result = plan.plan(TrainingConfig(model, pp=4, local_batch=4, seq_len=16), small_cluster(), nodes=4)
+    result = planner.plan(TrainingConfig(model, pp=4, local_batch=4, seq_len=16), small_cluster(), nodes=4)
     assert [(c["nodes"], c["dp"]) for c in result["candidates"]] == [(4, 2), (2, 1)]
 
 
@@ -296,19 +297,19 @@ def test_plan_skips_counts_that_cannot_host_whole_pipelines():
 ])
 def test_impossible_plans_name_the_cause(kwargs, cluster, message):
     with pytest.raises(UsageError, match=message):
-        plan.plan(TrainingConfig(MEDIUM, seq_len=1024, **kwargs), small_cluster(**cluster), nodes=2)
+        planner.plan(TrainingConfig(MEDIUM, seq_len=1024, **kwargs), small_cluster(**cluster), nodes=2)
 
 
 def test_no_overflow_at_the_largest_counts():
     # the issue: 677 nodes and up crashed with OverflowError, 64 nodes planned 9.46e27 sequences
     config, cluster = TrainingConfig(preset("llama3-8b")), CLUSTER_PRESETS["h100"]
-    result = plan.plan(config, cluster, nodes=100_000)
+    result = planner.plan(config, cluster, nodes=100_000)
     # fits in HBM on 1 node, so every count keeps the throughput: DP 800,000, 600,000, 400,000 and 8
     assert (result["counts"], result["global_batch"]) == ([100_000, 75_000, 50_000, 1], 2_400_000)
     # math.lcm(800000, 799992, 799984, 799976, 799968) = 3.33e24
     with pytest.raises(UsageError, match=r"the global batch common to 100000,99999,99998,99997,99996 nodes is "
                                          r"3\.33e\+24 sequences, above 1000000000"):
-        plan.plan(config, cluster, nodes=100_000, candidates=[99_999, 99_998, 99_997, 99_996])
+        planner.plan(config, cluster, nodes=100_000, candidates=[99_999, 99_998, 99_997, 99_996])
 
 
 def run(argv, capsys):
@@ -410,7 +411,7 @@ def test_cli_without_model_names_missing_dimensions(capsys):
     (96, 960, [960]),  # a multiple itself
 ])
 def test_workable_targets_are_the_multiples_around_the_target(lcm, target, expected):
-    assert plan.workable_targets(lcm, target) == expected
+    assert planner.workable_targets(lcm, target) == expected
 
 
 def test_a_target_below_one_micro_step_says_fewer_counts_cannot_help(capsys):

@@ -22,8 +22,8 @@ from rich.console import Console
 
 from transit.cli import main as transit_main
 from transit.errors import UsageError
-from transit.report import load_report
 from transit.report.as_json import report_json
+from transit.report.cli import load_report
 from transit.report.jobs import Job, default_report_dir, jobs_of_user, parse_time
 from transit.report.notes import notes
 from transit.report.plots import PLOTS, write_plots

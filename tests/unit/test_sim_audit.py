@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from transit.sim import register
+from transit.sim.cli import register
 from transit.sim.placement import RACK_GPUS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"

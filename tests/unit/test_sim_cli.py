@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from transit.errors import UsageError
-from transit.sim import output, register, synthetic
+from transit.sim import output, synthetic
+from transit.sim.cli import register
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim"
 

@@ -8,14 +8,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import step_calibration
 
-from transit import plan
+from transit.plan import planner
 
 
 def test_the_factors_and_errors_plan_states_are_those_of_the_committed_summaries():
     calibration = step_calibration.calibrate(step_calibration.points())
-    assert {p: c["factor"] for p, c in calibration.items()} == plan.POLICY_TRANSFER_FACTOR
+    assert {p: c["factor"] for p, c in calibration.items()} == planner.POLICY_TRANSFER_FACTOR
     assert {p: {k: c[k] for k in ("runs", "median_error", "max_error")} for p, c in calibration.items()} == \
-        plan.STEP_TIME_ERROR
+        planner.STEP_TIME_ERROR
 
 
 def test_every_spilling_transit_run_with_a_reference_is_a_point():

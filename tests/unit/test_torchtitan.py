@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from transit.errors import UsageError
-from transit.launch import Launch
-from transit.torchtitan import PARALLELISM_FIELDS, names_from_fields
+from transit.plan.launch import Launch
+from transit.plan.torchtitan import PARALLELISM_FIELDS, names_from_fields
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHTITAN_DIR = REPO / ".cache" / "torchtitan"

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transit import slurm
 from transit.report.load import (
@@ -35,9 +35,6 @@ from transit.report.load import (
 from transit.report.thresholds import SMALL_MIGRATION_BYTES
 from transit.report.units import compact_ranges, format_age, rank_list
 from transit.slurm import JobFacts
-
-if TYPE_CHECKING:
-    from transit.report.predict import Prediction
 
 # Migration size buckets of the stats schema, with the size each one stays under.
 HISTOGRAM_BUCKETS: dict[str, float] = {
@@ -621,6 +618,25 @@ def _user_name(uid: int) -> str:
 
 def _options(options: dict[str, str]) -> str:
     return " ".join(f"--{name}={value}" if value else f"--{name}" for name, value in options.items())
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A rank's steady iteration: replay's prediction and, where the stats have it, the measurement."""
+
+    rank: str
+    profile: str
+    policy: str
+    look_ahead: bool  # hybrid replayed with its mover's stream plan
+    htod_bytes: int
+    dtoh_bytes: int
+    zero_copy_bytes: int
+    streamed_bytes: int
+    step_s: float | None  # None without --compute-s
+    compute_s: float | None
+    measured_step_s: float | None  # the rank's step-time median
+    measured_htod_bytes: int | None  # the last iteration of the rank's timeline
+    measured_dtoh_bytes: int | None
 
 
 @dataclass

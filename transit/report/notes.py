@@ -23,7 +23,8 @@ from transit.report.thresholds import (
     UNDERUSED_CAP_SHARE,
     UNREQUESTED_MIGRATION_SHARE,
 )
-from transit.report.units import format_bytes, format_count
+from transit.report.units import format_count
+from transit.units import format_bytes
 
 ADVICE = "advice"  # a change that should make the job faster or cheaper
 WARNING = "warning"  # figures are incomplete or something went wrong

@@ -9,40 +9,17 @@ times are the warm-up's, slowed by its faults, so without it only the bytes are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from transit import replay
 from transit.errors import UsageError
+from transit.report.aggregate import Prediction, RankRow
 from transit.report.load import ReportWarning, beside
-
-if TYPE_CHECKING:
-    from transit.report.aggregate import RankRow
 
 PROFILE_SUFFIX = ".profile.json.gz"
 UNREADABLE_PROFILE = "unreadable-profile"
 # Replay takes about a second a profile: a job whose every rank kept one is predicted for the first few.
 PREDICTED_RANKS = 8
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A rank's steady iteration: replay's prediction and, where the stats have it, the measurement."""
-
-    rank: str
-    profile: str
-    policy: str
-    look_ahead: bool  # hybrid replayed with its mover's stream plan
-    htod_bytes: int
-    dtoh_bytes: int
-    zero_copy_bytes: int
-    streamed_bytes: int
-    step_s: float | None  # None without --compute-s
-    compute_s: float | None
-    measured_step_s: float | None  # the rank's step-time median
-    measured_htod_bytes: int | None  # the last iteration of the rank's timeline
-    measured_dtoh_bytes: int | None
 
 
 def predict(row: RankRow, compute_s: float | None) -> tuple[Prediction | None, ReportWarning | None]:

@@ -24,11 +24,10 @@ from transit.report.thresholds import (
 )
 from transit.report.units import (
     format_age,
-    format_bytes,
-    format_bytes_short,
     format_count_short,
     format_seconds,
 )
+from transit.units import format_bytes, format_bytes_short
 
 GOOD, CAUTION, BAD, MUTED, UNDERUSED = "green", "yellow", "red", "dim", "cyan"
 NOTE_STYLES = {ADVICE: ("→", "cyan"), WARNING: ("!", "yellow"), "info": ("·", "")}

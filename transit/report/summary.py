@@ -12,7 +12,8 @@ from rich.text import Text
 from transit.report.aggregate import Report
 from transit.report.notes import ADVICE, WARNING, Note
 from transit.report.render import BAD, CAUTION, GOOD, MUTED, Grid, folded_warnings
-from transit.report.units import format_age, format_bytes_short, format_seconds
+from transit.report.units import format_age, format_seconds
+from transit.units import format_bytes_short
 
 LIST_SCHEMA = "transit.report-list/1"
 STATE_STYLES = {"COMPLETED": GOOD, "RUNNING": "cyan", "PENDING": MUTED, "FAILED": BAD, "TIMEOUT": CAUTION,

@@ -1,33 +1,6 @@
-"""How the report writes sizes, durations and lists of ranks."""
+"""How the report writes durations, counts and lists of ranks (sizes: transit.units)."""
 
 from __future__ import annotations
-
-BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in BYTE_UNITS:
-        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_bytes_short(n: float | None) -> str:
-    """Narrow table cells: binary units with one letter and 3 digits, "1.5G" is 1.5 GiB."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for letter in ("", "K", "M", "G", "T", "P"):
-        if abs(value) < 1024 or letter == "P":
-            if not letter:
-                return f"{value:.0f}"
-            return f"{value:.0f}{letter}" if abs(value) >= 100 else f"{value:.3g}{letter}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def format_seconds(s: float | None) -> str:

@@ -13,6 +13,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from transit.figures import save_png
@@ -338,3 +339,9 @@ def markdown_table(studies: list[dict]) -> str:
     lines = ["| " + " | ".join(SWEEP_HEADER) + " |", "|" + "---|" * len(SWEEP_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in sweep_rows(studies)]
     return "\n".join(lines) + "\n"
+
+
+def replay_progress(enabled: bool) -> Progress:
+    """Progress bars on stderr (stdout carries the table or the JSON), shown only on a terminal."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transit.errors import UsageError
-from transit.plan import reduced_nodes
+from transit.plan.planner import reduced_nodes
 from transit.sim.engine import Contention, Replay, replay
 from transit.sim.jobs import Job
 from transit.sim.network import Network, Traffic, traffic

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from transit.sim.output import replay_progress
 from transit.sim.scenario import Run, Setup, Trace, left_out, run_baseline, shape
 from transit.sim.study import study
 
@@ -70,8 +71,6 @@ def run(trace: Trace, points: list[Setup], processes: int | None = None, quiet: 
         keep_runs: bool = False, with_unholdable: bool = False) -> list[tuple]:
     """(document, baseline run, TRANSIT run) per point, in the order of ``points``; the runs are None
     unless ``keep_runs`` (they are large)."""
-    from transit.sim import replay_progress
-
     global _TRACE, _PROGRESS
     _TRACE = trace
     context = multiprocessing.get_context("fork")

@@ -28,8 +28,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-from transit import _native, bounds, plan, slurm
+from transit import slurm
 from transit.errors import UsageError
+from transit.plan import bounds, planner
+from transit.plan.arguments import config_from_args
 
 TORCHTITAN_MODULE = "torchtitan.train"
 # What `submit` passes to the job, read by `launch` as its defaults; an option that contradicts one is refused.
@@ -37,6 +39,8 @@ PLAN_ENV = {"global_batch": "TRANSIT_GLOBAL_BATCH", "local_batch": "TRANSIT_LOCA
             "pp": "TRANSIT_PP"}
 # The node counts `submit` planned the global batch for: `launch` runs on any one of them.
 CANDIDATES_ENV = "TRANSIT_CANDIDATES"
+LAUNCH_SCHEMA = "transit.launch/1"  # `transit launch --dry-run --json` (schemas/launch-1.schema.json)
+SUBMIT_SCHEMA = "transit.submit/1"  # `transit submit --json`
 # sbatch options `submit` sets from its plan, which an --sbatch-arg must not set again
 SUBMIT_OWNS = {"--nodes": "plan counts with --candidates", "-N": "plan counts with --candidates",
                "--export": "for launch", "--transit": "use --transit"}
@@ -84,7 +88,7 @@ class Launch:
 
     @property
     def grad_accum(self) -> int:
-        return plan.accumulation_steps(self.global_batch, self.local_batch, self.dp)
+        return planner.accumulation_steps(self.global_batch, self.local_batch, self.dp)
 
     def environment(self) -> dict[str, str]:
         return {"TRANSIT_GLOBAL_BATCH": str(self.global_batch), "TRANSIT_LOCAL_BATCH": str(self.local_batch),
@@ -208,7 +212,7 @@ def launch_main(args: argparse.Namespace) -> int:
         raise UsageError("give the training script (or TorchTitan arguments) after the options")
     titan, fixed = None, None
     if args.framework == "torchtitan":
-        from transit import torchtitan
+        from transit.plan import torchtitan
 
         titan = torchtitan.installed()
         titan.check_program(program)
@@ -222,7 +226,7 @@ def launch_main(args: argparse.Namespace) -> int:
     command = launch.command(program, flags)
     if args.dry_run:
         if args.json:
-            print(json.dumps(launch.to_dict() | {"framework": args.framework, "env": environment, "command": command}
+            print(json.dumps({"schema": LAUNCH_SCHEMA} | launch.to_dict() | {"framework": args.framework, "env": environment, "command": command}
                              | ({"torchtitan": asdict(titan)} if titan else {}), indent=2))
         else:
             exports = " ".join(f"{k}={v}" for k, v in environment.items())
@@ -245,41 +249,41 @@ def submit_plan(args: argparse.Namespace) -> dict:
     if not (args.to_min or args.scale_in or args.candidates):
         raise UsageError("give --scale-in FRACTION, --candidates N,N or --to-min")
     if args.to_min or args.model or args.hf_config or args.layers:
-        config, cluster = plan.config_from_args(args)
-        result = plan.plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
+        config, cluster = config_from_args(args)
+        result = planner.plan(config, cluster, args.nodes, args.scale_in, args.candidates, args.global_batch,
                            args.global_tokens, args.transit)
         counts, submitted = result["counts"], result["candidates"][-1]
         if not submitted["runs"]:
             raise UsageError(f"{submitted['nodes']} nodes cannot run this job: "
-                             f"{submitted['host_bytes_per_node'] / plan.GIB:.0f} GiB of host DRAM per node needed, "
-                             f"{cluster.host_dram_bytes / plan.GIB:.0f} GiB there (see transit plan)")
-        if args.transit == plan.NO_TRANSIT and submitted["spilled_bytes"]:
-            raise UsageError(f"{submitted['nodes']} nodes spill {submitted['spilled_bytes'] / plan.GIB:.1f} GiB per "
+                             f"{submitted['host_bytes_per_node'] / planner.GIB:.0f} GiB of host DRAM per node needed, "
+                             f"{cluster.host_dram_bytes / planner.GIB:.0f} GiB there (see transit plan)")
+        if args.transit == planner.NO_TRANSIT and submitted["spilled_bytes"]:
+            raise UsageError(f"{submitted['nodes']} nodes spill {submitted['spilled_bytes'] / planner.GIB:.1f} GiB per "
                              "GPU, which only TRANSIT holds: --transit off needs counts that fit in HBM")
-        layout = plan.Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
+        layout = planner.Layout(cluster.gpus_per_node, config.tp, config.pp, config.local_batch)
         proposals, seq_len = result["proposals"], config.seq_len
     else:
-        gpus_per_node = args.gpus_per_node or plan.CLUSTER_PRESETS[args.cluster].gpus_per_node
+        gpus_per_node = args.gpus_per_node or planner.CLUSTER_PRESETS[args.cluster].gpus_per_node
         bounds.check_tensor_parallel(args.tp, gpus_per_node)
-        layout = plan.Layout(gpus_per_node, args.tp, args.pp, args.local_batch)
-        counts = plan.candidate_counts(args.nodes, args.scale_in, args.candidates)
+        layout = planner.Layout(gpus_per_node, args.tp, args.pp, args.local_batch)
+        counts = planner.candidate_counts(args.nodes, args.scale_in, args.candidates)
         for count in counts:
             layout.check_count(count, "--candidates" if args.candidates else "--scale-in")
         seq_len = args.seq_len
         proposals = None
-    target = plan.target_sequences(args.local_batch, layout.dp(args.nodes), seq_len, args.global_batch,
+    target = planner.target_sequences(args.local_batch, layout.dp(args.nodes), seq_len, args.global_batch,
                                    args.global_tokens)
     batch = layout.batch(counts, target, target_given=args.global_batch is not None or args.global_tokens is not None)
     if not batch["within_overshoot"]:
         if proposals is None:
-            proposals = plan.nearby_count_sets(layout, counts, target, allowed=lambda count: True)
+            proposals = planner.nearby_count_sets(layout, counts, target, allowed=lambda count: True)
         nearest = (f"; nearest within: --candidates {','.join(map(str, proposals[0]['counts']))} "
                    f"({proposals[0]['global_batch']})" if proposals else
-                   f". {plan.batch_advice(batch, target, layout.local_batch * layout.dp(args.nodes), layout.local_batch)}")
+                   f". {planner.batch_advice(batch, target, layout.local_batch * layout.dp(args.nodes), layout.local_batch)}")
         raise UsageError(f"global batch {target} cannot be kept on {','.join(map(str, counts))} nodes: their common "
                          f"multiple is {batch['global_batch']:.6g}, {batch['overshoot']:+.1%} (over "
-                         f"{plan.MAX_BATCH_OVERSHOOT:.0%}){nearest}")
-    plan.check_batch_bound(batch, proposals or [])
+                         f"{planner.MAX_BATCH_OVERSHOOT:.0%}){nearest}")
+    planner.check_batch_bound(batch, proposals or [])
     return batch | {"target_global_batch": target, "nodes": counts[-1], "local_batch": layout.local_batch,
                     "tp": layout.tp, "pp": layout.pp}
 
@@ -305,7 +309,7 @@ def submit_main(args: argparse.Namespace) -> int:
     export = (f"--export=ALL,{','.join(f'{k}={v}' for k, v in extra_env.items())},"
               f"{CANDIDATES_ENV}={':'.join(map(str, planned['counts']))}")
     command = slurm.sbatch_command(args.script, args.script_args, nodes, args.transit, [export, *args.sbatch_arg])
-    summary = {"requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
+    summary = {"schema": SUBMIT_SCHEMA, "requested_nodes": args.nodes, "nodes": nodes, "counts": planned["counts"],
                "target_global_batch": planned["target_global_batch"], "global_batch": planned["global_batch"],
                "grad_accum": planned["grad_accum"], "overshoot": planned["overshoot"], "transit": args.transit,
                "command": command}
@@ -317,59 +321,3 @@ def submit_main(args: argparse.Namespace) -> int:
           f"Submitted batch job {job_id} on {nodes} nodes (requested {args.nodes}), --transit={args.transit}, "
           f"global batch {planned['global_batch']} x accumulation {planned['grad_accum'][str(nodes)]}")
     return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "launch", help="start torchrun/TorchTitan across the current allocation with re-planned batch settings",
-        description="Inside a Slurm allocation: read its nodes and GPUs (one of $TRANSIT_CANDIDATES when "
-                    "transit submit planned them), derive DP degree and gradient accumulation for the fixed "
-                    "global batch, export TRANSIT_GLOBAL_BATCH, TRANSIT_LOCAL_BATCH "
-                    "and TRANSIT_GRAD_ACCUM, and run srun torchrun with the rendezvous on the first node.")
-    parser.add_argument("--global-batch", metavar="SEQUENCES",
-                        help="sequences per optimizer step, fixed whatever the node count "
-                             "(default: $TRANSIT_GLOBAL_BATCH, which `transit submit` sets)")
-    parser.add_argument("--local-batch", metavar="N",
-                        help="sequences per rank per micro-batch (default $TRANSIT_LOCAL_BATCH, else 1)")
-    parser.add_argument("--tp", metavar="N", help="tensor parallel degree (default $TRANSIT_TP, else 1)")
-    parser.add_argument("--pp", metavar="N", help="pipeline parallel degree (default $TRANSIT_PP, else 1)")
-    parser.add_argument("--seq-len", metavar="N",
-                        help="tokens per sequence: passed to TorchTitan (needed where it counts batches in tokens); "
-                             "refused without --torchtitan")
-    parser.add_argument("--nproc-per-node", "--gpus-per-node", dest="nproc_per_node", metavar="N",
-                        help="processes per node (default: SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES); "
-                             "required for CPU runs")
-    framework = parser.add_mutually_exclusive_group()
-    framework.add_argument("--framework", choices=("torchrun", "torchtitan"), default="torchrun",
-                           help="torchrun SCRIPT ARGS, or torchrun -m torchtitan.train ARGS + batch flags")
-    framework.add_argument("--torchtitan", dest="framework", action="store_const", const="torchtitan",
-                           help="same as --framework torchtitan")
-    parser.add_argument("--rdzv-port", metavar="PORT",
-                        help="rendezvous port on the first node, 1024-65535 (default: one free there, asked of "
-                             "that node)")
-    parser.add_argument("--nodes", metavar="N", help="node count for a --dry-run preview outside an allocation")
-    parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    parser.add_argument("--json", action="store_true", help="with --dry-run: print the launch plan as JSON")
-    parser.add_argument("program", nargs=argparse.REMAINDER, help="training script and its arguments")
-    parser.set_defaults(func=launch_main)
-
-    parser = subparsers.add_parser(
-        "submit", help="sbatch a job on fewer nodes, with TRANSIT, after planning its global batch",
-        description="Plan the candidate node counts (--nodes and --scale-in, --candidates, or the plan's default "
-                    "candidates with --to-min) and one global batch for all of them; refuse if it strays "
-                    "more than 25% from the target; else sbatch --transit on the smallest count with the batch "
-                    "settings exported for `transit launch`.")
-    counts = plan.add_count_arguments(parser)
-    counts.add_argument("--to-min", action="store_true",
-                        help="the plan's default candidates (25%% and 50%% fewer nodes, the smallest count keeping "
-                             "80%% of the per-GPU throughput), submitted on the smallest (needs a model)")
-    parser.add_argument("--transit", choices=(*_native.policies(), "off"), default="advise",
-                        help="TRANSIT policy (default advise)")
-    parser.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                        help="extra sbatch argument (repeatable), e.g. --sbatch-arg=--time=01:00:00")
-    parser.add_argument("--dry-run", action="store_true", help="print the sbatch command instead of running it")
-    parser.add_argument("--json", action="store_true")
-    plan.add_model_arguments(parser)
-    parser.add_argument("script", help="batch script")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
-    parser.set_defaults(func=submit_main)

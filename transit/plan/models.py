@@ -213,7 +213,7 @@ def _read_json_object(path: str) -> dict:
 
 def from_hf_config(path: str) -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/2.5, Qwen3, Qwen3-MoE)."""
-    from transit.bounds import BOUNDS, parse_value
+    from transit.plan.bounds import BOUNDS, parse_value
 
     config = _read_json_object(path)
     model_type = config.get("model_type")
