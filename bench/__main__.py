@@ -32,6 +32,7 @@ from bench.protocol import (
     schedule,
     split_parts,
 )
+from transit.emulate import MAX_NODES
 
 LIST_SCHEMA = "transit.bench-list/1"
 PLAN_SCHEMA = "transit.bench-plan/1"
@@ -92,7 +93,12 @@ def parse_part(text: str, n_parts: int) -> tuple[int, int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    def emulated_nodes(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_NODES:
+            raise argparse.ArgumentTypeError(f"--nodes '{text}': expected a whole number from 1 to {MAX_NODES}")
+        return int(text)
+
+    p = OneLineParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the experiments")
     listing.add_argument("--json", action="store_true", help=f"as JSON ({LIST_SCHEMA})")
@@ -103,6 +109,9 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
                        help="claim-b-*: each system's best micro-batch from these claim-b-search-* summaries")
         q.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
+        q.add_argument("--nodes", type=emulated_nodes, metavar="N",
+                       help="every system as a job of N emulated nodes sharing this machine's GPU "
+                            "(scripts/emulate-nodes: one rank a node, NCCL over sockets on lo)")
         q.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",
                        help=f"seconds one command may run: the plan is cut into parts that fit (default "
                             f"{COMMAND_LIMIT_S}, the project's device machines'; 0: one command)")
@@ -134,6 +143,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A bad argument is one line, without the usage block (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["table"]:
@@ -154,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "merge":
         n_parts = len(split_parts(plan(experiment), seconds, args.command_limit))
         return protocol.merge(experiment, args.parts, n_parts, args.out)
-    experiment = protocol.resolve(args)
+    try:
+        experiment = protocol.resolve(args)
+    except ValueError as exc:  # a system the options make impossible (e.g. --nodes that splits no batch)
+        print(f"python -m bench {args.command}: {exc}", file=sys.stderr)
+        return 2
     if args.command == "plan":
         doc = plan_doc(experiment, estimate, args.command_limit, args.search_summary)
         print(json.dumps(doc, indent=1)) if args.json else print_plan(doc, args.cores)

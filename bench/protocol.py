@@ -922,6 +922,11 @@ def resolve(args: argparse.Namespace) -> Experiment:
                                   + ", ".join(f"{f} {found[f]}" for f in families))
     if args.model != MODEL:
         experiment = replace(experiment, systems=tuple(replace(s, model=args.model) for s in experiment.systems))
+    if getattr(args, "nodes", None):  # every system as a job of N emulated nodes on the machine's GPU
+        experiment = replace(experiment, systems=tuple(replace(s, nodes=args.nodes, ranks_per_node=1)
+                                                       for s in experiment.systems),
+                             note=(experiment.note + "; " if experiment.note else "")
+                             + f"--nodes {args.nodes}: every system on {args.nodes} emulated nodes")
     experiment.check()
     return experiment
 

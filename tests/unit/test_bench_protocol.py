@@ -333,3 +333,21 @@ def test_step_phases_sum_each_part_per_step_and_take_the_timed_steps_median():
         assert len(per_step) == 3
         assert all(s >= spans * wait * (i + 1) for i, s in enumerate(per_step)), (part, per_step)
         assert doc["p50_s"][part] == statistics.median(per_step[1:3])
+
+
+def test_nodes_runs_every_system_on_emulated_nodes_or_refuses_in_one_line(capsys):
+    assert cli.main(["plan", "controls-1gpu", "--nodes", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {(s["emulated_nodes"], s["ranks"], s["transport"]) for s in doc["systems"]} == {
+        (2, 2, "sockets on lo (emulated nodes)")}
+    experiment = protocol.resolve(argparse.Namespace(experiment="controls-1gpu", search_summary=None,
+                                                     model=protocol.MODEL, nodes=2))
+    assert experiment.note.endswith("--nodes 2: every system on 2 emulated nodes")
+    assert cli.main(["plan", "controls-1gpu", "--nodes", "3"]) == 2
+    assert capsys.readouterr().err == ("python -m bench plan: fsdp2-1gpu-gb8: global batch 8 is not a multiple "
+                                       "of 4 x 3 ranks\n")
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["plan", "controls-1gpu", "--nodes", "0"])
+    assert bad.value.code == 2
+    assert capsys.readouterr().err == ("python -m bench plan: argument --nodes: --nodes '0': expected a whole "
+                                       "number from 1 to 64\n")
