@@ -32,7 +32,7 @@ from bench.protocol import (
     schedule,
     split_parts,
 )
-from transit.emulate import MAX_NODES
+from transit.emulate import MAX_NODES, positive
 
 LIST_SCHEMA = "transit.bench-list/1"
 PLAN_SCHEMA = "transit.bench-plan/1"
@@ -93,11 +93,6 @@ def parse_part(text: str, n_parts: int) -> tuple[int, int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    def emulated_nodes(text: str) -> int:
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_NODES:
-            raise argparse.ArgumentTypeError(f"--nodes '{text}': expected a whole number from 1 to {MAX_NODES}")
-        return int(text)
-
     p = OneLineParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the experiments")
@@ -109,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
                        help="claim-b-*: each system's best micro-batch from these claim-b-search-* summaries")
         q.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
-        q.add_argument("--nodes", type=emulated_nodes, metavar="N",
+        q.add_argument("--nodes", type=positive("--nodes", MAX_NODES), metavar="N",
                        help="every system as a job of N emulated nodes sharing this machine's GPU "
                             "(scripts/emulate-nodes: one rank a node, NCCL over sockets on lo)")
         q.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",

@@ -693,12 +693,12 @@ def counter_per_step(cumulative: list[int] | None, first: int, n: int) -> float 
 
 
 def pcie_per_step(counters: dict | None, first: int, n: int) -> dict | None:
-    """NVML's RX (host to GPU) and TX bytes per timed step, rank 0's GPU: the cumulative counters
-    are read before step 0 (index 0) and after each step i (index i + 1)."""
-    if not counters or counters.get("error") or len(counters.get("rx_bytes") or []) < first + n + 1 or not n:
+    """NVML's RX (host to GPU) and TX bytes per timed step, rank 0's GPU (cumulative counters, read
+    as counter_per_step reads them)."""
+    rx = None if not counters or counters.get("error") else counter_per_step(counters.get("rx_bytes"), first, n)
+    if rx is None:
         return {"error": (counters or {}).get("error") or "not recorded"} if counters is not None else None
-    rx, tx = counters["rx_bytes"], counters["tx_bytes"]
-    return {"rx": (rx[first + n] - rx[first]) / n, "tx": (tx[first + n] - tx[first]) / n}
+    return {"rx": rx, "tx": counter_per_step(counters["tx_bytes"], first, n)}
 
 
 def compact_transit(summary: dict | None, stats: list[dict], record: dict) -> dict:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -123,12 +122,6 @@ def check_fits(slots: list[RankSlot], free: dict[int, int], transit: bool, limit
                 f"{ranks} rank(s) x (--mem-limit {limit / GIB:.1f} GiB + {RANK_DEVICE_OVERHEAD_BYTES / GIB:.2f} GiB "
                 f"beside it) = {need / GIB:.1f} GiB exceed GPU {gpu}'s {free[gpu] / GIB:.1f} GiB free; lower "
                 "--mem-limit or the ranks per GPU")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def positive(name: str, most: int):
@@ -242,9 +235,8 @@ def launch(plan: Plan, agent_env: dict[str, str], sink) -> list[int]:
     fails stops the others (a node lost mid-job would leave the rest waiting in a collective)."""
     from torch.distributed import TCPStore
 
-    port = free_port()
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=True)
-    procs = [subprocess.Popen(agent_argv(plan, port), env=agent_env, stdout=sink, start_new_session=True)
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)  # 0: a free port
+    procs = [subprocess.Popen(agent_argv(plan, store.port), env=agent_env, stdout=sink, start_new_session=True)
              for _ in range(plan.nodes)]
 
     def forward(signum, _frame) -> None:
