@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory, free_port
+from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 TEST_USER = "transit-test"  # scripts/dev-cluster up creates it
@@ -73,8 +73,8 @@ class Job:
         self.out = cluster["work"] / label
         self.out.mkdir()
         subprocess.run(["chown", TEST_USER, str(self.out)], check=True)
-        port = free_port()
-        self.store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=True)
+        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
+        port = self.store.port  # bound by the store itself: no probe-then-bind race
         transit = [f"--transit={policy}", f"--transit-mem-limit={limit}"] if policy else []
         cmd = ["runuser", "-u", TEST_USER, "--", "srun", "-N2", "--ntasks-per-node=1", "--gpus-per-node=1",
                f"--job-name={self.name}", *transit, sys.executable, "-m", "torch.distributed.run",
