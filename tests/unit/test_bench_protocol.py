@@ -118,6 +118,9 @@ def test_collection_of_three_recorded_repeats():
     # not deterministic: the same first loss, then apart (at most 0.036, 0.083 and 0.033 over the 60 steps)
     assert row["losses"]["all_bitwise_equal"] is False and [c["steps"] for c in checks] == [60, 60, 60]
     assert [round(c["max_abs_diff"], 3) for c in checks] == [0.036, 0.083, 0.033]
+    last = [abs(r["losses"][-1] - ref_r["losses"][-1]) for r, ref_r in zip(
+        [r for r in records if r["system"] == "transit-base"], [r for r in records if r["system"] == "transit-base-norec"])]
+    assert [c["last_abs_diff"] for c in checks] == last and all(d <= m for d, m in zip(last, [0.036, 0.083, 0.033]))
     # without a reference, the repeats are checked against the first
     assert rows["transit-base-norec"]["losses"]["reference"] == "transit-base-norec.r1 (repeatability)"
 
@@ -351,3 +354,12 @@ def test_nodes_runs_every_system_on_emulated_nodes_or_refuses_in_one_line(capsys
     assert bad.value.code == 2
     assert capsys.readouterr().err == ("python -m bench plan: argument --nodes: --nodes '0': expected a whole "
                                        "number from 1 to 64\n")
+
+
+def test_zenflows_losses_are_compared_with_exact_adamw_in_the_same_repeat():
+    """ZenFlow changes the update: its summary row says how far its losses end from ZeRO-Offload's."""
+    for name in ("claim-b-more-gb8", "claim-b-more-gb64-10cores"):
+        systems = {s.kind: s for s in protocol.EXPERIMENTS[name].systems}
+        assert systems["zenflow"].reference == systems["zero-offload"].name
+        assert systems["zero-offload"].reference is None and systems["transit"].reference is None
+    assert all(s.reference is None for s in protocol.EXPERIMENTS["claim-b-gb8"].systems)  # no ZenFlow there
