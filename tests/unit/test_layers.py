@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "libtransit" / "src"
-LAYERS = ["base", "model", "table", "recorder", "policy", "stats", "lifecycle", "hooks"]
+LAYERS = ["base", "model", "state", "table", "actions", "recorder", "profile", "policy", "stats", "lifecycle", "hooks"]
 MAX_C_LINES = 600
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 

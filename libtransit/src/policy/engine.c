@@ -279,11 +279,12 @@ void transit_policy_um_record(const transit_um_record *r)
 void transit_policy_profile_begin(uint64_t first, transit_window_kind kind)
 {
     if (kind == TRANSIT_WINDOW_STEADY) {
-        transit_profile_window_begin(first, 1, true);
+        transit_profile_window_begin(first, 1, true, transit_g.cfg.policy == TRANSIT_POLICY_HYBRID);
     } else {
         store_begin(kind == TRANSIT_WINDOW_REFINE);
         if (kind == TRANSIT_WINDOW_FULL)
-            transit_profile_window_begin(first, transit_g.cfg.warmup_iters, false);
+            transit_profile_window_begin(first, transit_g.cfg.warmup_iters, false,
+                                         transit_g.cfg.policy == TRANSIT_POLICY_HYBRID);
     }
     pol_publish_demand();
 }
@@ -297,12 +298,12 @@ bool transit_policy_profile_end(uint32_t max_launches, bool timed)
 
 void transit_policy_window_closed(void)
 {
-    transit_profile_window_end(true); /* the first full window's records are all in */
+    transit_profile_window_end(true, transit_g.cfg.policy == TRANSIT_POLICY_HYBRID ? pol_hybrid_plan : NULL); /* the first full window's records are all in */
 }
 
 void transit_policy_exit(void)
 {
-    transit_profile_window_end(false); /* a run shorter than its window */
+    transit_profile_window_end(false, transit_g.cfg.policy == TRANSIT_POLICY_HYBRID ? pol_hybrid_plan : NULL); /* a run shorter than its window */
 }
 
 void transit_policy_stop(void)

@@ -1,5 +1,5 @@
 /* hybrid.c - the hybrid policy in the live engine: at the end of each profiling window the
- * placement is planned from the profile's reuse (model/hybrid.c), and in limit mode its mover's
+ * placement is planned from the profile's reuse (model/placement.c), and in limit mode its mover's
  * schedule from the profile's phases (model/stream.c); the tick thread applies the placement, off
  * the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
  * the host prefetched there, those placed on the device prefetched to it, on TRANSIT's own
@@ -7,7 +7,7 @@
  * place unless the mover streams it; limit mode's bound stays the safety net. A new profile (the
  * kernel sequence changed) plans anew. */
 #include "alloc_table.h"
-#include "hybrid.h"
+#include "placement.h"
 #include "host_residency.h"
 #include "policy_int.h"
 

@@ -7,14 +7,14 @@
  *   advise   - at the middle of the first iteration after warm-up, every managed allocation (and
  *              every later one) gets SetAccessedBy(device): host data is read in place;
  *   hybrid   - at the end of the profile's window the most reused chunks are placed on the
- *              device, the rest on the host, read in place (model/hybrid.h).
+ *              device, the rest on the host, read in place (model/placement.h).
  * In limit mode every policy also keeps TRANSIT's estimate of device-resident bytes, and the
  * measured bound, at or under L by evicting the least recently migrated chunks. */
 #ifndef TRANSIT_POLICY_H
 #define TRANSIT_POLICY_H
 
 #include "events.h"
-#include "hybrid.h"
+#include "placement.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -18,7 +18,7 @@
 #include "chunks.h"
 #include "decide.h"
 #include "guard.h"
-#include "hybrid.h"
+#include "placement.h"
 #include "profile_data.h"
 #include "policy.h"
 #include "ranges.h"
