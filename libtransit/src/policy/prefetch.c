@@ -7,7 +7,7 @@
  * and the managed total stays under BOUND_TARGET of its planned capacity: its launches do
  * nothing, as base's, and the launch callbacks can go off (and CUPTI with them, far under L)
  * after the window. Past that mark they come back with a new profile (the recorder's
- * rec_steer_launch_callbacks). */
+ * window.c steers them). */
 static bool replays_nothing(void)
 {
     uint64_t capacity = pol_planned_capacity();
