@@ -15,8 +15,9 @@ void transit_recorder_start(void)
     rec.owner_pid = getpid();
     pthread_mutex_lock(&rec.control_lock); /* a tool taking CUPTI meanwhile waits (transit_recorder_yield) */
     if (rec_subscribe_locked(rec_on_callback)) {
+        /* iteration 0 runs with activity on, but its kernels carry no ordinal */
         pthread_mutex_lock(&rec.win_lock);
-        rec_open_window(1, TRANSIT_WINDOW_FULL); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
+        rec_open_window(1, TRANSIT_WINDOW_FULL);
         pthread_mutex_unlock(&rec.win_lock);
         rec_hold_locked();
     }
