@@ -64,10 +64,10 @@ typedef struct transit_replay_iteration {
 } transit_replay_iteration;
 int transit_replay_run(const transit_replay_input *in, const transit_replay_params *params,
                        transit_replay_iteration *out, char *err, size_t errlen);
-/* hybrid's placement (libtransit/src/model/hybrid.h) */
+/* hybrid's placement (libtransit/src/model/placement.h) */
 int transit_hybrid_place(const uint32_t *reuse, size_t n, uint64_t capacity, uint8_t *resident);
 uint64_t transit_hybrid_capacity(uint64_t limit);
-/* the profile's kernel kinds (libtransit/src/model/kernel_kind.h) */
+/* the profile's kernel kinds (libtransit/src/profile/kernel_kind.h) */
 bool transit_kernel_rereads(const char *name);
 int transit_parse_policy(const char *var, const char *text, int *out, char *err, size_t errlen);
 """

@@ -17,8 +17,8 @@ from transit.errors import UsageError
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "libtransit" / "src"
 SOURCES = ("model/period.c", "model/ranges.c", "model/attrib.c", "model/chunks.c", "base/hist.c",
-           "base/host_residency.c", "model/profile_build.c", "model/profile_render.c", "model/profile_summary.c",
-           "model/multi_tensor.c", "model/kernel_kind.c", "model/hybrid.c", "model/stream.c",
+           "base/host_residency.c", "profile/profile_build.c", "profile/profile_render.c", "profile/profile_summary.c",
+           "profile/multi_tensor.c", "profile/kernel_kind.c", "model/placement.c", "model/stream.c",
            "model/guard.c", "base/json.c")
 
 CDEF = """
@@ -149,7 +149,7 @@ def compile_sources(build_dir: Path) -> Path:
     """Builds the logic sources into build_dir/liblogic.so with the project's flags and definitions
     (libtransit/CMakeLists.txt)."""
     out = build_dir / "liblogic.so"
-    includes = [f"-I{SRC_DIR / layer}" for layer in ("base", "model")]
+    includes = [f"-I{SRC_DIR / layer}" for layer in ("base", "model", "profile")]
     cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", *includes, "-o",
            str(out)]
     subprocess.run(cmd + [str(SRC_DIR / s) for s in SOURCES], check=True, capture_output=True, text=True)

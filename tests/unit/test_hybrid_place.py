@@ -1,5 +1,5 @@
 """Hybrid's placement: the most reused chunks stay on the device up to its capacity; a reading
-over L sends the least reused placed chunks to the host (libtransit/src/model/hybrid.c)."""
+over L sends the least reused placed chunks to the host (libtransit/src/model/placement.c)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The profile's aggregation (libtransit/src/model/profile_build.c) on hand-made launches: a 3-phase
+"""The profile's aggregation (libtransit/src/profile/profile_build.c) on hand-made launches: a 3-phase
 training step with known reuse. Two micro-batches of forward and backward kernels touch the
 parameters and the activations, the backward ones the gradients, and one optimizer kernel the
 parameters, the gradients and the moments."""

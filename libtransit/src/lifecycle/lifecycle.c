@@ -158,7 +158,7 @@ static void start_threads(void)
     start_thread("transit-rec", &recorder, "no CUPTI flushes, no iteration polling, no stats refresh");
     start_thread("transit-tick", &tick, "no policy ticks (limit mode evicts only at launches)");
     /* hybrid's look-ahead mover (limit mode only: its staging is the margin under L) */
-    if (transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && transit_limit_mode() && transit_g.cfg.hybrid_mover)
+    if (transit_policy_runs_mover())
         start_thread("transit-move", &move, "no look-ahead mover (hybrid reads its host chunks in place)");
 }
 
@@ -242,6 +242,7 @@ void transit_activate(void)
         _exit(1); /* before any CUDA work: never run half-configured */
     }
     transit_state_init();
+    transit_policy_load();
     static int atfork_registered;
     if (!atfork_registered) {
         atfork_registered = 1;

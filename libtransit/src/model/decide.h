@@ -68,7 +68,7 @@ TRANSIT_INTERNAL transit_fill_state transit_decide_fill_at_eviction(transit_fill
 TRANSIT_INTERNAL uint64_t transit_decide_fill_room(uint64_t measured, uint64_t limit);
 /* What a reading over L asks a holding fill to evict, down to FILL_TARGET. */
 TRANSIT_INTERNAL uint64_t transit_decide_fill_over(uint64_t measured, uint64_t limit);
-/* What a reading over L asks hybrid's hold to send to the host (hybrid.h, transit_hybrid_demote):
+/* What a reading over L asks hybrid's hold to send to the host (placement.h, transit_hybrid_demote):
  * down to BOUND_TARGET, so that the mover's staging and what the profile does not see fit under L
  * after one demotion rather than after one per reading. */
 TRANSIT_INTERNAL uint64_t transit_decide_demote_bytes(uint64_t measured, uint64_t limit);

@@ -1,6 +1,6 @@
 /* guard.h - hybrid's guard: after warm-up hybrid measures a few steady iterations with advise's
  * placement and a few with its own, in the same run, and keeps the faster for the rest of it
- * (policy/guard.c runs the blocks; docs/design-notes.md, "Hybrid against advise, and the guard").
+ * (policy/hybrid_guard.c runs the blocks; docs/design-notes.md, "Hybrid against advise, and the guard").
  * The decision is a pure function of the recorded step times. */
 #ifndef TRANSIT_GUARD_H
 #define TRANSIT_GUARD_H

@@ -3,7 +3,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "decide.h"
-#include "hybrid.h"
+#include "placement.h"
 #include "stream.h"
 
 #include <stdio.h>

@@ -1,124 +1,24 @@
-/* engine.c - the policies' state, what they need of the recorder (the demand word), the profile
- * store that prefetch and limit mode replay, and the recorder's events (see policy.h). */
-#include "iteration.h"
+/* engine.c - the policy engine: it picks the active policy's table at load, keeps the profile
+ * store that prefetch and limit mode replay, and turns the recorder's and the hooks' events
+ * into calls of the services and of the table (see policy.h, ops.h; the launch event is
+ * launches.c's, the tick and iteration mark tick.c's). */
 #include "policy_int.h"
 #include "profile.h"
-#include "recorder.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-policy pol = {
-    .prof_lock = PTHREAD_MUTEX_INITIALIZER,
-    .chunks_lock = PTHREAD_MUTEX_INITIALIZER,
-    .alloc_room_lock = PTHREAD_MUTEX_INITIALIZER,
-    .hybrid_lock = PTHREAD_MUTEX_INITIALIZER,
-    .guard_lock = PTHREAD_MUTEX_INITIALIZER,
-    .moves_at_mark = UINT64_MAX,
-    .n = {.bound_peak_since = UINT64_MAX},
-};
-
-
-void pol_raise_peaks(uint64_t resident)
+/* The policies, by transit_policy (config.h): the one place that asks which is active. */
+void transit_policy_load(void)
 {
-    uint64_t live = transit_get(&transit_g.n.managed_live);
-    uint64_t limit = transit_g.cfg.mem_limit;
-    transit_raise_peak(&pol.n.resident_peak, resident);
-    if (limit && resident > limit)
-        transit_raise_peak(&pol.n.overshoot_peak, resident - limit);
-    if (live > resident)
-        transit_raise_peak(&pol.n.spilled_peak, live - resident);
-}
-
-/* The estimate follows recency only when migration records arrive. Without them (the recorder
- * degraded or off) limit mode still measures its bound and evicts by it (pol_rewind_clock). */
-bool pol_estimating(void)
-{
-    return transit_limit_mode() && transit_recorder_sees_migrations();
-}
-
-static bool uses_profile(void)
-{
-    transit_policy p = transit_g.cfg.policy;
-    return p == TRANSIT_POLICY_PREFETCH || p == TRANSIT_POLICY_HYBRID || transit_limit_mode();
-}
-
-bool pol_in_place(void)
-{
-    return transit_g.cfg.policy == TRANSIT_POLICY_ADVISE || transit_g.cfg.policy == TRANSIT_POLICY_HYBRID;
-}
-
-/* Limit mode's evictions go at launches, in their order (docs/design.md, "Limit mode"). */
-bool pol_planning(void)
-{
-    return pol_estimating() && __atomic_load_n(&pol.replay, __ATOMIC_ACQUIRE) &&
-           !(pol_in_place() && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE));
-}
-
-/* Under BOUND_TARGET no reading of the estimate or the bound asks for an eviction. */
-static bool near_limit(void)
-{
-    return transit_limit_mode() && transit_get(&transit_g.n.managed_peak) > TRANSIT_BOUND_TARGET(transit_g.cfg.mem_limit);
-}
-
-bool pol_far_under_limit(void)
-{
-    return !transit_limit_mode() || transit_get(&transit_g.n.managed_peak) <= HOST_CHECK_FROM(transit_g.cfg.mem_limit);
-}
-
-/* The device's memory; 0 when unknown. */
-static uint64_t device_bytes(void)
-{
-    int dev = transit_g.id.device;
-    return dev >= 0 && dev < TRANSIT_MAX_DEVICES ? transit_g.device_total[dev] : 0;
-}
-
-/* What prefetch and limit mode plan for: L in limit mode, the device's memory in physical mode
- * (0 when unknown). */
-uint64_t pol_planned_capacity(void)
-{
-    return transit_limit_mode() ? transit_g.cfg.mem_limit : device_bytes();
-}
-
-/* CUPTI's kernel tracing instruments every kernel (its timing code runs on the GPU), and only
- * the ranges replayed or planned at launches need the times: prefetch's, and limit mode's. Until
- * the managed total passes half of their planned capacity no data is expected to migrate, and a
- * profile would be empty. */
-static bool needs_kernel_times(void)
-{
-    uint64_t capacity = pol_planned_capacity();
-    bool plans = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH || transit_limit_mode();
-    return plans && (!capacity || transit_get(&transit_g.n.managed_peak) > capacity / 2);
-}
-
-/* Prefetch has nothing to replay (its window took no kernel times, or nothing migrated in it),
- * and the managed total stays under BOUND_TARGET of its planned capacity: its launches do
- * nothing, as base's, and the launch callbacks can go off (and CUPTI with them, far under L)
- * after the window. Past that mark they come back with a new profile (the recorder's
- * rec_steer_launch_callbacks). */
-static bool prefetch_replays_nothing(void)
-{
-    uint64_t capacity = pol_planned_capacity();
-    bool ranges = __atomic_load_n(&pol.replay, __ATOMIC_ACQUIRE) && transit_get(&pol.n.ranges_count);
-    return !ranges && capacity && transit_get(&transit_g.n.managed_peak) <= TRANSIT_BOUND_TARGET(capacity);
-}
-
-/* Limit mode evicts at launches only once the managed total came near L. */
-static bool needs_launches(void)
-{
-    const transit_config *c = &transit_g.cfg;
-    return (c->policy == TRANSIT_POLICY_PREFETCH && !prefetch_replays_nothing()) ||
-           (c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE)) ||
-           (c->policy == TRANSIT_POLICY_HYBRID && pol_mover_active()) ||
-           near_limit();
-}
-
-/* Not while the managed total stays under BOUND_TARGET, where no eviction can come of it (the
- * launch callbacks go off then, needs_launches). */
-bool pol_plans_at_launches(void)
-{
-    return pol_planning() && needs_launches();
+    static const transit_policy_ops *const tables[] = {
+        [TRANSIT_POLICY_BASE] = &transit_policy_base_ops,
+        [TRANSIT_POLICY_PREFETCH] = &transit_policy_prefetch_ops,
+        [TRANSIT_POLICY_ADVISE] = &transit_policy_advise_ops,
+        [TRANSIT_POLICY_HYBRID] = &transit_policy_hybrid_ops,
+    };
+    pol_ops = tables[transit_g.cfg.policy];
 }
 
 uint64_t transit_policy_resident(void)
@@ -131,25 +31,6 @@ uint64_t transit_policy_resident(void)
     return TRANSIT_MIN(live, transit_g.cfg.mem_limit);
 }
 
-int pol_fill_now(void)
-{
-    return __atomic_load_n(&pol.fill_state, __ATOMIC_ACQUIRE);
-}
-
-/* While filling or full, only the smaps readings decide evictions (advise.c). */
-bool pol_fill_holds(int state)
-{
-    return state == TRANSIT_FILL_FILLING || state == TRANSIT_FILL_FULL;
-}
-
-/* What limit mode decides from (decide.h). */
-transit_limit_view pol_limit_view(bool fill_held)
-{
-    return (transit_limit_view){.limit = transit_g.cfg.mem_limit, .estimating = pol_estimating(),
-                                .planning = pol_planning(), .fill_held = fill_held,
-                                .correction = transit_get(&pol.n.target_correction)};
-}
-
 uint64_t transit_policy_evicted_bytes(void)
 {
     return transit_get(&pol.n.evict_bytes) + transit_get(&pol.n.sweep_bytes);
@@ -158,7 +39,7 @@ uint64_t transit_policy_evicted_bytes(void)
 /* The profile store's part of a window's opening (prof_lock after the recorder's win_lock). */
 static void store_begin(bool refine)
 {
-    if (!uses_profile())
+    if (!pol_uses_profile())
         return;
     pthread_mutex_lock(&pol.prof_lock);
     pol.refining = refine && pol.replay;
@@ -184,7 +65,7 @@ static void store_begin(bool refine)
 static bool store_end(uint32_t max_launches, bool timed)
 {
     bool learning = false;
-    if (!uses_profile())
+    if (!pol_uses_profile())
         return false;
     pthread_mutex_lock(&pol.prof_lock);
     bool built = pol.collecting && timed; /* untimed, no migration could be placed: no profile, not an empty one */
@@ -279,11 +160,11 @@ void transit_policy_um_record(const transit_um_record *r)
 void transit_policy_profile_begin(uint64_t first, transit_window_kind kind)
 {
     if (kind == TRANSIT_WINDOW_STEADY) {
-        transit_profile_window_begin(first, 1, true);
+        transit_profile_window_begin(first, 1, true, pol_ops->window_end != NULL);
     } else {
         store_begin(kind == TRANSIT_WINDOW_REFINE);
         if (kind == TRANSIT_WINDOW_FULL)
-            transit_profile_window_begin(first, transit_g.cfg.warmup_iters, false);
+            transit_profile_window_begin(first, transit_g.cfg.warmup_iters, false, pol_ops->window_end != NULL);
     }
     pol_publish_demand();
 }
@@ -297,36 +178,31 @@ bool transit_policy_profile_end(uint32_t max_launches, bool timed)
 
 void transit_policy_window_closed(void)
 {
-    transit_profile_window_end(true); /* the first full window's records are all in */
+    transit_profile_window_end(true, pol_ops->window_end); /* the first full window's records are all in */
 }
 
 void transit_policy_exit(void)
 {
-    transit_profile_window_end(false); /* a run shorter than its window */
+    transit_profile_window_end(false, pol_ops->window_end); /* a run shorter than its window */
 }
 
 void transit_policy_stop(void)
 {
     __atomic_store_n(&pol.stopping, 1, __ATOMIC_RELEASE);
-    pol_mover_wake();
+    if (pol_ops->stop)
+        pol_ops->stop();
 }
 
 void transit_policy_on_alloc(uint64_t ptr, uint64_t size, int device)
 {
-    const transit_driver_api *drv;
     transit_profile_allocated(ptr, size);
     /* PyTorch's device tensors are first touched by the GPU, which populates them on the device
      * without any migration record: count a new allocation as resident from the start. */
     if (transit_limit_mode())
         pol_mark_resident(ptr, size, false);
     pol_raise_peaks(transit_policy_resident());
-    if (pol_in_place() && __atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
-        (drv = transit_act_driver())) {
-        CUstreamCaptureMode saved;
-        bool relaxed = transit_act_relax_capture(drv, &saved);
-        pol_advise_range(drv, ptr, size, device);
-        transit_act_restore_capture(drv, relaxed, &saved);
-    }
+    if (pol_ops->on_alloc)
+        pol_ops->on_alloc(ptr, size, device);
     pol_publish_demand();
 }
 
@@ -344,39 +220,14 @@ void transit_policy_after_fork(void)
     transit_ranges_destroy(pol.fresh);
     transit_attrib_destroy(pol.attrib);
     transit_chunks_destroy(pol.chunks);
-    free(pol.hybrid_chunk);
-    free(pol.hybrid_reuse);
-    free(pol.hybrid_resident);
-    transit_stream_schedule_free(&pol.hybrid_schedule);
-    pol_mover_after_fork();
-    pol_guard_after_fork();
+    if (pol_ops->after_fork)
+        pol_ops->after_fork();
     memset(&pol, 0, sizeof pol);
-    pthread_mutex_init(&pol.hybrid_lock, NULL);
-    pthread_mutex_init(&pol.guard_lock, NULL);
     pthread_mutex_init(&pol.prof_lock, NULL);
     pthread_mutex_init(&pol.chunks_lock, NULL);
     pthread_mutex_init(&pol.alloc_room_lock, NULL);
     pol.moves_at_mark = UINT64_MAX;
     pol.n.bound_peak_since = UINT64_MAX;
-}
-
-/* What the recorder must collect for the policies now (events.h): recomputed at every change of
- * what it depends on (allocations, frees, profiles, advise applying, ticks). */
-void pol_publish_demand(void)
-{
-    uint32_t bits = (uses_profile() ? TRANSIT_DEMAND_PROFILE : 0) |
-                    (needs_kernel_times() || transit_profile_collecting() ? TRANSIT_DEMAND_KERNEL_TIMES : 0) |
-                    (needs_launches() ? TRANSIT_DEMAND_LAUNCHES : 0) | (near_limit() ? TRANSIT_DEMAND_NEAR_LIMIT : 0) |
-                    (pol_far_under_limit() ? TRANSIT_DEMAND_FAR_UNDER : 0) |
-                    (pol_plans_at_launches() ? TRANSIT_DEMAND_PLANS_AT_LAUNCHES : 0) |
-                    (transit_profile_collecting() ? TRANSIT_DEMAND_EVERY_RECORD : 0);
-    transit_recorder_set_demand(bits);
-}
-
-const char *pol_fill_name(void)
-{
-    static const char *const names[] = {"waiting", "filling", "full", "ended"};
-    return names[pol_fill_now()];
 }
 
 void transit_policy_refresh_demand(void)
@@ -394,8 +245,20 @@ void transit_policy_snapshot(transit_policy_snap *s)
         .replaying = __atomic_load_n(&pol.replay, __ATOMIC_RELAXED),
         .advise_applied = __atomic_load_n(&pol.advise_applied, __ATOMIC_RELAXED),
         .fill_state = pol_fill_name(),
-        .hybrid_due = __atomic_load_n(&pol.hybrid_due, __ATOMIC_RELAXED),
-        .guard_state = pol_guard_state_name(),
-        .guard_kept = pol_guard_kept_name(),
+        .guard_state = "off",
     };
+    if (pol_ops->snapshot)
+        pol_ops->snapshot(s);
+}
+
+/* The active policy's own thread (lifecycle.c): hybrid's mover, in limit mode only (its staging
+ * is the margin under L). */
+bool transit_policy_runs_mover(void)
+{
+    return pol_ops->move_step && transit_limit_mode() && transit_g.cfg.hybrid_mover;
+}
+
+void transit_policy_move_step(void)
+{
+    pol_ops->move_step();
 }

@@ -29,7 +29,7 @@ void pol_chunks_changed(void)
         pol_raise_peaks(resident);
 }
 
-/* Cold: only the chunks the estimate lacks, as the next victims (see transit_policy_htod). */
+/* Cold: only the chunks the estimate lacks, as the next victims (see engine.c's htod). */
 void pol_mark_resident(uint64_t addr, uint64_t bytes, bool cold)
 {
     pthread_mutex_lock(&pol.chunks_lock);

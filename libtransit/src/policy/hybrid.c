@@ -1,300 +1,95 @@
-/* hybrid.c - the hybrid policy in the live engine: at the end of each profiling window the
- * placement is planned from the profile's reuse (model/hybrid.c), and in limit mode its mover's
- * schedule from the profile's phases (model/stream.c); the tick thread applies the placement, off
- * the launch path: SetAccessedBy on every managed allocation (as advise), the chunks placed on
- * the host prefetched there, those placed on the device prefetched to it, on TRANSIT's own
- * stream; then hands the schedule to the mover (mover.c). From then on host data is read in
- * place unless the mover streams it; limit mode's bound stays the safety net. A new profile (the
- * kernel sequence changed) plans anew. */
-#include "alloc_table.h"
-#include "hybrid.h"
-#include "host_residency.h"
-#include "policy_int.h"
+/* hybrid.c - the hybrid policy: at the end of each profiling window the most reused 2 MiB chunks
+ * are placed on the device up to its capacity and the rest on the host, read in place
+ * (hybrid_place.c); in limit mode its look-ahead mover streams the host chunks two phases or more
+ * touch (hybrid_mover.c); its guard first times a few steps with advise's placement and keeps it
+ * if faster (hybrid_guard.c). This file is its table: which of them each event reaches. */
+#include "hybrid_int.h"
 
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-int pol_reuse_class(uint32_t reuse)
+static void window_end(const profile_summary *profile)
 {
-    return reuse <= 1 ? 0 : reuse == 2 ? 1 : reuse <= 4 ? 2 : reuse <= 8 ? 3 : 4;
+    int guarded = hyb_guard_on_plan();
+    if (guarded != GUARD_PLAN_DROP)
+        hyb_plan(profile, guarded == GUARD_PLAN_APPLY);
 }
 
-static int by_index(const void *a, const void *b)
+static bool launch_due(const transit_launch *l)
 {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return (x > y) - (x < y);
+    return hyb_mover_starts_phase(l->ordinal);
 }
 
-/* Appends chunk c to the run list (adjacent chunks coalesced); false when out of memory. */
-static bool add_chunk(transit_range **v, size_t *n, size_t *cap, uint64_t c)
+static void launch(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
-    uint64_t addr = c << TRANSIT_CHUNK_SHIFT;
-    if (*n && (*v)[*n - 1].addr + (*v)[*n - 1].bytes == addr) {
-        (*v)[*n - 1].bytes += TRANSIT_CHUNK_BYTES;
-        return true;
-    }
-    if (*n == *cap) {
-        size_t grown = *cap ? 2 * *cap : 256;
-        transit_range *w = realloc(*v, grown * sizeof *w);
-        if (!w)
-            return false;
-        *v = w;
-        *cap = grown;
-    }
-    (*v)[(*n)++] = (transit_range){addr, TRANSIT_CHUNK_BYTES};
-    return true;
+    (void)dev;
+    hyb_mover_launch(drv, l);
 }
 
-/* hybrid_lock held: the placement's chunks on the device (on_device) or the host, as coalesced
- * ranges in address order; NULL when there are none or memory ran out (nothing is then moved). */
-static transit_range *placed_ranges(bool on_device, size_t *n)
+/* Outside the device's context: the page-table readings. */
+static void before_tick(void)
 {
-    transit_range *v = NULL;
-    size_t cap = 0;
-    for (size_t i = 0; i < pol.hybrid_nchunks; i++)
-        if (pol.hybrid_resident[i] == on_device && !add_chunk(&v, n, &cap, pol.hybrid_chunk[i])) {
-            free(v);
-            *n = 0;
-            return NULL;
-        }
-    return v;
+    hyb_read_placement();
+    hyb_guard_read_advise();
 }
 
-/* Both halves of the placement, taken under hybrid_lock so that no driver call or page-table
- * walk runs while it is held. */
-static void placed_halves(transit_range **host, size_t *nhost, transit_range **device, size_t *ndevice)
+static bool tick_due(void)
 {
-    pthread_mutex_lock(&pol.hybrid_lock);
-    *host = placed_ranges(0, nhost);
-    *device = placed_ranges(1, ndevice);
-    pthread_mutex_unlock(&pol.hybrid_lock);
+    return hyb_guard_due() || hyb_due();
 }
 
-/* What the device can hold: L less the launches' margin in limit mode; the device less
- * TRANSIT_PHYS_MARGIN in physical mode. */
-static uint64_t placement_capacity(void)
+/* While the guard measures advise's placement, its fill's eviction rules hold. */
+static bool demote(const transit_driver_api *drv, CUstream stream, uint64_t excess)
 {
-    uint64_t device = transit_device_bytes();
-    if (transit_limit_mode())
-        return transit_hybrid_capacity(transit_g.cfg.mem_limit);
-    return device > TRANSIT_PHYS_MARGIN ? device - TRANSIT_PHYS_MARGIN : 0;
+    return !hyb_guard_holds_advise() && hyb_demote(drv, stream, excess);
 }
 
-/* The mover's schedule over the profile's last iteration (limit mode: its staging is the margin
- * between the placement and L, so placed + staged stays within L; physical mode has no margin
- * for it, and hybrid there reads all its host chunks in place). Adds the streamed bytes by class. */
-static bool plan_mover(const profile_summary *p, const uint8_t *resident, transit_stream_schedule *out,
-                       uint64_t *streamed_by_class, uint64_t *staged_peak)
+static void tick(const transit_driver_api *drv, CUdevice dev, bool due)
 {
-    uint64_t *addr = malloc((p->n + 1) * sizeof *addr);
-    uint32_t *issue = malloc((p->n + 1) * sizeof *issue), *back = malloc((p->n + 1) * sizeof *back);
-    bool ok = addr && issue && back;
-    for (size_t i = 0; ok && i < p->n; i++)
-        addr[i] = p->chunks[i] << TRANSIT_CHUNK_SHIFT;
-    transit_stream_input in = {.nphases = p->nphases, .touch_offsets = p->touch_offsets, .touch = p->touch,
-                               .compute_ns = p->phase_kernel_ns, .nchunks = p->n, .chunk_addr = addr,
-                               .resident = resident,
-                               .staging_bytes = TRANSIT_HYBRID_STAGING(transit_g.cfg.mem_limit),
-                               .htod_bps = TRANSIT_STREAM_HTOD_BPS, .dtoh_bps = TRANSIT_STREAM_DTOH_BPS,
-                               .first_ordinal = p->phase_ordinal};
-    ok = ok && transit_stream_plan(&in, issue, back, staged_peak) == 0 &&
-         transit_stream_schedule_make(&in, issue, back, out) == 0;
-    for (size_t i = 0; ok && i < p->n; i++)
-        if (issue[i] != TRANSIT_STREAM_NONE)
-            streamed_by_class[pol_reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
-    free(addr);
-    free(issue);
-    free(back);
-    return ok;
-}
-
-void pol_hybrid_plan(const profile_summary *p)
-{
-    static int warned, warned_mover;
-    int guarded = pol_guard_on_plan();
-    if (guarded == GUARD_PLAN_DROP)
-        return;
-    size_t n = p->n;
-    uint8_t *resident = malloc(n + 1);
-    uint64_t by_class[3][TRANSIT_HYBRID_CLASSES] = {{0}}, staged_peak = 0;
-    transit_stream_schedule schedule = {0};
-    uint64_t *chunk = malloc((n + 1) * sizeof *chunk);
-    uint32_t *reuse = malloc((n + 1) * sizeof *reuse);
-    bool ok = resident && chunk && reuse && transit_hybrid_place(p->reuse, n, placement_capacity(), resident) == 0;
-    if (ok) {
-        memcpy(chunk, p->chunks, n * sizeof *chunk);
-        memcpy(reuse, p->reuse, n * sizeof *reuse);
-    }
-    for (size_t i = 0; ok && i < n; i++)
-        by_class[resident[i] ? 0 : 1][pol_reuse_class(p->reuse[i])] += TRANSIT_CHUNK_BYTES;
-    if (ok && n && transit_limit_mode() && transit_g.cfg.hybrid_mover && p->nphases &&
-        !plan_mover(p, resident, &schedule, by_class[2], &staged_peak)) {
-        if (!__atomic_exchange_n(&warned_mover, 1, __ATOMIC_RELAXED))
-            transit_warn("hybrid: out of memory for its mover's plan; host chunks are read in place");
-        transit_stream_schedule_free(&schedule);
-        memset(by_class[2], 0, sizeof by_class[2]);
-    }
-    if (!ok || !n) {
-        free(chunk);
-        free(reuse);
-        free(resident);
-        chunk = NULL;
-        reuse = NULL;
-        resident = NULL;
-        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-            transit_warn("hybrid: %s; acting as advise", n ? "out of memory for its placement" : "the profile has no chunk");
-        n = 0;
-    }
-    pthread_mutex_lock(&pol.hybrid_lock);
-    transit_stream_schedule_free(&pol.hybrid_schedule);
-    pol.hybrid_schedule = schedule;
-    free(pol.hybrid_chunk);
-    free(pol.hybrid_reuse);
-    free(pol.hybrid_resident);
-    pol.hybrid_chunk = chunk;
-    pol.hybrid_reuse = reuse;
-    pol.hybrid_resident = resident;
-    pol.hybrid_nchunks = n;
-    for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
-        __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
-        __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
-        __atomic_store_n(&pol.n.hybrid_streamed_by_reuse[k], by_class[2][k], __ATOMIC_RELAXED);
-    }
-    __atomic_store_n(&pol.n.planned_streamed_bytes, schedule.streamed_bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&pol.n.planned_staged_peak, staged_peak, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&pol.hybrid_lock);
-    transit_add(&pol.n.hybrid_plans, 1);
-    if (guarded == GUARD_PLAN_APPLY)
-        __atomic_store_n(&pol.hybrid_due, 1, __ATOMIC_RELEASE);
-}
-
-bool pol_hybrid_due(void)
-{
-    return transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && __atomic_load_n(&pol.hybrid_due, __ATOMIC_ACQUIRE);
-}
-
-/* A device chunk already there stays as its warm-up left it, brought back by faults in small
- * pieces. TRANSIT_HYBRID_REMAP sends it to the host and back in bulk, a chunk at a time on one
- * stream (design-notes.md, "Hybrid at micro-batch 8"). The training runs meanwhile: a kernel that
- * touches a chunk between the two prefetches faults it in again, counted in the faults. */
-static void place_on_device(const transit_driver_api *drv, transit_range r, CUdevice dev, CUstream stream)
-{
-    if (!transit_g.cfg.hybrid_remap) {
-        pol_prefetch_range(drv, r, dev, PREFETCH_PLACE_DEVICE, stream);
-        return;
-    }
-    for (uint64_t at = r.addr, end = r.addr + r.bytes; at < end; at += TRANSIT_CHUNK_BYTES) {
-        transit_range step = {.addr = at, .bytes = TRANSIT_MIN(TRANSIT_CHUNK_BYTES, end - at)};
-        pol_prefetch_range(drv, step, dev, PREFETCH_REMAP, stream);
-        pol_prefetch_range(drv, step, dev, PREFETCH_PLACE_DEVICE, stream);
+    CUstream stream;
+    transit_stream_schedule handed;
+    (void)due;
+    if (hyb_guard_due())
+        hyb_guard_apply_advise(drv, dev);
+    if (hyb_due() && pol_own_tick_stream(drv, &stream) && hyb_apply(drv, dev, stream, &handed)) {
+        hyb_mover_hand_over(&handed);
+        hyb_guard_placement_applied();
     }
 }
 
-/* Any thread, at an iteration mark: a profiled run reads where the placed chunks are at the next
- * tick (design-notes.md, "Hybrid at micro-batch 8": with SetAccessedBy a chunk on the host is
- * read in place with no fault, so only the page tables show a device chunk left there). */
-void pol_hybrid_mark(void)
+static void iteration_mark(void)
 {
-    if (transit_g.cfg.profile && transit_get(&pol.n.hybrid_applied))
-        __atomic_store_n(&pol.hybrid_reading_due, 1, __ATOMIC_RELEASE);
+    hyb_mark();
+    hyb_guard_mark();
 }
 
-/* -1 when a read failed: a failure must not read as "nothing on the host". */
-static int64_t host_bytes_of(int fd, const transit_range *r, size_t n)
+static void after_fork(void)
 {
-    int64_t host = 0;
-    for (size_t i = 0; r && i < n && host >= 0; i++) {
-        int64_t h = transit_host_bytes_in(fd, r[i].addr, r[i].bytes);
-        host = h < 0 ? -1 : host + h;
-    }
-    return host;
+    hyb_place_after_fork();
+    hyb_mover_after_fork();
+    hyb_guard_after_fork();
 }
 
-/* Tick thread: the reading pol_hybrid_mark asked for, outside the lock (a walk of the page
- * tables of every placed chunk). */
-void pol_hybrid_read_placement(void)
+static void snapshot(transit_policy_snap *s)
 {
-    if (!__atomic_exchange_n(&pol.hybrid_reading_due, 0, __ATOMIC_ACQ_REL))
-        return;
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    size_t nhost = 0, ndevice = 0;
-    transit_range *host, *device;
-    placed_halves(&host, &nhost, &device, &ndevice);
-    int64_t device_on_host = host_bytes_of(fd, device, ndevice), host_on_host = host_bytes_of(fd, host, nhost);
-    close(fd);
-    if (device_on_host >= 0 && host_on_host >= 0) {
-        __atomic_store_n(&pol.n.placed_device_on_host_bytes, (uint64_t)device_on_host, __ATOMIC_RELAXED);
-        __atomic_store_n(&pol.n.placed_host_on_host_bytes, (uint64_t)host_on_host, __ATOMIC_RELAXED);
-        transit_add(&pol.n.placement_readings, 1);
-    }
-    free(host);
-    free(device);
+    s->hybrid_due = hyb_due();
+    s->guard_state = hyb_guard_state_name();
+    s->guard_kept = hyb_guard_kept_name();
 }
 
-/* Tick thread. Waits for its moves (off the launch path): the next readings then show them. */
-void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream)
-{
-    static int warned;
-    if (!__atomic_exchange_n(&pol.hybrid_due, 0, __ATOMIC_ACQ_REL))
-        return;
-    pol_advise_all(drv, dev); /* once: later allocations are advised as they come */
-    size_t nhost = 0, ndevice = 0;
-    transit_range *host, *device;
-    placed_halves(&host, &nhost, &device, &ndevice);
-    for (size_t i = 0; host && i < nhost && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
-        pol_prefetch_range(drv, host[i], dev, PREFETCH_PLACE_HOST, stream);
-    for (size_t i = 0; device && i < ndevice && !__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE); i++)
-        place_on_device(drv, device[i], dev, stream);
-    free(host);
-    free(device);
-    CUresult e = transit_act_stream_wait(drv, stream);
-    if (e != CUDA_SUCCESS)
-        transit_warn_once(&warned, "hybrid: cuStreamSynchronize after placing", drv, e);
-    transit_add(&pol.n.hybrid_applied, 1);
-    /* The placement is in: in limit mode it holds the device as advise's full fill does (only
-     * smaps readings decide; one over L demotes, see pol_hybrid_demote), with or without the
-     * mover, which takes over here. */
-    pthread_mutex_lock(&pol.hybrid_lock);
-    transit_stream_schedule schedule = pol.hybrid_schedule;
-    pol.hybrid_schedule = (transit_stream_schedule){0};
-    pthread_mutex_unlock(&pol.hybrid_lock);
-    if (transit_limit_mode() && e == CUDA_SUCCESS)
-        __atomic_store_n(&pol.fill_state, TRANSIT_FILL_FULL, __ATOMIC_RELEASE);
-    pol_mover_hand_over(&schedule);
-    pol_guard_placement_applied();
-}
-
-/* Tick thread, while hybrid holds the device: a reading `excess` bytes over the hold's target
- * sends the least reused placed chunks to the host (read in place from then on) instead of
- * evicting by recency, which would end the hold and take what every phase reads. False when
- * nothing placed is left to send (limit mode's eviction then takes over). */
-bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess)
-{
-    size_t want = (size_t)((excess + TRANSIT_CHUNK_BYTES - 1) >> TRANSIT_CHUNK_SHIFT), m = 0, nranges = 0, cap = 0;
-    transit_range *ranges = NULL;
-    if (pol_guard_holds_advise())
-        return false; /* advise's placement is measured: its fill's eviction rules hold */
-    pthread_mutex_lock(&pol.hybrid_lock);
-    size_t *picked = pol.hybrid_resident ? malloc((want + 1) * sizeof *picked) : NULL; /* none unless hybrid placed */
-    if (picked)
-        m = transit_hybrid_demote(pol.hybrid_reuse, pol.hybrid_nchunks, excess, pol.hybrid_resident, picked, want);
-    if (m)
-        qsort(picked, m, sizeof *picked, by_index); /* address order: neighbours coalesce */
-    bool ok = true;
-    for (size_t k = 0; k < m; k++) {
-        int c = pol_reuse_class(pol.hybrid_reuse[picked[k]]);
-        transit_sub(&pol.n.hybrid_resident_by_reuse[c], TRANSIT_CHUNK_BYTES);
-        transit_add(&pol.n.hybrid_host_by_reuse[c], TRANSIT_CHUNK_BYTES);
-        ok = ok && add_chunk(&ranges, &nranges, &cap, pol.hybrid_chunk[picked[k]]);
-    }
-    pthread_mutex_unlock(&pol.hybrid_lock); /* no lock across driver calls */
-    for (size_t i = 0; ok && i < nranges; i++)
-        pol_prefetch_range(drv, ranges[i], 0, PREFETCH_DEMOTE, stream);
-    free(picked);
-    free(ranges);
-    return m > 0;
-}
+const transit_policy_ops transit_policy_hybrid_ops = {
+    .uses_profile = true,
+    .in_place = true,
+    .on_alloc = pol_in_place_on_alloc,
+    .needs_launches = hyb_mover_active,
+    .launch_due = launch_due,
+    .launch = launch,
+    .before_tick = before_tick,
+    .tick_due = tick_due,
+    .demote = demote,
+    .tick = tick,
+    .fill_rules = hyb_guard_measures_advise,
+    .iteration_mark = iteration_mark,
+    .window_end = window_end,
+    .move_step = hyb_mover_step,
+    .stop = hyb_mover_wake,
+    .after_fork = after_fork,
+    .snapshot = snapshot,
+};

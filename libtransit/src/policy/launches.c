@@ -1,17 +1,15 @@
-/* launches.c - what the policies do at a kernel launch (the recorder's launch event): prefetch's
- * replay of the profiled ranges, limit mode's room for them, advise's applying halfway through
- * the first iteration after warm-up, and hybrid's mover at a phase's first launch. Never on a
- * capturing stream; nothing here synchronizes. */
+/* launches.c - the engine's launch event (the recorder's): limit mode's room for the profiled
+ * ranges and their replay (a policy that replays the profile prefetches them), then the active
+ * policy's own launch (advise's applying halfway through the first iteration after warm-up,
+ * hybrid's mover at a phase's first launch). Never on a capturing stream; nothing here
+ * synchronizes. */
 #include "policy_int.h"
 #include "profile.h"
-#include "recorder.h"
 
 #include <string.h>
 
-/* ---- called by the recorder ---- */
-
 /* Whether the profile has ranges for this launch (most launches have none: no driver call). */
-bool pol_has_ranges(uint32_t ordinal)
+static bool has_ranges(uint32_t ordinal)
 {
     size_t n = 0;
     if (!__atomic_load_n(&pol.replay, __ATOMIC_ACQUIRE))
@@ -26,10 +24,10 @@ bool pol_has_ranges(uint32_t ordinal)
 /* The ordinal's profiled ranges, copied out in batches (no lock is held across a driver call),
  * each widened to the chunks it touches (the driver brings in more than its records name; a
  * chunk the previous range already took is not taken twice): room is made for them (limit
- * mode), then they are prefetched (prefetch policy). */
-void pol_replay_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
+ * mode), then they are prefetched (a policy that replays the profile). */
+static void replay_ordinal(const transit_driver_api *drv, const transit_launch *l, CUdevice dev)
 {
-    bool planned = pol_plans_at_launches(), prefetching = transit_g.cfg.policy == TRANSIT_POLICY_PREFETCH;
+    bool planned = pol_plans_at_launches(), prefetching = pol_ops->replays_profile;
     transit_range batch[PREFETCH_BATCH];
     uint64_t taken_to = 0;
     for (size_t done = 0;;) {
@@ -60,30 +58,23 @@ void pol_replay_ordinal(const transit_driver_api *drv, const transit_launch *l, 
 
 void transit_policy_launch(const transit_launch *l)
 {
-    const transit_config *c = &transit_g.cfg;
     transit_profile_launch(l->iteration, l->ordinal, l->corr, l->runtime_corr, l->symbol, l->function, l->params,
                            l->extra);
-    uint32_t prev = transit_recorder_prev_iteration_launches();
-    bool do_replay =
-        (c->policy == TRANSIT_POLICY_PREFETCH || pol_plans_at_launches()) && pol_has_ranges(l->ordinal);
-    bool do_advise = c->policy == TRANSIT_POLICY_ADVISE && !__atomic_load_n(&pol.advise_applied, __ATOMIC_ACQUIRE) &&
-                     transit_decide_advise_at_launch(l->iteration, c->warmup_iters, l->ordinal, prev);
-    bool do_move = c->policy == TRANSIT_POLICY_HYBRID && pol_mover_starts_phase(l->ordinal);
+    bool do_replay = (pol_ops->replays_profile || pol_plans_at_launches()) && has_ranges(l->ordinal);
+    bool do_own = pol_ops->launch_due && pol_ops->launch_due(l);
     const transit_driver_api *drv;
     CUstreamCaptureMode saved;
     CUdevice dev;
-    if (!(do_replay || do_advise || do_move) || !(drv = transit_act_driver()))
+    if (!(do_replay || do_own) || !(drv = transit_act_driver()))
         return;
     bool relaxed = transit_act_relax_capture(drv, &saved);
     if (transit_act_capturing(drv, l->stream)) {
         transit_add(&pol.n.capture_skips, 1);
     } else if (transit_act_current_device(drv, &dev) == CUDA_SUCCESS) {
         if (do_replay)
-            pol_replay_ordinal(drv, l, dev);
-        if (do_advise)
-            pol_advise_all(drv, dev);
-        if (do_move)
-            pol_mover_launch(drv, l);
+            replay_ordinal(drv, l, dev);
+        if (do_own)
+            pol_ops->launch(drv, l, dev);
     }
     transit_act_restore_capture(drv, relaxed, &saved);
 }

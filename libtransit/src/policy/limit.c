@@ -1,26 +1,23 @@
-/* limit.c - limit mode's tick (every 20 ms on the tick thread) and the room made before an
- * allocation: the measured bound on what the device holds (managed bytes minus host-resident ones,
- * host_residency.c), the evictions it asks for, the sweeps for what the estimate lost, and the
- * per-iteration correction of the launches' target. Why each rule is as it is:
+/* limit.c - limit mode, a service the engine's tick (tick.c) and the policies call: the measured
+ * bound on what the device holds (managed bytes minus host-resident ones, host_residency.c), the
+ * evictions it asks for, the sweeps for what the estimate lost, the per-iteration correction of
+ * the launches' target, and the room made before an allocation. Why each rule is as it is:
  * docs/design-notes.md, "Limit mode". */
 #include "host_residency.h"
-#include "iteration.h"
 #include "policy_int.h"
-#include "recorder.h"
-#include "ticklog.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 /* The bound on device-resident managed bytes, given the host-resident ones. */
-uint64_t pol_bound_from_host(uint64_t host)
+static uint64_t pol_bound_from_host(uint64_t host)
 {
     uint64_t live = transit_get(&transit_g.n.managed_live);
     return live > host ? live - host : 0;
 }
 
 /* A reading of the bound, for the stats and the launches' correction. */
-void pol_record_bound(uint64_t bound)
+static void pol_record_bound(uint64_t bound)
 {
     __atomic_store_n(&pol.n.device_bound, bound, __ATOMIC_RELAXED);
     transit_raise_peak(&pol.n.device_bound_peak, bound);
@@ -33,7 +30,7 @@ void pol_record_bound(uint64_t bound)
 
 /* The bound on device-resident managed bytes (see the top of this file) from the RSS, now;
  * UINT64_MAX before the first smaps reading or when the RSS cannot be read. */
-uint64_t pol_read_bound(void)
+static uint64_t pol_read_bound(void)
 {
     bool calibrated = transit_limit_mode() && __atomic_load_n(&pol.rss_calibrated, __ATOMIC_ACQUIRE);
     int64_t rss = calibrated ? transit_process_rss() : -1;
@@ -45,7 +42,7 @@ uint64_t pol_read_bound(void)
 
 /* What a bound asks to evict (transit_decide_bound_excess; docs/design-notes.md, "The bound's
  * safety net while planning"). */
-uint64_t pol_bound_excess(uint64_t bound, bool fill_held)
+static uint64_t pol_bound_excess(uint64_t bound, bool fill_held)
 {
     transit_limit_view v = pol_limit_view(fill_held);
     return transit_decide_bound_excess(&v, bound);
@@ -141,7 +138,7 @@ void pol_sweep(const transit_driver_api *drv, CUstream stream)
 }
 
 /* The launches' correction (below) is at its cap. */
-bool pol_target_correction_capped(void)
+static bool pol_target_correction_capped(void)
 {
     return transit_get(&pol.n.target_correction) >= TRANSIT_EVICT_TARGET(transit_g.cfg.mem_limit) / 2;
 }
@@ -158,18 +155,6 @@ void pol_correct_target(uint64_t peak)
         return;
     __atomic_store_n(&pol.n.target_correction, transit_decide_correction(transit_get(&pol.n.target_correction), peak, limit),
                      __ATOMIC_RELAXED);
-}
-
-uint64_t transit_policy_iteration_ended(void)
-{
-    uint64_t peak = __atomic_exchange_n(&pol.n.bound_peak_since, UINT64_MAX, __ATOMIC_RELAXED);
-    __atomic_store_n(&pol.swept_since_mark, 0, __ATOMIC_RELAXED);
-    if (peak != UINT64_MAX && (pol_planning() || (transit_limit_mode() && !pol_estimating())))
-        pol_correct_target(peak);
-    pol_start_fill_when_still();
-    pol_hybrid_mark();
-    pol_guard_mark();
-    return peak;
 }
 
 /* Every HOST_CHECK_PERIOD_S, from the tick thread: the estimate against smaps. The read walks the
@@ -244,90 +229,14 @@ uint64_t pol_bound_over(bool fill_held, uint64_t *bound_read)
     return pol_bound_excess(bound, fill_held);
 }
 
-/* Every tick (lifecycle.c's tick thread): limit mode's host check and evictions; without launch
- * callbacks, advise right after the first iteration mark past warm-up; hybrid's placement once
- * planned. All act in the device's primary context (the one PyTorch uses). */
-void transit_policy_tick(void)
+/* The tick's stream for TRANSIT's own moves (evictions, the fill, a placement), created on first
+ * use; false when it cannot be. */
+bool pol_own_tick_stream(const transit_driver_api *drv, CUstream *stream)
 {
-    pol_publish_demand(); /* what it depends on outside the policies' events: the recorder's state */
-    const transit_driver_api *drv;
-    int dev = transit_g.id.device;
-    if (__atomic_load_n(&pol.stopping, __ATOMIC_ACQUIRE))
-        return;
-    transit_tick tick = {.t_s = transit_now() - transit_g.start_unix};
-    uint64_t began = transit_monotonic_ns();
-    /* Read once: an iteration mark on another thread may start the fill during this tick. */
-    int fill_at_start = pol_fill_now();
-    bool fill_held = pol_fill_holds(fill_at_start);
-    uint64_t measured = pol_check_host_residency(fill_held);
-    pol_hybrid_read_placement();
-    pol_guard_read_advise();
-    /* The RSS bound is recorded every tick; while the fill holds only smaps readings decide (the
-     * RSS's non-managed part drifts by hundreds of MB, more than the fill's margin). */
-    uint64_t over = pol_bound_over(fill_held, &tick.bound);
-    if (fill_held)
-        over = pol_fill_over(measured);
-    tick.over_asked = over;
-    uint64_t room = fill_at_start == TRANSIT_FILL_FILLING && !over ? pol_fill_room(measured) : 0;
-    if (fill_at_start == TRANSIT_FILL_FILLING && measured != UINT64_MAX && !over && !room)
-        pol_fill_is_full(measured);
-    bool acts = pol_evict_due(fill_held) || over || room || pol.sweep_due || pol_advise_due() || pol_guard_due() ||
-                pol_hybrid_due();
-    if (acts && dev >= 0 && (drv = transit_act_driver()) &&
-        transit_act_enter_context(drv, dev)) {
-        CUstreamCaptureMode saved;
-        bool relaxed = transit_act_relax_capture(drv, &saved);
-        /* The bound shows evictions only once they ran: while earlier ones still do, it would ask
-         * for them again. (Queried in relaxed mode: a query can break another thread's global
-         * capture.) */
-        if (over && pol.evict_stream && !transit_act_stream_idle(drv, pol.evict_stream))
-            over = 0;
-        /* An allocating thread making room has the bound to itself meanwhile; one that just made
-         * room left a new bound, so it is read again. (While the fill holds, `over` is the smaps
-         * reading's, which stays.) */
-        bool bound_held = over && pthread_mutex_trylock(&pol.alloc_room_lock) == 0;
-        if (!bound_held)
-            over = 0;
-        else if (!fill_held)
-            over = pol_excess_now(0, false);
-        if (over && fill_held && transit_act_own_stream(drv, &pol.evict_stream) &&
-            pol_hybrid_demote(drv, pol.evict_stream, transit_decide_demote_bytes(measured, transit_g.cfg.mem_limit)))
-            over = 0; /* hybrid's hold goes on: its least reused chunks left instead */
-        bool evicting = pol_evict_due(fill_held) || over, advising = pol_advise_due();
-        if ((evicting || room) && transit_act_own_stream(drv, &pol.evict_stream))
-            pol_evict(drv, pol.evict_stream, over, fill_held, 0);
-        if (bound_held)
-            pthread_mutex_unlock(&pol.alloc_room_lock);
-        if (pol.sweep_due && transit_act_own_stream(drv, &pol.sweep_stream))
-            pol_sweep(drv, pol.sweep_stream);
-        if (room && transit_act_own_stream(drv, &pol.evict_stream))
-            pol_fill(drv, dev, pol.evict_stream, measured, room);
-        if (advising)
-            pol_advise_all(drv, dev);
-        if (pol_guard_due())
-            pol_guard_apply_advise(drv, dev);
-        if (pol_hybrid_due() && transit_act_own_stream(drv, &pol.evict_stream))
-            pol_hybrid_apply(drv, dev, pol.evict_stream);
-        transit_act_restore_capture(drv, relaxed, &saved);
-        tick.over = over;
-    }
-    if (transit_limit_mode()) {
-        tick.planning = pol_planning();
-        tick.sweep_due = pol.sweep_due;
-        tick.fill_state = pol_fill_name();
-        tick.estimate = transit_get(&pol.n.resident);
-        tick.smaps_bound = measured;
-        tick.evicted = transit_get(&pol.n.evict_bytes);
-        tick.swept = transit_get(&pol.n.sweep_bytes);
-        tick.htod = transit_recorder_htod_bytes();
-        tick.dtoh = transit_recorder_dtoh_bytes();
-        tick.managed = transit_get(&transit_g.n.managed_live);
-        uint64_t evictions_read = __atomic_exchange_n(&pol.bound_peak_unlogged, 0, __ATOMIC_RELAXED);
-        if (evictions_read && (tick.bound == UINT64_MAX || evictions_read > tick.bound))
-            tick.bound = evictions_read;
-        tick.work_ms = (double)(transit_monotonic_ns() - began) * 1e-6;
-        transit_ticklog_write(&tick);
-    }
+    if (!transit_act_own_stream(drv, &pol.evict_stream))
+        return false;
+    *stream = pol.evict_stream;
+    return true;
 }
 
 /* Limit mode: a new allocation counts on the device at once, and PyTorch's allocator takes

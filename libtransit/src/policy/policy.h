@@ -1,20 +1,21 @@
-/* policy.h - the placement policies (base, prefetch, advise) and limit mode, as the layers above
- * them (lifecycle, hooks, stats) use them. How they decide: docs/design.md; the rules themselves
- * are pure functions in decide.h.
+/* policy.h - the placement policies (base, prefetch, advise, hybrid) and limit mode, as the
+ * layers above them (lifecycle, hooks, stats) use them. How they decide: docs/design.md; the
+ * rules themselves are pure functions in decide.h. Each policy is one table (ops.h) the engine
+ * dispatches these events to.
  *   base     - nothing: the driver's reactive faults and evictions;
  *   prefetch - the profiling window's HtoD migrations, attributed to launch ordinals (attrib.c)
  *              and merged (ranges.c), are prefetched before each later launch of that ordinal;
  *   advise   - at the middle of the first iteration after warm-up, every managed allocation (and
  *              every later one) gets SetAccessedBy(device): host data is read in place;
  *   hybrid   - at the end of the profile's window the most reused chunks are placed on the
- *              device, the rest on the host, read in place (model/hybrid.h).
+ *              device, the rest on the host, read in place (model/placement.h).
  * In limit mode every policy also keeps TRANSIT's estimate of device-resident bytes, and the
  * measured bound, at or under L by evicting the least recently migrated chunks. */
 #ifndef TRANSIT_POLICY_H
 #define TRANSIT_POLICY_H
 
 #include "events.h"
-#include "hybrid.h"
+#include "placement.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,6 +70,9 @@ typedef struct transit_policy_snap {
     const char *guard_kept;   /* "hybrid", "advise", or NULL before the guard decided */
 } transit_policy_snap;
 
+/* At load, once the configuration is read: the active policy's table (base until then). */
+void transit_policy_load(void);
+
 /* ---- the recorder's events (lifecycle.c wires them into the sink) ---- */
 void transit_policy_launch(const transit_launch *l);
 void transit_policy_kernel(uint32_t corr, uint64_t start_ns, uint64_t end_ns, uint32_t ordinal);
@@ -90,7 +94,9 @@ void transit_policy_on_free(uint64_t ptr, uint64_t size);
 /* ---- the tick thread and the process (lifecycle) ---- */
 /* Every 20 ms: limit mode's host check and evictions, and advise without launch callbacks. */
 void transit_policy_tick(void);
-/* The mover thread's step (hybrid): blocks until there is work or for a short while. */
+/* Whether the active policy runs a thread of its own (hybrid's mover), and that thread's step:
+ * it blocks until there is work or for a short while. */
+bool transit_policy_runs_mover(void);
 void transit_policy_move_step(void);
 /* At exit, before the tick thread is waited for: ticks, evictions and sweeps stop at their next batch. */
 void transit_policy_stop(void);

@@ -1,11 +1,13 @@
-/* policy_int.h - what the policy files share: the one state struct and their entry points.
+/* policy_int.h - the services the policies call downward, and the state they share.
  *
- * Files: engine.c (state, what the policies need of the recorder, the profile store, the
- * recorder's events), estimate.c (limit mode's chunk estimate), moves.c (TRANSIT's own
- * migrations, counted by purpose), launches.c (what happens at a kernel launch), limit.c (limit
- * mode's tick: the measured bound, evictions, sweeps, room before an allocation), advise.c
- * (SetAccessedBy and the fill), hybrid.c (placement by reuse), guard.c (hybrid against advise's
- * placement), mover.c (hybrid's look-ahead mover), profile.c (the profile's collector and writer).
+ * Services: shared.c (the state, the active policy's table, what the policies need of the
+ * recorder: the demand word), estimate.c (limit mode's chunk estimate), moves.c (TRANSIT's own
+ * migrations, counted by purpose, and the launches' room), limit.c (limit mode: the measured
+ * bound, evictions, sweeps, room before an allocation), in_place.c (SetAccessedBy: host data read
+ * in place), fill.c (advise's fill of the device, which hybrid's hold also keeps).
+ * The engine (engine.c: the recorder's events and the profile store; launches.c; tick.c) calls
+ * them and the active policy's table (ops.h); the policies (base.c, prefetch.c, advise.c,
+ * hybrid*.c) call only them. None of them calls a policy or the engine.
  *
  * Lock order, where more than one is held: the recorder's win_lock (its sink calls), then
  * prof_lock; alloc_room_lock, then chunks_lock. chunks_lock and prof_lock are never held across a
@@ -17,9 +19,7 @@
 #include "attrib.h"
 #include "chunks.h"
 #include "decide.h"
-#include "guard.h"
-#include "hybrid.h"
-#include "profile_data.h"
+#include "ops.h"
 #include "policy.h"
 #include "ranges.h"
 #include "state.h"
@@ -53,27 +53,7 @@ typedef enum {
     PREFETCH_REMAP   /* hybrid's device chunks, out for the bulk prefetch back (TRANSIT_HYBRID_REMAP) */
 } prefetch_purpose;
 
-/* Hybrid's guard (guard.c), in order: no plan yet; planned, advise to apply; advise's block;
- * advise's placement to read; hybrid's placement to apply; hybrid's block; advise kept, its
- * placement to apply; decided; advise's placement unreadable (hybrid's applies unmeasured). Off:
- * another policy, or TRANSIT_HYBRID_GUARD=0. */
-typedef enum {
-    GUARD_WAITING,
-    GUARD_ADVISE_DUE,
-    GUARD_ADVISE,
-    GUARD_READ_DUE,
-    GUARD_SWITCH,
-    GUARD_HYBRID,
-    GUARD_REVERTING,
-    GUARD_DECIDED,
-    GUARD_FAILED,
-    GUARD_OFF
-} guard_stage;
-
-/* What pol_hybrid_plan does with a new plan while the guard runs. */
-enum { GUARD_PLAN_APPLY, GUARD_PLAN_HOLD, GUARD_PLAN_DROP };
-
-/* The policies' mutable state (engine.c defines it). Counters are atomics; the rest is written
+/* The policies' shared state (shared.c defines it). Counters are atomics; the rest is written
  * under the lock, or by the thread, named beside it. */
 typedef struct policy {
     transit_policy_counters n;
@@ -114,46 +94,23 @@ typedef struct policy {
     int rss_calibrated;
     uint64_t bound_peak_unlogged; /* the highest bound evictions read since the tick log's last line */
 
-    /* Hybrid's placement (hybrid_lock), planned at a profile's end and applied by the tick when
-     * due: the profile's chunks, their reuse and where it keeps each (1: device; demotions clear
-     * it), and its mover's schedule. */
-    pthread_mutex_t hybrid_lock;
-    transit_stream_schedule hybrid_schedule;
-    int hybrid_due;
-    int hybrid_reading_due; /* an iteration mark since the last reading of where placed chunks are */
-    uint64_t *hybrid_chunk;
-    uint32_t *hybrid_reuse;
-    uint8_t *hybrid_resident;
-    size_t hybrid_nchunks;
-
-    /* Hybrid's guard (guard_lock, a leaf; guard_stage and guard_kept are also read without it):
-     * the block's placement applied at iteration count guard_applied_at, its first timed step and
-     * the next to read (0-based, transit_iteration_step_s), the blocks' step times, and advise's
-     * placement as read (the chunks, their reuse, 1: on the device). */
-    pthread_mutex_t guard_lock;
-    int guard_stage; /* guard_stage */
-    int guard_kept;  /* transit_guard_kept */
-    uint64_t guard_applied_at, guard_first_step, guard_next_step;
-    double guard_advise_s[TRANSIT_GUARD_STEPS], guard_hybrid_s[TRANSIT_GUARD_STEPS];
-    size_t guard_nadvise, guard_nhybrid;
-    uint64_t *guard_chunk;
-    uint32_t *guard_reuse;
-    uint8_t *guard_resident;
-    size_t guard_nchunks;
 } policy;
 
 extern policy pol;
+/* The active policy's table (engine.c's transit_policy_load sets it; base until then). */
+extern const transit_policy_ops *pol_ops;
 
-/* engine.c */
+/* shared.c */
 void pol_raise_peaks(uint64_t resident);
 bool pol_estimating(void);
 bool pol_planning(void);
 bool pol_plans_at_launches(void);
+bool pol_uses_profile(void);
 bool pol_far_under_limit(void);
-const char *pol_fill_name(void);
 uint64_t pol_planned_capacity(void);
 int pol_fill_now(void);
 bool pol_fill_holds(int state);
+const char *pol_fill_name(void);
 transit_limit_view pol_limit_view(bool fill_held);
 void pol_publish_demand(void);
 /* estimate.c (chunks_lock taken inside) */
@@ -170,43 +127,23 @@ bool pol_walk_spilled(const transit_driver_api *drv, CUstream stream, prefetch_p
                       uint64_t *cursor, double until, uint64_t budget);
 /* limit.c */
 void pol_correct_target(uint64_t peak);
-/* advise.c */
-void pol_advise_range(const transit_driver_api *drv, uint64_t ptr, uint64_t size, CUdevice dev);
-void pol_advise_all(const transit_driver_api *drv, CUdevice dev);
-void pol_start_fill_when_still(void);
+uint64_t pol_check_host_residency(bool fill_held);
+uint64_t pol_bound_over(bool fill_held, uint64_t *bound_read);
+uint64_t pol_excess_now(uint64_t coming, bool fill_held);
+bool pol_evict_due(bool fill_held);
+void pol_evict(const transit_driver_api *drv, CUstream stream, uint64_t asked, bool fill_held, uint64_t coming);
+void pol_sweep(const transit_driver_api *drv, CUstream stream);
+bool pol_own_tick_stream(const transit_driver_api *drv, CUstream *stream);
+/* in_place.c */
+bool pol_in_place_applied(void);
+void pol_in_place_all(const transit_driver_api *drv, CUdevice dev);
+void pol_in_place_on_alloc(uint64_t ptr, uint64_t size, int device);
+/* fill.c */
+void pol_start_fill_when_still(bool rules);
 uint64_t pol_fill_over(uint64_t measured);
 uint64_t pol_fill_room(uint64_t measured);
 void pol_fill_is_full(uint64_t measured);
 void pol_fill(const transit_driver_api *drv, CUdevice dev, CUstream stream, uint64_t measured, uint64_t room);
-bool pol_advise_due(void);
-/* hybrid.c */
-void pol_hybrid_plan(const profile_summary *profile);
-bool pol_hybrid_due(void);
-void pol_hybrid_apply(const transit_driver_api *drv, CUdevice dev, CUstream stream);
-bool pol_hybrid_demote(const transit_driver_api *drv, CUstream stream, uint64_t excess);
-void pol_hybrid_mark(void);
-void pol_hybrid_read_placement(void);
-int pol_reuse_class(uint32_t reuse);
-/* guard.c (guard_lock, then hybrid_lock is never nested: taken one after the other) */
-int pol_guard_on_plan(void);
-bool pol_guard_due(void);
-bool pol_guard_holds_advise(void);
-bool pol_guard_measures_advise(void);
-void pol_guard_apply_advise(const transit_driver_api *drv, CUdevice dev);
-void pol_guard_placement_applied(void);
-void pol_guard_mark(void);
-void pol_guard_read_advise(void);
-void pol_guard_after_fork(void);
-const char *pol_guard_state_name(void);
-const char *pol_guard_kept_name(void);
-/* advise and hybrid read host data in place once they applied */
-bool pol_in_place(void);
-/* mover.c (its own lock, mv.lock, taken last and around no other) */
-bool pol_mover_active(void);
-bool pol_mover_starts_phase(uint32_t ordinal);
-void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l);
-void pol_mover_hand_over(transit_stream_schedule *s);
-void pol_mover_wake(void);
-void pol_mover_after_fork(void);
+void pol_fill_hold(void);
 
 #endif

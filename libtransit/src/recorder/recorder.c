@@ -1,7 +1,8 @@
-/* recorder.c - the recorder's state, its queries and snapshot, its fork reset; see recorder.h.
+/* recorder.c - the recorder's state, its queries and snapshot; see recorder.h.
  *
  * Threads that run code here read without locks: counters are atomics, the rest is read racily,
  * which at worst shows a value one update old. */
+#include "attrib.h"
 #include "recorder_int.h"
 
 #include <stdio.h>
@@ -39,39 +40,19 @@ void transit_recorder_set_demand(uint32_t bits)
     __atomic_store_n(&rec.demand, bits, __ATOMIC_RELEASE);
 }
 
-/* Everything but the sink (the wiring outlives a fork) and the activity buffers (reused). */
-void transit_recorder_after_fork(void)
-{
-    const transit_sink *sink = rec.sink;
-    uint8_t *buffers[BUFFER_COUNT];
-    memcpy(buffers, rec.buffers, sizeof buffers);
-    transit_period_destroy(rec.period);
-    memset(&rec, 0, sizeof rec);
-    pthread_mutex_init(&rec.win_lock, NULL);
-    pthread_mutex_init(&rec.control_lock, NULL);
-    pthread_mutex_init(&rec.period_lock, NULL);
-    pthread_mutex_init(&rec.pool_lock, NULL);
-    pthread_mutex_init(&rec.records_lock, NULL);
-    rec.win_phase = WINDOW_DONE;
-    rec.sink = sink;
-    memcpy(rec.buffers, buffers, sizeof buffers);
-    rec_launch_after_fork();
-}
-
-void transit_recorder_exit(void)
-{
-    if (rec.owner_pid != getpid())
-        return;
-    rec_iteration_check(); /* a last mark the thread had no time to see */
-    rec_flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-}
-
-void transit_recorder_poll_iteration(void)
-{
-    rec_iteration_check();
-}
-
 /* ---- queries ---- */
+
+int rec_in_window(uint64_t iteration)
+{
+    return __atomic_load_n(&rec.win_phase, __ATOMIC_RELAXED) != WINDOW_DONE &&
+           iteration >= __atomic_load_n(&rec.win_begin, __ATOMIC_RELAXED) &&
+           iteration < __atomic_load_n(&rec.win_end, __ATOMIC_RELAXED);
+}
+
+uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal)
+{
+    return rec_in_window(iteration) ? ordinal : TRANSIT_ATTRIB_NO_ORDINAL;
+}
 
 uint64_t transit_recorder_htod_bytes(void)
 {

@@ -1,8 +1,9 @@
 /* recorder_int.h - what the recorder's files share: its one state struct and their entry points.
  *
- * Files: session.c (CUPTI attach, detach, yield, what is enabled), window.c (iterations and the
- * profiling window), launch.c (the launch callback, correlation, the period detector),
- * records.c (activity buffers and their records), recorder.c (state, queries, fork reset).
+ * Files, each calling only those before it: recorder.c (state, queries), records.c (activity
+ * buffers and their records), session.c (CUPTI attach, detach, yield, what is enabled), window.c
+ * (iterations, the profiling window, the recorder thread's step), launch.c (the launch callback,
+ * correlation, the period detector), start.c (start, exit, fork reset).
  *
  * Lock order, where more than one is held: control_lock, then win_lock, then (in the sink's
  * profile_begin/profile_end) the policies' own. records_lock, pool_lock and period_lock are leaves.
@@ -55,6 +56,7 @@ typedef struct recorder {
     char reason[192];
     pid_t owner_pid;
     CUpti_SubscriberHandle subscriber;
+    CUpti_CallbackFunc on_callback; /* launch.c's, subscribed at the start and at every attach */
     int activity_ok, um_ok; /* activity API usable; unified memory counters configured */
 
     uint64_t iter_seen;     /* the iteration count last handled */
@@ -120,11 +122,11 @@ static inline bool rec_wants(uint32_t bit)
 /* recorder.c */
 int rec_get_state(void);
 void rec_set_state(transit_recorder_state s, const char *why);
-/* window.c */
 int rec_in_window(uint64_t iteration);
+uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal);
+/* window.c */
 void rec_open_window(uint64_t begin, transit_window_kind kind);
 void rec_iteration_check(void);
-uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal);
 /* session.c */
 void rec_flush(uint32_t flag);
 void rec_degrade_locked(const char *why);
@@ -134,8 +136,8 @@ void rec_apply_activity(void);
 void rec_set_launch_callbacks(const transit_cupti_api *api, int enable);
 void rec_detach_at_exit(void);
 void rec_steer_detach(void);
-void rec_steer_launch_callbacks(void);
-void rec_start_cupti(void);
+bool rec_subscribe_locked(CUpti_CallbackFunc on_callback);
+void rec_hold_locked(void);
 bool rec_register_activity(const transit_cupti_api *api);
 /* records.c */
 void CUPTIAPI rec_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records);

@@ -147,7 +147,7 @@ bool rec_attached_locked(const transit_cupti_api *api)
     }
     if (!__atomic_load_n(&rec.detached, __ATOMIC_ACQUIRE))
         return true;
-    CUptiResult r = api->Subscribe(&rec.subscriber, rec_on_callback, NULL);
+    CUptiResult r = api->Subscribe(&rec.subscriber, rec.on_callback, NULL);
     if (r != CUPTI_SUCCESS) { /* a tool subscribed past hooks_cupti.c (a dlsym lookup with a library's handle) */
         snprintf(why, sizeof why, "attaching CUPTI again at iteration %" PRIu64 " failed: %s; iteration marks only "
                  "from there", transit_iteration_count(), transit_cupti_error(r));
@@ -238,35 +238,6 @@ void rec_apply_activity(void)
     pthread_mutex_unlock(&rec.control_lock);
 }
 
-/* After warm-up every launch would still go through a callback, serving the period detector
- * alone, once nothing acts at launches (the demand) and an explicit source (the API or the Python
- * hook) marks the iterations: the callbacks then go off, and "kernels" and the detector's count
- * stop there. When something needs them again (limit mode's managed
- * total came near L) they come back, and a new profile is taken: the launches' ordinals restart
- * at the next iteration. A window opened meanwhile (a steady one) brings them back for itself: it
- * begins at the next iteration. */
-void rec_steer_launch_callbacks(void)
-{
-    const transit_cupti_api *api = transit_cupti(NULL);
-    transit_iter_method m = transit_iteration_method();
-    bool demanded = rec_wants(TRANSIT_DEMAND_LAUNCHES), back = false;
-    bool needed = demanded || __atomic_load_n(&rec.win_phase, __ATOMIC_ACQUIRE) != WINDOW_DONE;
-    pthread_mutex_lock(&rec.control_lock);
-    bool held = rec_get_state() == TRANSIT_RECORDER_CUPTI; /* not given up meanwhile (transit_recorder_yield) */
-    if (held && !rec.launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK)) {
-        rec_set_launch_callbacks(api, 0);
-        __atomic_store_n(&rec.launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
-    } else if (held && rec.launches_off_at && needed && rec_attached_locked(api)) {
-        rec_set_launch_callbacks(api, 1);
-        __atomic_store_n(&rec.launches_off_at, 0, __ATOMIC_RELEASE);
-        transit_add(&rec.n.launch_callbacks_back, 1);
-        back = demanded;
-    }
-    pthread_mutex_unlock(&rec.control_lock);
-    if (back)
-        transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
-}
-
 /* Another tool takes CUPTI (hooks_cupti.c): torch.profiler's Kineto subscribes when a profile
  * starts and registers its own activity buffers, and CUPTI has one subscriber and one pair of
  * buffer callbacks per process. Without giving way, the tool's subscription would fail and its
@@ -342,8 +313,10 @@ bool rec_register_activity(const transit_cupti_api *api)
     return true;
 }
 
-/* control_lock held (transit_recorder_start). */
-void rec_start_cupti(void)
+/* control_lock held (transit_recorder_start): CUPTI subscribed with `on_callback` (launch.c's, also
+ * for every attach after a detach), the launch callbacks on, the buffer callbacks registered.
+ * False, with the state saying why, when the recorder cannot have CUPTI. */
+bool rec_subscribe_locked(CUpti_CallbackFunc on_callback)
 {
     const char *why = NULL;
     char msg[sizeof rec.reason];
@@ -352,26 +325,27 @@ void rec_start_cupti(void)
 
     if (!transit_g.cfg.recorder) {
         rec_set_state(TRANSIT_RECORDER_OFF, "TRANSIT_RECORDER is off");
-        return;
+        return false;
     }
     if (!(api = transit_cupti(&why))) {
         rec_set_state(TRANSIT_RECORDER_OFF, why);
         transit_warn("recorder off: %s", why);
-        return;
+        return false;
     }
-    r = api->Subscribe(&rec.subscriber, rec_on_callback, NULL);
+    rec.on_callback = on_callback;
+    r = api->Subscribe(&rec.subscriber, on_callback, NULL);
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         rec_set_state(TRANSIT_RECORDER_DEGRADED, "another CUPTI subscriber is active (torch.profiler, Nsight): no "
                                              "launch callbacks or activity records, iteration marks only");
         transit_warn("recorder degraded: CUPTI is taken by another subscriber; no migration statistics, prefetch "
                      "acts as base, advise applies after warm-up by iteration marks");
-        return;
+        return false;
     }
     if (r != CUPTI_SUCCESS) {
         snprintf(msg, sizeof msg, "cuptiSubscribe failed: %s", transit_cupti_error(r));
         rec_set_state(TRANSIT_RECORDER_OFF, msg);
         transit_warn("recorder off: %s", msg);
-        return;
+        return false;
     }
     for (size_t i = 0; i < sizeof launch_cbids / sizeof launch_cbids[0]; i++) {
         r = api->EnableCallback(1, rec.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, launch_cbids[i]);
@@ -381,32 +355,20 @@ void rec_start_cupti(void)
             api->Unsubscribe(rec.subscriber);
             rec_set_state(TRANSIT_RECORDER_OFF, msg);
             transit_warn("recorder off: %s", msg);
-            return;
+            return false;
         }
     }
     rec.activity_ok = rec_register_activity(api);
     if (!(rec.period = transit_period_create(0)))
         transit_warn("recorder: out of memory for the kernel-period detector; no automatic iteration marks");
     __atomic_store_n(&rec.want_external, transit_g.cfg.external_correlation, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&rec.win_lock);
-    rec_open_window(1, TRANSIT_WINDOW_FULL); /* iteration 0 runs with activity on, but its kernels carry no ordinal */
-    pthread_mutex_unlock(&rec.win_lock);
-    rec_set_state(TRANSIT_RECORDER_CUPTI, NULL);
-    if (rec.activity_ok)
-        rec_apply_locked(api);
+    return true;
 }
 
-void transit_recorder_start(void)
+/* control_lock held, once subscribed and the first window is open: the recorder holds CUPTI. */
+void rec_hold_locked(void)
 {
-    int expected = 0;
-    if (__atomic_load_n(&rec.start_claimed, __ATOMIC_ACQUIRE) ||
-        !__atomic_compare_exchange_n(&rec.start_claimed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return;
-    rec.owner_pid = getpid();
-    pthread_mutex_lock(&rec.control_lock); /* a tool taking CUPTI meanwhile waits (transit_recorder_yield) */
-    rec_start_cupti();
-    pthread_mutex_unlock(&rec.control_lock);
-    if (transit_limit_mode() && !transit_recorder_sees_migrations())
-        transit_warn("limit mode without migration records: " BOUND_ALONE
-                     "; no residency estimate (resident bytes read min(managed, limit))");
+    rec_set_state(TRANSIT_RECORDER_CUPTI, NULL);
+    if (rec.activity_ok)
+        rec_apply_locked(transit_cupti(NULL));
 }

@@ -1,5 +1,4 @@
 /* window.c - iterations and the profiling window (see recorder.h), and the recorder thread's step. */
-#include "attrib.h"
 #include "iteration.h"
 #include "recorder_int.h"
 #include "state.h"
@@ -8,13 +7,6 @@
 #include <inttypes.h>
 
 /* ---- profiling window ---- */
-
-int rec_in_window(uint64_t iteration)
-{
-    return __atomic_load_n(&rec.win_phase, __ATOMIC_RELAXED) != WINDOW_DONE &&
-           iteration >= __atomic_load_n(&rec.win_begin, __ATOMIC_RELAXED) &&
-           iteration < __atomic_load_n(&rec.win_end, __ATOMIC_RELAXED);
-}
 
 /* win_lock held. Refinement and steady windows last one iteration; a full one gives the new
  * profile its refinements anew. */
@@ -128,11 +120,6 @@ void rec_iteration_check(void)
     transit_wake();
 }
 
-uint32_t rec_window_ordinal(uint64_t iteration, uint32_t ordinal)
-{
-    return rec_in_window(iteration) ? ordinal : TRANSIT_ATTRIB_NO_ORDINAL;
-}
-
 static void finish_window(void)
 {
     pthread_mutex_lock(&rec.win_lock);
@@ -179,7 +166,7 @@ static void check_callback_misses(void)
 /* A window that took no kernel times is taken again once a profile needs them (the managed total
  * passed half of L, or of the device in physical mode), while the launch callbacks still count the
  * ordinals; after they went off, their coming back near L opens the new window
- * (rec_steer_launch_callbacks). */
+ * (steer_launch_callbacks). */
 static void retake_untimed_profile(void)
 {
     if (__atomic_load_n(&rec.win_untimed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&rec.launches_off_at, __ATOMIC_ACQUIRE) &&
@@ -207,6 +194,35 @@ static bool window_records_in(uint64_t t)
     return true;
 }
 
+/* After warm-up every launch would still go through a callback, serving the period detector
+ * alone, once nothing acts at launches (the demand) and an explicit source (the API or the Python
+ * hook) marks the iterations: the callbacks then go off, and "kernels" and the detector's count
+ * stop there. When something needs them again (limit mode's managed
+ * total came near L) they come back, and a new profile is taken: the launches' ordinals restart
+ * at the next iteration. A window opened meanwhile (a steady one) brings them back for itself: it
+ * begins at the next iteration. */
+static void steer_launch_callbacks(void)
+{
+    const transit_cupti_api *api = transit_cupti(NULL);
+    transit_iter_method m = transit_iteration_method();
+    bool demanded = rec_wants(TRANSIT_DEMAND_LAUNCHES), back = false;
+    bool needed = demanded || __atomic_load_n(&rec.win_phase, __ATOMIC_ACQUIRE) != WINDOW_DONE;
+    pthread_mutex_lock(&rec.control_lock);
+    bool held = rec_get_state() == TRANSIT_RECORDER_CUPTI; /* not given up meanwhile (transit_recorder_yield) */
+    if (held && !rec.launches_off_at && !needed && (m == TRANSIT_ITER_API || m == TRANSIT_ITER_PYHOOK)) {
+        rec_set_launch_callbacks(api, 0);
+        __atomic_store_n(&rec.launches_off_at, TRANSIT_MAX(transit_iteration_count(), 1), __ATOMIC_RELEASE);
+    } else if (held && rec.launches_off_at && needed && rec_attached_locked(api)) {
+        rec_set_launch_callbacks(api, 1);
+        __atomic_store_n(&rec.launches_off_at, 0, __ATOMIC_RELEASE);
+        transit_add(&rec.n.launch_callbacks_back, 1);
+        back = demanded;
+    }
+    pthread_mutex_unlock(&rec.control_lock);
+    if (back)
+        transit_recorder_reprofile("the launch callbacks are back: the managed total came near the limit");
+}
+
 void transit_recorder_step(void)
 {
     rec_iteration_check();
@@ -214,7 +230,7 @@ void transit_recorder_step(void)
         return;
     check_callback_misses();
     rec_apply_activity();
-    rec_steer_launch_callbacks();
+    steer_launch_callbacks();
     uint64_t period_ns = (transit_limit_mode() ? FLUSH_PERIOD_LIMIT_MS : FLUSH_PERIOD_MS) * 1000000ull;
     uint64_t t = transit_monotonic_ns();
     bool finalizing = __atomic_load_n(&rec.finalize_due, __ATOMIC_ACQUIRE);

@@ -1,5 +1,5 @@
-/* hybrid.c - see hybrid.h. */
-#include "hybrid.h"
+/* placement.c - see placement.h. */
+#include "placement.h"
 
 #include <stdlib.h>
 

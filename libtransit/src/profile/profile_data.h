@@ -1,5 +1,5 @@
 /* profile_data.h - the warm-up profile's raw records and their aggregation (profile_build.c):
- * pure data, no CUDA (see policy/profile.h for the collector, docs/profile.md for the file). */
+ * pure data, no CUDA (see profile.h for the collector, docs/profile.md for the file). */
 #ifndef TRANSIT_PROFILE_DATA_H
 #define TRANSIT_PROFILE_DATA_H
 

@@ -9,7 +9,6 @@
 #include "cuda_api.h"
 #include "json.h"
 #include "period.h"
-#include "policy_int.h"
 #include "state.h"
 
 #include <dlfcn.h>
@@ -65,13 +64,13 @@ bool transit_profile_collecting(void)
     return __atomic_load_n(&pf.state, __ATOMIC_ACQUIRE) == COLLECTING;
 }
 
-void transit_profile_window_begin(uint64_t first, uint32_t iterations, bool steady)
+void transit_profile_window_begin(uint64_t first, uint32_t iterations, bool steady, bool planned)
 {
-    if (!transit_g.cfg.profile && transit_g.cfg.policy != TRANSIT_POLICY_HYBRID)
+    if (!transit_g.cfg.profile && !planned)
         return;
     pthread_mutex_lock(&lock);
-    /* hybrid re-plans from every new profile (the kernel sequence changed) */
-    if (pf.state == IDLE || (pf.state == DONE && (steady || transit_g.cfg.policy == TRANSIT_POLICY_HYBRID))) {
+    /* a policy that plans from the profile re-plans from every new one (the kernel sequence changed) */
+    if (pf.state == IDLE || (pf.state == DONE && (steady || planned))) {
         pf.steady = steady;
         pf.first = first;
         pf.iterations = iterations;
@@ -360,7 +359,7 @@ static profile_alloc *managed_allocations(uint64_t *n)
 }
 
 /* Built outside the lock: launches meanwhile find the window closed and go on. */
-void transit_profile_window_end(bool complete)
+void transit_profile_window_end(bool complete, transit_profile_planner plan)
 {
     char path[sizeof transit_g.cfg.out_dir + 320], head[2048];
     char **names = NULL;
@@ -376,11 +375,11 @@ void transit_profile_window_end(bool complete)
     pthread_mutex_unlock(&lock);
     profile_alloc *allocs = managed_allocations(&in.nallocs);
     in.allocs = allocs;
-    bool hybrid = transit_g.cfg.policy == TRANSIT_POLICY_HYBRID && !steady;
+    bool planned = plan && !steady;
     profile_summary summary = {0};
-    char *body = names ? transit_profile_build(&in, hybrid ? &summary : NULL) : NULL;
-    if (hybrid) /* its placement comes from the window it profiled */
-        pol_hybrid_plan(&summary);
+    char *body = names ? transit_profile_build(&in, planned ? &summary : NULL) : NULL;
+    if (planned) /* the policy's placement comes from the window it profiled */
+        plan(&summary);
     transit_profile_summary_free(&summary);
     jbuf h = {head, 0, sizeof head, 0};
     jb_printf(&h, "{\"schema\": \"transit.profile/1\", \"version\": \"%s\", \"complete\": %s, \"steady\": %s, ",

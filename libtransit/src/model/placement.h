@@ -1,11 +1,11 @@
-/* hybrid.h - the hybrid policy's placement, a pure function of the warm-up profile: each 2 MiB
+/* placement.h - the hybrid policy's placement, a pure function of the warm-up profile: each 2 MiB
  * chunk's reuse is the most distinct phases of one profiled iteration that touch it (profile_build.c).
  * The most reused chunks stay on the device up to its capacity; the rest live on the host and
  * are read in place (zero-copy). Parameters and gradients, touched by every micro-batch, stay;
  * optimizer moments, touched once per step, go: the host then holds what is used least, where
  * advise leaves whatever recency left there, and prefetch moves the most used data round. */
-#ifndef TRANSIT_HYBRID_H
-#define TRANSIT_HYBRID_H
+#ifndef TRANSIT_PLACEMENT_H
+#define TRANSIT_PLACEMENT_H
 
 #include "chunks.h"
 #include "decide.h"

@@ -1,4 +1,4 @@
-/* mover.c - hybrid's look-ahead mover in the live engine (its plan: model/stream.h). The tick
+/* hybrid_mover.c - hybrid's look-ahead mover (its plan: model/stream.h). The tick
  * hands the schedule over once the placement is applied; the mover thread installs it. At a
  * phase's first launch the launch hook records an event on the kernels' stream, makes that stream
  * wait for the arrivals the phase is the first to use when the mover issued them in this
@@ -8,7 +8,7 @@
  * Nothing here synchronizes in a launch hook or acts on a capturing stream (launches.c checks).
  * mv.lock is held across the hook's two event calls, so that the mover never destroys an event in
  * use; the installed schedule changes only on the mover thread, which reads it without the lock. */
-#include "policy_int.h"
+#include "hybrid_int.h"
 #include "wake.h"
 
 #include <stdlib.h>
@@ -49,7 +49,7 @@ static void wake_ready_locked(void)
     mv.wake_ready = 1;
 }
 
-bool pol_mover_active(void)
+bool hyb_mover_active(void)
 {
     return __atomic_load_n(&mv.active, __ATOMIC_ACQUIRE);
 }
@@ -75,7 +75,7 @@ static bool has(const uint64_t *offsets, uint32_t q)
 
 /* Whether the launch with this ordinal starts a phase of the installed schedule: most launches do
  * not, and need no driver call (not even the capture check). */
-bool pol_mover_starts_phase(uint32_t ordinal)
+bool hyb_mover_starts_phase(uint32_t ordinal)
 {
     if (!__atomic_load_n(&mv.active, __ATOMIC_ACQUIRE))
         return false;
@@ -85,7 +85,7 @@ bool pol_mover_starts_phase(uint32_t ordinal)
     return starts;
 }
 
-void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l)
+void hyb_mover_launch(const transit_driver_api *drv, const transit_launch *l)
 {
     pthread_mutex_lock(&mv.lock);
     uint32_t q = mv.active ? phase_at(l->ordinal) : TRANSIT_STREAM_NONE;
@@ -111,7 +111,7 @@ void pol_mover_launch(const transit_driver_api *drv, const transit_launch *l)
     pthread_mutex_unlock(&mv.lock);
 }
 
-void pol_mover_hand_over(transit_stream_schedule *s)
+void hyb_mover_hand_over(transit_stream_schedule *s)
 {
     pthread_mutex_lock(&mv.lock);
     transit_stream_schedule_free(&mv.next);
@@ -202,7 +202,7 @@ static void issue(const transit_driver_api *drv, CUdevice dev, posted p)
     transit_add(&pol.n.mover_phases, 1);
 }
 
-/* In limit mode the mover runs while its hold lasts (pol_hybrid_apply): an eviction ends it, and
+/* In limit mode the mover runs while its hold lasts (hyb_apply): an eviction ends it, and
  * from there its chunks are read in place. */
 static bool hold_ended(void)
 {
@@ -214,8 +214,9 @@ static bool hold_ended(void)
     return true;
 }
 
-/* The mover thread's step (lifecycle.c): waits for a posted phase or a schedule, then acts. */
-void transit_policy_move_step(void)
+/* The mover thread's step (hybrid's move_step; lifecycle.c runs the thread): waits for a posted
+ * phase or a schedule, then acts. */
+void hyb_mover_step(void)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -249,7 +250,7 @@ void transit_policy_move_step(void)
     }
 }
 
-void pol_mover_wake(void)
+void hyb_mover_wake(void)
 {
     pthread_mutex_lock(&mv.lock);
     wake_ready_locked();
@@ -257,8 +258,8 @@ void pol_mover_wake(void)
     pthread_mutex_unlock(&mv.lock);
 }
 
-/* The child's copy of the parent's events and streams is unusable (lifecycle.c's fork list). */
-void pol_mover_after_fork(void)
+/* The child's copy of the parent's events and streams is unusable (hybrid's after_fork). */
+void hyb_mover_after_fork(void)
 {
     transit_stream_schedule_free(&mv.s);
     transit_stream_schedule_free(&mv.next);
