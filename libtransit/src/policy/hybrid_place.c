@@ -123,6 +123,21 @@ static bool plan_mover(const profile_summary *p, const uint8_t *resident, transi
     return ok;
 }
 
+/* Under hp.lock: a placement (and its mover's schedule) takes the current one's place. */
+static void install_locked(uint64_t *chunk, uint32_t *reuse, uint8_t *resident, size_t n,
+                           transit_stream_schedule schedule)
+{
+    transit_stream_schedule_free(&hp.schedule);
+    hp.schedule = schedule;
+    free(hp.chunk);
+    free(hp.reuse);
+    free(hp.resident);
+    hp.chunk = chunk;
+    hp.reuse = reuse;
+    hp.resident = resident;
+    hp.nchunks = n;
+}
+
 /* A new plan replaces the last; `apply`: the tick applies it (else it waits for the guard). */
 void hyb_plan(const profile_summary *p, bool apply)
 {
@@ -159,15 +174,7 @@ void hyb_plan(const profile_summary *p, bool apply)
         n = 0;
     }
     pthread_mutex_lock(&hp.lock);
-    transit_stream_schedule_free(&hp.schedule);
-    hp.schedule = schedule;
-    free(hp.chunk);
-    free(hp.reuse);
-    free(hp.resident);
-    hp.chunk = chunk;
-    hp.reuse = reuse;
-    hp.resident = resident;
-    hp.nchunks = n;
+    install_locked(chunk, reuse, resident, n, schedule);
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
         __atomic_store_n(&pol.n.hybrid_resident_by_reuse[k], by_class[0][k], __ATOMIC_RELAXED);
         __atomic_store_n(&pol.n.hybrid_host_by_reuse[k], by_class[1][k], __ATOMIC_RELAXED);
@@ -338,14 +345,7 @@ void hyb_take_placement(uint64_t *chunk, uint32_t *reuse, uint8_t *resident, siz
 {
     uint64_t by_class[2][TRANSIT_HYBRID_CLASSES] = {{0}};
     pthread_mutex_lock(&hp.lock);
-    free(hp.chunk);
-    free(hp.reuse);
-    free(hp.resident);
-    hp.chunk = chunk;
-    hp.reuse = reuse;
-    hp.resident = resident;
-    hp.nchunks = n;
-    transit_stream_schedule_free(&hp.schedule);
+    install_locked(chunk, reuse, resident, n, (transit_stream_schedule){0});
     for (size_t i = 0; i < hp.nchunks; i++)
         by_class[hp.resident[i] ? 0 : 1][hyb_reuse_class(hp.reuse[i])] += TRANSIT_CHUNK_BYTES;
     for (int k = 0; k < TRANSIT_HYBRID_CLASSES; k++) {
