@@ -54,7 +54,7 @@ def fixture(sequence: list[str], step_ends: list[int], train_argv: list[str]) ->
     index = {n: i for i, n in enumerate(names)}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     return {
-        "schema": "transit.kernel_sequence/1",
+        "schema": "transit.kernel-sequence/1",
         "command": "bench/kernel_sequence.py -- " + " ".join(train_argv),
         "git_commit": os.environ.get("BENCH_GIT_COMMIT") or commit or None,
         "device": torch.cuda.get_device_name(0),

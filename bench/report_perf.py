@@ -80,6 +80,7 @@ def main() -> int:
         ["git", "rev-parse", "HEAD"], check=True, capture_output=True, text=True, cwd=REPO
     ).stdout.strip()
     document = {
+        "schema": "transit.bench-report-perf/1",
         "benchmark": "report-perf",
         "command": f"python bench/report_perf.py --ranks {args.ranks} --repeats {args.repeats}",
         "commit": commit,

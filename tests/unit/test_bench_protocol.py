@@ -12,6 +12,7 @@ import argparse
 import gzip
 import json
 import statistics
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from bench import __main__ as cli
 from bench import protocol
 from bench.common import SettleRule, StepPhases
+from tests.unit.test_schemas import check
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -306,6 +308,12 @@ def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
     # the same rows in the same order: micro-batch 2 against 1 x 2 accumulated
     assert row["losses"]["checks"][0]["against"] == "tiny-a.r1" and row["losses"]["checks"][0]["steps"] >= 9
     assert (tmp_path / "out/cpu-smoke-raw.tar.gz").stat().st_size > 1000
+    check(doc)
+    with tarfile.open(tmp_path / "out/cpu-smoke-raw.tar.gz") as raw:
+        results = [json.load(raw.extractfile(m)) for m in raw.getmembers() if m.name.endswith("/result.json")]
+    assert len(results) == 4
+    for result in results:
+        check(result)
     assert all(run["estimated_s"] == 120.0 for run in doc["runs"])
     assert doc["device_time_s"]["estimated"] == protocol.SETUP_S + 4 * 120
     assert 0 < doc["device_time_s"]["actual"] - protocol.SETUP_S <= sum(r["elapsed_s"] for r in doc["runs"]) + 5

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_schemas import check
+
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "tests" / "fixtures" / "profile" / "h200-gb64-mb8-hybrid.profile.json.gz"
 
@@ -50,6 +52,7 @@ def test_excess_is_the_run_less_the_control(profiles) -> None:
     r = steady(run_path, control_path, "--warm-up", PROFILE, "--top", "5", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
+    check(out)
     durations = run["iterations"][0]["kernel_duration_ns"]
     half = sum(d - d // 2 for d in durations) / 1e9
     assert out["same_sequence"] is True

@@ -2,7 +2,9 @@
 and what the code writes, the fixtures the readers are tested on and the committed results match it.
 
 A schema is named after its id: `transit.rank/1` is schemas/rank-1.schema.json. The real outputs are
-made here: libtransit's stats file on the CPU, and each command's --json on the project's fixtures.
+made here: libtransit's stats file on the CPU, each command's --json on the project's fixtures, and the
+bench tools' --json that run on a CPU (bench/1 results and summaries: test_bench_protocol.py's driver run;
+steady_kernels.py: test_bench_steady_kernels.py).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 FIXTURES = ROOT / "tests" / "fixtures"
 # a quoted id, as Python (`"transit.plan/3"`) and C (`\"transit.rank/1\"`, `"transit.step/1"`) write it
-WRITTEN_ID = re.compile(r"""["']transit\.([a-z0-9-]+)/(\d+)\\?["']""")
-WRITERS = ("transit", "libtransit/src", "spank")
+WRITTEN_ID = re.compile(r"""["']transit\.([a-z0-9_.-]+)/(\d+)\\?["']""")
+WRITERS = ("transit", "libtransit/src", "spank", "bench", "scripts")
 
 
 def schema_file(schema_id: str) -> Path:
@@ -47,22 +49,25 @@ def load(path: Path) -> object:
 
 
 def written_ids() -> set[str]:
+    """Every id in the code: its sources, and the scripts (which have no suffix)."""
     found = set()
     for folder in WRITERS:
         for path in (ROOT / folder).rglob("*"):
-            if path.suffix in (".py", ".c", ".h"):
-                found |= {f"transit.{m[0]}/{m[1]}" for m in WRITTEN_ID.findall(path.read_text())}
+            if path.suffix in (".py", ".c", ".h", ".sh") or (folder == "scripts" and path.is_file() and not path.suffix):
+                found |= {f"transit.{m[0]}/{m[1]}" for m in WRITTEN_ID.findall(path.read_text(errors="replace"))}
     return found
 
 
-def documents_with_a_schema(*folders: Path) -> list[Path]:
-    paths = []
-    for folder in folders:
-        for path in sorted([*folder.rglob("*.json"), *folder.rglob("*.json.gz")]):
-            document = load(path)
-            if isinstance(document, dict) and schema_file(str(document.get("schema", "x/0"))).is_file():
-                paths.append(path)
-    return paths
+def committed_documents() -> dict[Path, object]:
+    """Every JSON document of the fixtures and the committed results."""
+    return {path: load(path) for folder in (FIXTURES, ROOT / "bench" / "results")
+            for path in sorted([*folder.rglob("*.json"), *folder.rglob("*.json.gz")])}
+
+
+def project_id(document: object) -> str | None:
+    """The document's `transit.NAME/V` id; None for another program's JSON (Slurm's, Hugging Face's)."""
+    schema_id = document.get("schema") if isinstance(document, dict) else None
+    return schema_id if isinstance(schema_id, str) and schema_id.startswith("transit.") else None
 
 
 @pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.schema.json")), ids=lambda p: p.name)
@@ -75,11 +80,25 @@ def test_each_schema_is_a_draft_2020_12_schema_of_its_id(path: Path) -> None:
 
 def test_every_id_the_code_writes_has_a_schema() -> None:
     ids = written_ids()
-    assert {"transit.rank/1", "transit.step/1", "transit.profile/1", "transit.plan/3"} <= ids
+    assert {"transit.rank/1", "transit.step/1", "transit.profile/1", "transit.plan/3", "transit.bench/1",
+            "transit.bench-plan/1", "transit.profile-reuse/1"} <= ids
     assert sorted(i for i in ids if not schema_file(i).is_file()) == []
 
 
-FILES = documents_with_a_schema(FIXTURES, ROOT / "bench" / "results")
+def test_every_id_is_a_hyphenated_name_and_a_version() -> None:
+    ids = written_ids() | {project_id(d) for d in committed_documents().values()} - {None}
+    assert sorted(i for i in ids if not re.fullmatch(r"transit\.[a-z0-9]+(-[a-z0-9]+)*/[1-9]\d*", i)) == []
+
+
+def test_every_committed_result_and_project_fixture_has_a_schema() -> None:
+    """Results whose writer is gone (the tag pre-protocol-bench) are public too: each keeps its schema."""
+    documents = committed_documents()
+    assert [str(p.relative_to(ROOT)) for p, d in documents.items()
+            if p.is_relative_to(ROOT / "bench") and project_id(d) is None] == []
+    assert sorted({i for d in documents.values() if (i := project_id(d)) and not schema_file(i).is_file()}) == []
+
+
+FILES = [path for path, document in committed_documents().items() if project_id(document)]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -90,7 +109,8 @@ def test_fixtures_and_committed_results_match_their_schema(path: Path) -> None:
 def test_the_fixtures_cover_the_file_formats() -> None:
     found = {load(path)["schema"] for path in FILES}
     assert {"transit.rank/1", "transit.step/1", "transit.profile/1", "transit.trace/1", "transit.factors/1",
-            "transit.factors/2", "transit.sim-sweep/3", "transit.bench-summary/1", "transit.bench-link/1"} <= found
+            "transit.factors/2", "transit.sim-sweep/3", "transit.bench-summary/1", "transit.bench-link/1",
+            "transit.kernel-sequence/1", "transit.bench-sim-perf/2", "transit.bench-report-perf/1"} <= found
 
 
 def test_a_document_that_drifts_is_refused() -> None:
@@ -151,6 +171,36 @@ def test_the_emulated_nodes_layout_matches_its_schema(tmp_path: Path) -> None:
                              "--out", str(tmp_path / "out"), "--dry-run", "--json", "--", "x.py"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
     check(json.loads(result.stdout))
+
+
+# `python3 -m bench` and the bench tools that run on a CPU: (command line after python3, the schema)
+BENCH_COMMANDS = [
+    (["-m", "bench", "list", "--json"], "transit.bench-list/1"),
+    (["-m", "bench", "plan", "controls-1gpu", "--json"], "transit.bench-plan/1"),
+    (["-m", "bench", "plan", "claim-b-gb64", "--command-limit", "0", "--json"], "transit.bench-plan/1"),
+    (["-m", "bench", "plan", "scale-in-4to2-gb8", "--json"], "transit.bench-plan/1"),
+    (["-m", "bench", "plan", "transit-1gpu-advise-gb8", "--nodes", "2", "--json"], "transit.bench-plan/1"),
+    (["bench/profile_reuse.py", str(FIXTURES / "profile" / "h200-gb64-mb8-hybrid.profile.json.gz"), "--json"],
+     "transit.profile-reuse/1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "schema_id"), BENCH_COMMANDS, ids=lambda v: " ".join(v[:4]) if isinstance(v, list) else v)
+def test_each_bench_tools_json_carries_its_schema_and_matches_it(argv: list[str], schema_id: str) -> None:
+    result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == schema_id
+    check(document)
+
+
+def test_every_bench_command_with_json_is_checked_above() -> None:
+    from bench.__main__ import parser
+
+    checked = {(argv[2],) for argv, _ in BENCH_COMMANDS if argv[:2] == ["-m", "bench"]}
+    # run and merge write summaries (transit.bench-summary/1, checked in bench/results); table writes Markdown
+    assert commands_with_json(parser()) == checked == {("list",), ("plan",)}
 
 
 def commands_with_json(parser, words: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
