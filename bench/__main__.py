@@ -33,6 +33,7 @@ from bench.protocol import (
     split_parts,
 )
 from transit.emulate import MAX_NODES, positive
+from transit.errors import UsageError
 
 LIST_SCHEMA = "transit.bench-list/1"
 PLAN_SCHEMA = "transit.bench-plan/1"
@@ -147,7 +148,16 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Bad input found past argparse (a size read where a plan is built; libtransit, whose size
+    grammar the caps use, not built yet) is one line too."""
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv)
+    except (UsageError, argparse.ArgumentTypeError) as exc:
+        print(f"python -m bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def dispatch(argv: list[str]) -> int:
     if argv[:1] == ["table"]:
         return tables.main(argv[1:])
     args = parser().parse_args(argv)

@@ -371,3 +371,17 @@ def test_zenflows_losses_are_compared_with_exact_adamw_in_the_same_repeat():
         assert systems["zenflow"].reference == systems["zero-offload"].name
         assert systems["zero-offload"].reference is None and systems["transit"].reference is None
     assert all(s.reference is None for s in protocol.EXPERIMENTS["claim-b-gb8"].systems)  # no ZenFlow there
+
+
+def test_libtransit_not_built_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """The caps are sizes in libtransit's grammar: on a fresh clone `plan` says how to build it."""
+    from transit import _native
+    from transit.errors import UsageError
+
+    def not_built(text: str) -> int:
+        raise UsageError("libtransit is not built: transit/lib/libtransit.so is missing")
+
+    monkeypatch.setattr(_native, "parse_size", not_built)
+    assert cli.main(["plan", "claim-b-gb8"]) == 2
+    err = capsys.readouterr().err
+    assert err == "python -m bench: libtransit is not built: transit/lib/libtransit.so is missing\n"
