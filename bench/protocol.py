@@ -809,7 +809,7 @@ def canary_summary(canary: dict | None, first: int, n: int) -> dict | None:
         return None
     steps = canary.get("per_step") or []
     out = {"before_step0": canary.get("before_step0")}
-    for key in ("gemm_ms", "copy_ms", "host_resident_bytes"):
+    for key in ("gemm_ms", "copy_ms", "gemm_host_bytes", "copy_host_bytes"):
         values = [s.get(key) for s in steps]
         out[f"{key}_each_step"] = values
         timed = [v for v in values[first:first + n] if v is not None]
