@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from transit import _native
+from transit.bench_link import NVML_VALUE_FIELDS
 from transit.errors import UsageError
 
 RESULT_SCHEMA = "transit.bench/1"
@@ -278,8 +279,6 @@ class PcieCounters:
             threading.Thread(target=self._poll, name="pcie-counters", daemon=True).start()
 
     def _read(self) -> list[int] | None:
-        from transit.bench_link import NVML_VALUE_FIELDS
-
         try:
             values = self._nvml.nvmlDeviceGetFieldValues(self._handle, self._fields)
         except self._nvml.NVMLError as exc:
@@ -291,11 +290,11 @@ class PcieCounters:
         return [int(getattr(v.value, NVML_VALUE_FIELDS.get(v.valueType, "ullVal"))) for v in values]
 
     def sample(self) -> None:
-        now = self._read()
-        if now is None:
-            self._stop.set()
-            return
-        with self._lock:
+        with self._lock:  # read and summed under one lock: a reading older than the last is no wrap
+            now = self._read()
+            if now is None:
+                self._stop.set()
+                return
             for i in (0, 1):
                 self._total[i] += counter_delta(self._last[i], now[i])
             self._last = now

@@ -885,8 +885,10 @@ def compact_transit(summary: dict | None, stats: list[dict], record: dict) -> di
             "offloaded_bytes_per_gpu": summary.get("offloaded_bytes_per_gpu"),
             "gpu_page_faults": summary.get("gpu_page_faults"), "cuda_errors": summary.get("cuda_errors"),
             "ranks": summary.get("ranks"),
-            # rank 0's hybrid section: its guard (fallback), its placement and its mover
-            "hybrid": (stats[0].get("hybrid") if stats and summary.get("policy") == "hybrid" else None)}
+            # rank 0's policy section: hybrid's guard (fallback), placement and mover; advise's fill
+            "hybrid": (stats[0].get("hybrid") if stats and summary.get("policy") == "hybrid" else None),
+            "advise": (stats[0].get("advise") if stats and summary.get("policy") == "advise" else None),
+            "remote_map_bytes": ((stats[0].get("faults") or {}).get("remote_map_bytes") if stats else None)}
 
 
 def transit_report(stats_dir: Path, run_dir: Path) -> dict:

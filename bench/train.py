@@ -81,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--canary", action="store_true",
                    help=f"once before step 0 and after every step, outside the steps' timing: {Canary.describe()}")
     p.add_argument("--pcie-split", action="store_true",
-                   help="synchronize before each optimizer step and read the PCIe counters there: each step's "
-                        "PCIe bytes before its optimizer step and of it (one synchronization more a step)")
+                   help="wait for the training stream before each optimizer step and read the PCIe counters "
+                        "there and at the step's start: each step's PCIe bytes before its optimizer step and of it, "
+                        "the canary's left out (one synchronization more a step)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--label", default="fsdp2", help="system name recorded in the result")
     p.add_argument("--out", help="result JSON path (rank 0 writes it)")
@@ -260,8 +261,8 @@ def train(args: argparse.Namespace) -> dict | None:
             with phases.span("backward"):
                 loss.backward()
             loss_sum += loss.detach()
-        if pcie_split:
-            torch.cuda.synchronize(device)
+        if pcie_split:  # the training stream only: TRANSIT's mover keeps its side streams going
+            torch.cuda.current_stream(device).synchronize()
             clocks.mark("optimizer")
         with phases.span("optimizer"):
             optimizer.step()

@@ -30,6 +30,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import GIB, host_resident_bytes, provenance, write_json
@@ -40,7 +43,7 @@ CHUNK = 2 << 20
 SPARSE_STRIDE = 64 << 10  # bytes between the elements the first faulting kernel touches
 PAGE = 4 << 10
 GEMM_N = 8192
-GEMMS_PER_REPEAT = 50  # about 0.1 s of GEMMs on an H100: long enough for the side stream to move chunks
+GEMMS_PER_REPEAT = 200  # about 0.35 s of GEMMs on an H100: some 25 round trips at the mover's rate
 GATHER_PAGES = 1 << 20
 MOVER_RATE = 70.0  # hybrid's mover at 64 x 8: about 0.7 GB each way in 2 MiB chunks per 5 s step
 MARGIN_BYTES = 4 * GIB  # device memory left free beside the region (context, cuBLAS, the gather's index)
@@ -77,7 +80,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class ProbeDriver(_Driver):
-    """transit bench link's driver calls, and those this probe needs besides."""
+    """transit bench link's driver calls, and those this probe needs besides; made on the thread
+    whose current context (torch's) the other threads' calls take."""
+
+    def __init__(self, device: int) -> None:
+        super().__init__(device)
+        self.context = self.ctypes.c_void_p()
+        self._call("cuCtxGetCurrent", self.ctypes.byref(self.context))
+
+    def make_current(self) -> None:
+        self._call("cuCtxSetCurrent", self.context)
 
     def alloc_managed(self, size: int) -> int:
         ptr = self.ctypes.c_uint64()
@@ -102,8 +114,6 @@ class ManagedView:
 
 def timed(fn: Callable[[], object], repeats: int) -> dict:
     """Seconds of fn on the GPU: median, min and max of `repeats` after one untimed run."""
-    import torch
-
     fn()
     times = []
     for _ in range(repeats):
@@ -116,13 +126,18 @@ def timed(fn: Callable[[], object], repeats: int) -> dict:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
+def gemm_loop(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Callable[[], None]:
+    def gemms() -> None:
+        for _ in range(GEMMS_PER_REPEAT):
+            torch.mm(a, b, out=c)
+    return gemms
+
+
 class SideMover:
     """A thread that sends 2 MiB chunks of [base, base + size) to the host and back on a side
     stream, `rate` round trips a second (0: back to back), until stopped; counts them."""
 
     def __init__(self, drv: ProbeDriver, base: int, size: int, rate: float) -> None:
-        import torch
-
         self.drv, self.base, self.chunks, self.rate = drv, base, size // CHUNK, rate
         self.stream = torch.cuda.Stream()
         self.round_trips = 0
@@ -132,6 +147,7 @@ class SideMover:
 
     def _run(self) -> None:
         try:
+            self.drv.make_current()  # a new thread has no current context for the driver's calls
             while not self._stop.is_set():
                 at = self.base + (self.round_trips % self.chunks) * CHUNK
                 self.drv.prefetch(at, CHUNK, host=True, stream=self.stream.cuda_stream)
@@ -143,7 +159,7 @@ class SideMover:
         except RuntimeError as exc:
             self.error = str(exc)
 
-    def __enter__(self) -> SideMover:
+    def __enter__(self) -> Self:
         self._t0 = time.monotonic()
         self._thread.start()
         return self
@@ -155,8 +171,6 @@ class SideMover:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     if not torch.cuda.is_available():
         print("uvm_speed_probe.py: needs a CUDA GPU (torch sees none)", file=sys.stderr)
         return 1
@@ -189,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         x, a, b, c = views(base)
         a.normal_(), b.normal_()
         sum_t = timed(lambda: x.sum(), args.repeats)
-        gemm_t = timed(lambda: [torch.mm(a, b, out=c) for _ in range(GEMMS_PER_REPEAT)], args.repeats)
+        gemm_t = timed(gemm_loop(a, b, c), args.repeats)
         gather_t = timed(lambda: x[pages].sum(), args.repeats)
         doc["states"][name] = {
             "how": how, "host_resident_bytes": host_resident_bytes([(base, size)]),
@@ -211,12 +225,11 @@ def run(args: argparse.Namespace) -> int:
     side = base + CHUNK * 16  # chunks of X, away from the GEMM's operands
     side_size = min(x_bytes - CHUNK * 32, 4 * GIB)
     for name, rate in (("alone", None), ("mover_rate", args.mover_rate), ("back_to_back", 0.0)):
-        gemms = lambda: [torch.mm(a, b, out=c) for _ in range(GEMMS_PER_REPEAT)]  # noqa: E731
         if rate is None:
-            doc["side_mover"][name] = timed(gemms, args.repeats)
+            doc["side_mover"][name] = timed(gemm_loop(a, b, c), args.repeats)
         else:
             with SideMover(drv, side, side_size, rate) as mover:
-                result = timed(gemms, args.repeats)
+                result = timed(gemm_loop(a, b, c), args.repeats)
             doc["side_mover"][name] = result | {"round_trips": mover.round_trips, "seconds": round(mover.seconds, 3),
                                                 "error": mover.error}
         doc["side_mover"][name]["tflops"] = 2 * GEMM_N**3 * GEMMS_PER_REPEAT / doc["side_mover"][name]["median_s"] / 1e12

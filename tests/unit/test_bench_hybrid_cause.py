@@ -111,12 +111,12 @@ def probe(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("argv", "line"), [
-    (["--out", "p.json", "--gib", "0"], "uvm_speed_probe.py: argument --gib: --gib '0': expected a whole number "
-                                         "from 1 to 1024\n"),
-    (["--out", "p.json", "--repeats", "x"], "uvm_speed_probe.py: argument --repeats: --repeats 'x': expected a "
-                                            "whole number from 1 to 100\n"),
-    (["--out", "p.json", "--mover-rate", "0"], "uvm_speed_probe.py: argument --mover-rate: --mover-rate '0': "
-                                               "expected a number from 1 to 100000\n"),
+    (["--out", "p.json", "--gib", "0"], ("uvm_speed_probe.py: argument --gib: --gib '0': expected a whole number "
+                                          "from 1 to 1024\n")),
+    (["--out", "p.json", "--repeats", "x"], ("uvm_speed_probe.py: argument --repeats: --repeats 'x': expected a "
+                                             "whole number from 1 to 100\n")),
+    (["--out", "p.json", "--mover-rate", "0"], ("uvm_speed_probe.py: argument --mover-rate: --mover-rate '0': "
+                                                "expected a number from 1 to 100000\n")),
     ([], "uvm_speed_probe.py: the following arguments are required: --out\n"),
 ])
 def test_the_probe_refuses_bad_arguments_in_one_line(argv: list[str], line: str):
