@@ -127,7 +127,7 @@ def test_the_probe_refuses_bad_arguments_in_one_line(argv: list[str], line: str)
 def test_the_probe_says_in_one_line_that_it_needs_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
-        pytest.skip("a GPU is here: tests/gpu/test_uvm_speed_probe.py runs the probe")
+        pytest.skip("a GPU is here: tests/gpu/test_hybrid_cause_gpu.py runs the probe")
     result = probe("--out", str(tmp_path / "p.json"))
     assert (result.returncode, result.stderr) == (1, "uvm_speed_probe.py: needs a CUDA GPU (torch sees none)\n")
     assert not (tmp_path / "p.json").exists()
