@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from transit import _native
+from transit.bench_link import NVML_VALUE_FIELDS
 from transit.errors import UsageError
 
 RESULT_SCHEMA = "transit.bench/1"
@@ -236,12 +237,91 @@ def nvml_handle(pynvml, device_index: int):
     return pynvml.nvmlDeviceGetHandleByIndex(device_index)
 
 
+# NVML's cumulative PCIe byte counters are 32 bits wide on the device machines whatever value type
+# they report (their per-step differences went negative on an H100, scale-in-4to2-gb8.json): a
+# thread reads them this often, so that less than 2^32 bytes pass between two readings (64 GB/s,
+# PCIe 5 x16, moves 1.6 GB in 25 ms), and undoes each wrap.
+PCIE_SAMPLE_INTERVAL_S = 0.025
+PCIE_COUNTER_WRAP = 1 << 32
+# NVML's clock event reasons (nvml.h, nvmlClocksEventReason*) by bit; GPU idle (0x1) and the
+# application clock setting (0x2) slow nothing down.
+CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                       0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                       0x80: "hw_power_brake", 0x100: "display_clock_setting"}
+SLOWING_REASONS_MASK = 0x1FC  # every bit but gpu_idle and applications_clocks_setting
+
+
+def counter_delta(before: int, after: int) -> int:
+    """Bytes between two readings of a PCIe byte counter; a decrease is a wrap at PCIE_COUNTER_WRAP."""
+    return after - before if after >= before else (after - before) % PCIE_COUNTER_WRAP
+
+
+def clock_event_names(mask: int) -> list[str]:
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit] + (
+        [f"0x{mask & ~sum(CLOCK_EVENT_REASONS):x}"] if mask & ~sum(CLOCK_EVENT_REASONS) else [])
+
+
+class PcieCounters:
+    """The GPU's PCIe bytes since start, TX (GPU to host) and RX (host to GPU): NVML's counters read
+    every PCIE_SAMPLE_INTERVAL_S in a thread, their wraps undone. `error` says why there are none."""
+
+    def __init__(self, pynvml, handle) -> None:
+        self._nvml, self._handle = pynvml, handle
+        self._fields = [getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+                        getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", NVML_FI_DEV_PCIE_COUNT_RX_BYTES)]
+        self.error: str | None = None
+        self.samples = 0
+        self._lock = threading.Lock()
+        self._total = [0, 0]
+        self._last = self._read()
+        self._stop = threading.Event()
+        if self._last is not None:
+            threading.Thread(target=self._poll, name="pcie-counters", daemon=True).start()
+
+    def _read(self) -> list[int] | None:
+        try:
+            values = self._nvml.nvmlDeviceGetFieldValues(self._handle, self._fields)
+        except self._nvml.NVMLError as exc:
+            self.error = f"nvmlDeviceGetFieldValues: {exc}"
+            return None
+        if any(v.nvmlReturn for v in values):
+            self.error = f"NVML return {next(v.nvmlReturn for v in values if v.nvmlReturn)}"
+            return None
+        return [int(getattr(v.value, NVML_VALUE_FIELDS.get(v.valueType, "ullVal"))) for v in values]
+
+    def sample(self) -> None:
+        with self._lock:  # read and summed under one lock: a reading older than the last is no wrap
+            now = self._read()
+            if now is None:
+                self._stop.set()
+                return
+            for i in (0, 1):
+                self._total[i] += counter_delta(self._last[i], now[i])
+            self._last = now
+            self.samples += 1
+
+    def _poll(self) -> None:
+        while not self._stop.wait(PCIE_SAMPLE_INTERVAL_S):
+            self.sample()
+
+    def totals(self) -> tuple[int, int] | None:
+        """(TX, RX) bytes since start, read now; None once the counters failed."""
+        if self.error:
+            return None
+        self.sample()
+        with self._lock:
+            return self._total[0], self._total[1]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class GpuClocks:
-    """The SM clock, NVML's clock event reasons (power cap, thermal, ...) and the GPU's cumulative
-    PCIe byte counters, read once per step after its synchronisation: step times of one
-    configuration move between plateaus for seconds, and these say whether the GPU's clock moved
-    with them; the counters give each step's PCIe bytes (`transit bench link` checks them against
-    the bytes of known transfers)."""
+    """The SM and memory clocks, the power draw, NVML's clock event reasons (power cap, thermal,
+    ...) and the GPU's PCIe bytes (PcieCounters), read once per step after its synchronisation:
+    step times of one configuration move between plateaus for seconds, and these say whether the
+    GPU's clock or power moved with them; the counters give each step's PCIe bytes (`transit bench
+    link` checks them against the bytes of known transfers)."""
 
     def __init__(self, device_index: int) -> None:
         import pynvml
@@ -253,40 +333,112 @@ class GpuClocks:
         self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self.sm_mhz: list[int] = []
+        self.mem_mhz: list[int] = []
+        self.power_w: list[float | None] = []
         self.event_reasons: list[int] = []
-        self._pcie_fields = [getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
-                             getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", NVML_FI_DEV_PCIE_COUNT_RX_BYTES)]
-        self.pcie_error: str | None = None
+        self.pcie = PcieCounters(pynvml, self.handle)
         self.pcie_tx: list[int] = []  # cumulative, before step 0 and at the end of every step
         self.pcie_rx: list[int] = []
+        # (TX, RX) at marked points of each step (mark()): "start", "optimizer"
+        self.pcie_marks: dict[str, list[tuple[int, int]]] = {}
         self._read_pcie()
 
+    def mark(self, point: str) -> None:
+        """The PCIe counters now, at `point` of the step (the caller synchronized first where the
+        point is inside the step): at its start (after anything run between steps) and before its
+        optimizer, they split its bytes into forward and backward and the optimizer step."""
+        totals = self.pcie.totals()
+        if totals is not None:
+            self.pcie_marks.setdefault(point, []).append(totals)
+
     def _read_pcie(self) -> None:
-        if self.pcie_error:
-            return
+        totals = self.pcie.totals()
+        if totals is not None:
+            self.pcie_tx.append(totals[0])
+            self.pcie_rx.append(totals[1])
+
+    def _power_w(self) -> float | None:
         try:
-            tx, rx = self._nvml.nvmlDeviceGetFieldValues(self.handle, self._pcie_fields)
-        except self._nvml.NVMLError as exc:
-            self.pcie_error = f"nvmlDeviceGetFieldValues: {exc}"
-            return
-        if tx.nvmlReturn or rx.nvmlReturn:
-            self.pcie_error = f"NVML return {tx.nvmlReturn or rx.nvmlReturn}"
-            return
-        self.pcie_tx.append(int(tx.value.ullVal))
-        self.pcie_rx.append(int(rx.value.ullVal))
+            return self._nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000
+        except self._nvml.NVMLError:  # a GPU without a power reading
+            return None
 
     def read(self) -> None:
         self.sm_mhz.append(self._nvml.nvmlDeviceGetClockInfo(self.handle, self._nvml.NVML_CLOCK_SM))
+        self.mem_mhz.append(self._nvml.nvmlDeviceGetClockInfo(self.handle, self._nvml.NVML_CLOCK_MEM))
+        self.power_w.append(self._power_w())
         self.event_reasons.append(self._reasons(self.handle))
         self._read_pcie()
 
+    def latest(self) -> dict:
+        """The last step's reading, for a log line."""
+        return {"sm_clock_mhz": self.sm_mhz[-1], "mem_clock_mhz": self.mem_mhz[-1], "power_w": self.power_w[-1],
+                "clocks_event_reasons": self.event_reasons[-1],
+                "pcie_rx_bytes": self.pcie_rx[-1] - self.pcie_rx[-2] if len(self.pcie_rx) > 1 else None,
+                "pcie_tx_bytes": self.pcie_tx[-1] - self.pcie_tx[-2] if len(self.pcie_tx) > 1 else None}
+
     def as_dict(self) -> dict:
-        return {"sm_clock_mhz": self.sm_mhz, "clocks_event_reasons": self.event_reasons,
+        self.pcie.stop()
+        return {"sm_clock_mhz": self.sm_mhz, "mem_clock_mhz": self.mem_mhz, "power_w": self.power_w,
+                "clocks_event_reasons": self.event_reasons,
                 "clocks_event_reasons_note": "NVML bitmask per step: 0x1 idle, 0x4 SW power cap, "
                                               "0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake",
-                "pcie_counters": {"tx_bytes": self.pcie_tx, "rx_bytes": self.pcie_rx, "error": self.pcie_error,
-                                  "note": "NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES, cumulative, read before step 0 "
-                                          "and after each step; the GPU's view: RX = host to GPU"}}
+                "pcie_counters": {"tx_bytes": self.pcie_tx, "rx_bytes": self.pcie_rx, "error": self.pcie.error,
+                                  "samples": self.pcie.samples,
+                                  "marks_tx_rx": {k: [list(v) for v in marks] for k, marks in self.pcie_marks.items()},
+                                  "note": "NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES summed from readings every "
+                                          f"{PCIE_SAMPLE_INTERVAL_S} s, 32-bit wraps undone; cumulative, before "
+                                          "step 0 and after each step; the GPU's view: RX = host to GPU"}}
+
+
+# The canary (--canary): work on fresh allocations, timed between steps, whose speed says whether
+# the whole GPU is slow (clocks, power, remapping under way) or only the training's own data.
+CANARY_GEMM_N = 4096
+CANARY_GEMMS = 20
+CANARY_COPY_BYTES = 1 << 30
+
+
+class Canary:
+    """A fresh 4096 x 4096 bf16 GEMM x20 and a 1 GiB device copy, each timed with CUDA events on
+    tensors allocated for it (through PyTorch's allocator: managed memory under TRANSIT), after
+    one untimed GEMM (cuBLAS's start, the pages' first touch). Under TRANSIT it also reads how many
+    of its bytes are on the host (pagemap): a canary placed there is slow for that reason alone."""
+
+    def __init__(self, device: torch.device) -> None:
+        if device.type != "cuda":
+            raise SystemExit("--canary needs a GPU: it times CUDA kernels")
+        self.device = device
+
+    def run(self) -> dict:
+        n, dev = CANARY_GEMM_N, self.device
+        torch.cuda.synchronize(dev)
+        a, b = (torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        c = torch.mm(a, b)
+        src = torch.ones(CANARY_COPY_BYTES, device=dev, dtype=torch.uint8)
+        dst = torch.zeros_like(src)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        events[0].record()
+        for _ in range(CANARY_GEMMS):
+            torch.mm(a, b, out=c)
+        events[1].record()
+        dst.copy_(src)
+        events[2].record()
+        events[2].synchronize()
+        gemm_s, copy_s = (events[i].elapsed_time(events[i + 1]) / 1e3 for i in (0, 1))
+        on_host = ((lambda *ts: host_resident_bytes([(t.data_ptr(), t.numel() * t.element_size()) for t in ts]))
+                   if under_transit() else (lambda *ts: None))
+        gemm_host, copy_host = on_host(a, b, c), on_host(src, dst)
+        del a, b, c, src, dst
+        return {"gemm_ms": round(gemm_s * 1e3, 3), "gemm_tflops": round(2 * n**3 * CANARY_GEMMS / gemm_s / 1e12, 1),
+                "copy_ms": round(copy_s * 1e3, 3), "copy_gbps": round(2 * CANARY_COPY_BYTES / copy_s / 1e9, 1),
+                "gemm_host_bytes": gemm_host, "copy_host_bytes": copy_host}
+
+    @staticmethod
+    def describe() -> str:
+        return (f"a {CANARY_GEMM_N}x{CANARY_GEMM_N} bf16 GEMM x{CANARY_GEMMS} and a {CANARY_COPY_BYTES >> 20} MiB "
+                "device-to-device copy on new allocations, CUDA-event timed, outside the steps' timing; "
+                "copy_gbps counts read and write; gemm_host_bytes, copy_host_bytes (under TRANSIT): the bytes of "
+                "each one's tensors on the host (pagemap)")
 
 
 def pin_cpu_cores(local_rank: int, cores_per_rank: int | None) -> list[int] | None:
@@ -574,10 +726,11 @@ def loopback_tx_bytes() -> int | None:
 
 def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: torch.device,
                 world: int, rank: int, host_state=None, clocks: GpuClocks | None = None,
-                settle: SettleRule | None = None) -> LoopResult:
+                settle: SettleRule | None = None, after_step=None) -> LoopResult:
     """Run `one_step(step) -> loss tensor` (this rank's mean over micro-batches) `steps` times.
 
-    Each step is timed to a device synchronisation; losses are averaged over ranks. A run stops
+    Each step is timed to a device synchronisation; losses are averaged over ranks; `after_step(step,
+    seconds, loss)`, when given, runs after each step's readings, outside its timing. A run stops
     after the first step past warm-up that ends more than `time_budget` seconds into the loop
     (0: no budget), or once every rank's steps hold the settle rule's timed steps: the same
     decision on every rank. `host_state()` is read once, after step 0.
@@ -607,6 +760,8 @@ def timed_steps(one_step, steps: int, warmup: int, time_budget: float, device: t
         losses.append(loss.item() / world)
         if rank == 0:
             print(f"step {step}: loss {losses[-1]:.4f} time {times[-1]:.3f}s", flush=True)
+        if after_step is not None:
+            after_step(step, times[-1], losses[-1])
         over = time_budget > 0 and step >= warmup and time.perf_counter() - start > time_budget
         decision = torch.tensor(float(over), device=device)
         dist.all_reduce(decision, op=dist.ReduceOp.MAX)

@@ -19,6 +19,7 @@ device time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -36,7 +37,9 @@ from pathlib import Path
 from bench.common import (
     GIB,
     NON_ALLOCATOR_MARGIN_BYTES,
+    SLOWING_REASONS_MASK,
     SettleRule,
+    clock_event_names,
     git_commit,
     parse_size,
     window_median,
@@ -102,6 +105,13 @@ class System:
     # on lo; 0: one rank per GPU, no emulation
     nodes: int = 0
     ranks_per_node: int = 1
+    # TRANSIT's L itself, per rank (no cap, so no fair-memory calibration): an experiment that
+    # holds L fixed across its systems
+    mem_limit: str | None = None
+    settle_rule: SettleRule | None = None  # None: the protocol's rule for the kind
+    env: tuple[tuple[str, str], ...] = ()  # more environment for the run (e.g. TRANSIT_HYBRID_GUARD=0)
+    # more bench/train.py options (e.g. --canary, --pcie-split: issue 55's readings)
+    train_args: tuple[str, ...] = ()
 
     @property
     def transit(self) -> bool:
@@ -125,7 +135,7 @@ class System:
 
     @property
     def settle(self) -> SettleRule:
-        return TRANSIT_SETTLE if self.transit else FRAMEWORK_SETTLE
+        return self.settle_rule or (TRANSIT_SETTLE if self.transit else FRAMEWORK_SETTLE)
 
     def rule(self, repeat: int) -> SettleRule:
         """The settle rule of one run: repeat 0 is a calibration run."""
@@ -135,11 +145,19 @@ class System:
     def cap_bytes(self) -> int | None:
         return parse_size(self.cap) if self.cap else None
 
+    @property
+    def mem_limit_bytes(self) -> int | None:
+        return parse_size(self.mem_limit) if self.mem_limit else None
+
     def check(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.gpus != 1:
             raise ValueError(f"{self.name}: {self.gpus} GPUs; every system runs on one (emulated nodes share it)")
+        if self.mem_limit and (not self.transit or self.cap):
+            raise ValueError(f"{self.name}: mem_limit is TRANSIT's L without a cap; {self.kind} with cap {self.cap}")
+        if self.train_args and self.kind in DEEPSPEED_KINDS:
+            raise ValueError(f"{self.name}: train_args are bench/train.py's; {self.kind} runs deepspeed_train.py")
         if self.global_batch % (self.local_batch * self.data_ranks):
             raise ValueError(f"{self.name}: global batch {self.global_batch} is not a multiple of "
                              f"{self.local_batch} x {self.data_ranks} ranks")
@@ -277,6 +295,40 @@ def _scale_in(native: int, fewer: int, gb: int, policies: tuple[str, ...]) -> tu
                      model=SCALE_IN_MODEL, nodes=fewer) for p in policies))
 
 
+# Issue 55: why hybrid at micro-batch 8 runs every kernel 3-4x slower than with all data resident
+# (docs/design-notes.md, "Hybrid at micro-batch 8"). Global batch 8 x micro-batch 8 has 64 x 8's
+# per-micro-batch overflow; 10 steps, timed 5-9 (hybrid's guard off: its own placement from step 4).
+# E1: hybrid at L = 25.5 GiB with the GPU's clocks, power, PCIe bytes (before and in the optimizer
+# step) and the canary logged, beside native (all resident) with the same readings. E2: advise at
+# the same L, and hybrid at an L where only the optimizer moments are left on the host (its mover
+# idle): the placement figures of hybrid-gb64-placement-reading-h100.json give a footprint of
+# 26.52 GB placed on the device + 15.93 GB on the host = 42.46 GB, the moments 15.14 GB, so 27.32 GB
+# besides them, and the canary's 2.25 GB if the allocator cannot reuse freed blocks for it: 29.57 GB.
+# Hybrid places L x 31/32 (TRANSIT_EVICT_TARGET), so L >= 29.57 x 32/31 = 30.52 GB: 28.5 GiB (30.60 GB).
+CAUSE_SETTLE = SettleRule(first=5, max_start=5, timed=5)
+CAUSE_READINGS = ("--canary", "--pcie-split")
+CAUSE_L, MOMENTS_ONLY_L = "25.5G", "28.5G"
+GUARD_OFF = (("TRANSIT_HYBRID_GUARD", "0"),)
+
+
+def _cause(name: str, kind: str, policy: str | None = None, limit: str | None = None, env=()) -> System:
+    return System(name, kind, 1, 8, 8, policy=policy, mem_limit=limit, settle_rule=CAUSE_SETTLE, env=env,
+                  train_args=CAUSE_READINGS)
+
+
+# Issue 55 item 2: the guard on (hybrid's default) against advise at the same L, 3 alternated
+# repeats. The guard takes 8 to 12 steady steps from step 4 (design-notes.md): hybrid is timed from
+# step 16, once it has decided; advise by the protocol's rule.
+GUARD_SETTLE = SettleRule(first=16, max_start=18, timed=4)
+
+
+def _guard(gb: int, micro: int, limit: str, nodes: int = 0) -> tuple[System, ...]:
+    tag = f"gb{gb}-mb{micro}" + (f"-{nodes}node" if nodes else "")
+    return (System(f"transit-hybrid-guard-{tag}", "transit", 1, gb, micro, policy="hybrid", mem_limit=limit,
+                   settle_rule=GUARD_SETTLE, nodes=nodes),
+            System(f"transit-advise-{tag}", "transit", 1, gb, micro, policy="advise", mem_limit=limit, nodes=nodes))
+
+
 def _experiments() -> list[Experiment]:
     out = [Experiment("controls-1gpu", "what no offload costs on one GPU (native FSDP2, no cap, micro-batch 4 "
                       "as TRANSIT's runs)", "nvidia-h200", (_control(1, 8), _control(1, 64)))]
@@ -296,6 +348,29 @@ def _experiments() -> list[Experiment]:
                           "13 GiB per rank, where the model needs 4 ranks without offload) against native FSDP2 on 2 "
                           "uncapped; deterministic, losses bit for bit; once more with TP 2 in one node",
                           "nvidia-h200", (*_two_rank(1), *_two_rank(2)), repeats=1, correctness=True))
+    out += [
+        Experiment("hybrid-cause-e1", "issue 55 E1: hybrid (guard off) at L = 25.5 GiB, global batch 8 x micro-batch 8, "
+                   "against native, with SM and memory clocks, power, clock event reasons, PCIe bytes before and in "
+                   "the optimizer step, and a canary after every step: is the slowdown global or the data's own?",
+                   "nvidia-h100-x1", (_cause("transit-hybrid-e1", "transit", "hybrid", CAUSE_L, GUARD_OFF),
+                                      _cause("fsdp2-e1", "fsdp2")), repeats=1),
+        Experiment("hybrid-cause-e2a", "issue 55 E2 (a): advise at L = 25.5 GiB, global batch 8 x micro-batch 8, the "
+                   "same readings: is limit mode slow at micro-batch 8 whatever the policy?", "nvidia-h100-x1",
+                   (_cause("transit-advise-e2", "transit", "advise", CAUSE_L),), repeats=1),
+        Experiment("hybrid-cause-e2b", "issue 55 E2 (b): hybrid (guard off) at L = 28.5 GiB, where only the optimizer "
+                   "moments stay on the host (its mover idle), global batch 8 x micro-batch 8, the same readings",
+                   "nvidia-h100-x1", (_cause("transit-hybrid-moments-e2", "transit", "hybrid", MOMENTS_ONLY_L,
+                                             GUARD_OFF),), repeats=1),
+        Experiment("hybrid-guard-gb64-mb8", "issue 55 item 2: hybrid with its guard against advise at L = 25.5 GiB, "
+                   "global batch 64 x micro-batch 8, one GPU", "nvidia-h100-x1", _guard(64, 8, CAUSE_L), repeats=1,
+                   note="one repeat: three of each need about 40 device minutes (python -m bench plan)"),
+        Experiment("hybrid-guard-gb8-mb8", "issue 55 item 2: hybrid with its guard against advise at L = 25.5 GiB, "
+                   "global batch 8 x micro-batch 8 (64 x 8's overflow per micro-batch), one GPU", "nvidia-h100-x1",
+                   _guard(8, 8, CAUSE_L)),
+        Experiment("hybrid-guard-2node", "issue 55 item 2: hybrid with its guard against advise on two emulated "
+                   "nodes sharing one GPU, global batch 8, micro-batch 4, L = 14.5 GiB per rank", "nvidia-h100-x1",
+                   _guard(8, 4, "14.5G", nodes=2)),
+    ]
     for experiment in out:
         experiment.check()
     return out
@@ -340,9 +415,10 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | No
             script += ["--deterministic"]
         if system.transit:
             script += ["--residency-sweep"]
+        script += list(system.train_args)
     if system.cap and not system.transit:
         args += ["--mem-cap", system.cap]
-    env = dict(MULTICAST_OFF)
+    env = dict(MULTICAST_OFF) | dict(system.env)
     if system.cores_per_rank:
         env["OMP_NUM_THREADS"] = str(system.cores_per_rank)
     argv = [*launcher, *script, *args]
@@ -416,13 +492,25 @@ def makespan(runs: list[Run], seconds) -> float:
 
 # ---------------------------------------------------------------- estimates from recorded runs
 
+# Hybrid on the bench model, recorded only in single runs outside the protocol (transit.bench-runs/1,
+# the commands in each file), guard off: the estimates of hybrid at micro-batch 8 (the H100 run, the
+# slowest recorded build) and at 4.
+SINGLE_RUNS = {("hybrid-gb64-placement-reading-h100.json", "capped"): ("transit", "hybrid", 64, 8),
+               ("hybrid-gb64-h200.json", "hybrid-gb64-mb4"): ("transit", "hybrid", 64, 4)}
+
+
 def recorded_runs() -> list[dict]:
-    """Every run of the summaries in bench/results (this driver's and the pre-protocol ones)."""
+    """Every run of the summaries in bench/results (this driver's and the pre-protocol ones), and
+    the SINGLE_RUNS."""
     runs = []
     for path in sorted(RESULTS.glob("*.json")):
         doc = json.loads(path.read_text())
         if doc.get("schema") == SUMMARY_SCHEMA:
             runs += [run | {"source_file": path.name} for run in doc.get("runs", []) if run.get("step_times_s")]
+    for (name, key), (kind, policy, gb, micro) in SINGLE_RUNS.items():
+        system = System(key, kind, 1, gb, micro, policy=policy)
+        runs.append({"system": key, "model": system.model, "config": system_config(system), "source_file": name,
+                     "step_times_s": json.loads((RESULTS / name).read_text())["runs"][key]["step_times_s"]})
     return runs
 
 
@@ -470,12 +558,15 @@ def estimate_steps(system: System, history: list[dict], rule: SettleRule) -> tup
     steps times the step-by-step ratio of the nearest TRANSIT run (any model) to its own model's
     native. Beyond the recorded steps: the median of those from the rule's first step on."""
     kind, policy = system.kind, system.policy
-    if not _recorded(history, kind, policy, None) and (kind, policy) in STAND_INS:
+    # the stand-in on the system's own model before the system's kind on another model
+    if (kind, policy) in STAND_INS and not _recorded(history, kind, policy, system.model) and (
+            _recorded(history, *STAND_INS[kind, policy], system.model) or not _recorded(history, kind, policy, None)):
         kind, policy = STAND_INS[kind, policy]
     stand_in = (f"; {' '.join(filter(None, (kind, policy)))} stands in"
                 if (kind, policy) != (system.kind, system.policy) else "")
     same = _recorded(history, kind, policy, system.model)
-    first = rule.first
+    # the recorded warm-up (the kind's own rule's first step) is not scaled; the steps after it are
+    first = (TRANSIT_SETTLE if system.transit else FRAMEWORK_SETTLE).first
     if same:
         ref = _nearest(system, same)
         scale = system.global_batch / (ref["config"]["global_batch"] / ref["config"]["gpus"])
@@ -485,7 +576,8 @@ def estimate_steps(system: System, history: list[dict], rule: SettleRule) -> tup
     elif system.transit and _recorded(history, kind, policy, None):
         ref = _nearest(system, _recorded(history, kind, policy, None))
         ref_native = _nearest(ref_like(ref), _recorded(history, "fsdp2", None, ref["model"]))
-        native_times, native_basis = estimate_steps(replace(system, kind="fsdp2", policy=None, cap=None), history,
+        native_times, native_basis = estimate_steps(replace(system, kind="fsdp2", policy=None, cap=None, mem_limit=None,
+                                                            settle_rule=None), history,
                                                     FRAMEWORK_SETTLE)
         if not native_times:
             return [], f"no recorded native run of {system.model}"
@@ -548,7 +640,7 @@ def start_run(run: Run, work: Path, limits: dict[str, int], profile: bool) -> di
     """Start one run in the background; the returned dict holds its process and what run_record needs."""
     run_dir = work / run.id
     run_dir.mkdir(parents=True, exist_ok=True)
-    limit = None
+    limit = run.system.mem_limit_bytes
     if run.calibrated:  # a calibration run, or one whose calibration failed, runs at L itself
         limit = limits.get(run.system.name) if run.repeat else None
         limit = transit_limit(run.system, 0) if limit is None else limit
@@ -642,7 +734,9 @@ def system_config(system: System) -> dict:
             "tokens_per_step": system.tokens_per_step, "policy": system.policy,
             "transport": "sockets on lo (emulated nodes)" if system.nodes else "none (one rank)",
             "cap": system.cap, "cap_bytes": system.cap_bytes, "deterministic": system.deterministic,
-            "cpu_cores_per_rank": system.cores_per_rank or "all"}
+            "cpu_cores_per_rank": system.cores_per_rank or "all",
+            "mem_limit": system.mem_limit, "mem_limit_bytes": system.mem_limit_bytes, "env": dict(system.env) or None,
+            "train_args": list(system.train_args) or None}
 
 
 def compact_result(result: dict, rule: SettleRule | None) -> dict:
@@ -677,7 +771,67 @@ def compact_result(result: dict, rule: SettleRule | None) -> dict:
         "pcie_nvml_per_step": pcie_per_step(clocks.get("pcie_counters"), first, len(window)),
         "offloaded_bytes_per_gpu": result.get("offloaded_bytes_per_gpu"),
         "step_phases_median_s": phase_medians((result.get("step_phases_rank0") or {}).get("all_s"), first, len(window)),
+        "gpu_readings": gpu_readings(clocks, first, len(window)),
+        "canary": canary_summary(result.get("canary_rank0"), first, len(window)),
+        # under TRANSIT, after the last step: each kind of state's bytes on the host (pagemap)
+        "host_bytes_by_state": result.get("managed_host_resident_by_state"),
     }
+
+
+def gpu_readings(clocks: dict, first: int, n: int) -> dict | None:
+    """Rank 0's GPU over the timed steps: its lowest SM and memory clocks, its highest power, every
+    clock event reason seen (any step, warm-up included) and the PCIe bytes of each step."""
+    sm = clocks.get("sm_clock_mhz") or []
+    if not sm or not n:
+        return None
+    window = slice(first, first + n)
+    mem = [v for v in (clocks.get("mem_clock_mhz") or [])[window] if v is not None]
+    power = [v for v in (clocks.get("power_w") or [])[window] if v is not None]
+    seen = 0
+    for mask in clocks.get("clocks_event_reasons") or []:
+        seen |= mask
+    counters = clocks.get("pcie_counters") or {}
+    per_step = {key: [b - a for a, b in itertools.pairwise(counters.get(f"{key}_bytes") or [])] for key in ("rx", "tx")}
+    marks = counters.get("marks_tx_rx") or {}
+    if marks.get("start") and marks.get("optimizer"):  # bench/train.py --pcie-split: the canary left out
+        ends = (counters.get("tx_bytes") or [])[1:], (counters.get("rx_bytes") or [])[1:]
+        for i, key in ((0, "tx"), (1, "rx")):
+            per_step[key] = [end - start[i] for start, end in zip(marks["start"], ends[i])]
+            per_step[f"{key}_before_optimizer"] = [opt[i] - start[i] for start, opt in zip(marks["start"], marks["optimizer"])]
+            per_step[f"{key}_optimizer"] = [end - opt[i] for opt, end in zip(marks["optimizer"], ends[i])]
+    return {"sm_clock_mhz_min": min(sm[window], default=None), "sm_clock_mhz_max": max(sm[window], default=None),
+            "mem_clock_mhz_min": min(mem, default=None), "power_w_max": max(power, default=None),
+            "clock_event_reasons_seen": clock_event_names(seen),
+            "slowing_reasons_seen": clock_event_names(seen & SLOWING_REASONS_MASK),
+            "pcie_bytes_each_step": per_step if not counters.get("error") else {"error": counters["error"]}}
+
+
+def canary_summary(canary: dict | None, first: int, n: int) -> dict | None:
+    """The canary (bench/train.py --canary) before step 0 and after each step, and its medians over
+    the timed steps."""
+    if not canary or not n:
+        return None
+    steps = canary.get("per_step") or []
+    out = {"before_step0": canary.get("before_step0")}
+    for key in ("gemm_ms", "copy_ms", "gemm_host_bytes", "copy_host_bytes"):
+        values = [s.get(key) for s in steps]
+        out[f"{key}_each_step"] = values
+        timed = [v for v in values[first:first + n] if v is not None]
+        out[f"{key}_median"] = statistics.median(timed) if timed else None
+    return out
+
+
+def gpu_row(ok: list[dict]) -> dict:
+    """A system's GPU readings and canary over its runs: the lowest SM clock, the slowing clock
+    event reasons seen, and the median of the runs' canary medians."""
+    readings = [r["gpu_readings"] for r in ok if r.get("gpu_readings")]
+    canaries = [r["canary"] for r in ok if r.get("canary")]
+    return {"sm_clock_mhz_min": min((g["sm_clock_mhz_min"] for g in readings), default=None),
+            "slowing_reasons_seen": sorted({x for g in readings for x in g["slowing_reasons_seen"]}),
+            "canary_gemm_ms": _median_of([c["gemm_ms_median"] for c in canaries]),
+            "canary_copy_ms": _median_of([c["copy_ms_median"] for c in canaries]),
+            "canary_before_step0_gemm_ms": _median_of([(c["before_step0"] or {}).get("gemm_ms") for c in canaries]),
+            "canary_before_step0_copy_ms": _median_of([(c["before_step0"] or {}).get("copy_ms") for c in canaries])}
 
 
 def phase_medians(per_step: dict[str, list[float]] | None, first: int, n: int) -> dict | None:
@@ -734,7 +888,11 @@ def compact_transit(summary: dict | None, stats: list[dict], record: dict) -> di
             "zero_copy_bytes_per_step": (nvml["rx"] - htod) if "rx" in nvml and htod is not None else None,
             "offloaded_bytes_per_gpu": summary.get("offloaded_bytes_per_gpu"),
             "gpu_page_faults": summary.get("gpu_page_faults"), "cuda_errors": summary.get("cuda_errors"),
-            "ranks": summary.get("ranks")}
+            "ranks": summary.get("ranks"),
+            # rank 0's policy section: hybrid's guard (fallback), placement and mover; advise's fill
+            "hybrid": (stats[0].get("hybrid") if stats and summary.get("policy") == "hybrid" else None),
+            "advise": (stats[0].get("advise") if stats and summary.get("policy") == "advise" else None),
+            "remote_map_bytes": ((stats[0].get("faults") or {}).get("remote_map_bytes") if stats else None)}
 
 
 def transit_report(stats_dir: Path, run_dir: Path) -> dict:
@@ -797,8 +955,8 @@ def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
         # what the system may use on the device: TRANSIT's L (before fair memory's correction), the
         # others' allocator budget (the cap less their context and margin)
         budget_key = "limit_bytes" if system.transit else "allocator_budget_bytes"
-        budget = (transit_limit(system, 0) if system.transit and system.cap
-                  else max((r.get(budget_key) or 0 for r in ok), default=None) or None)
+        budget = (transit_limit(system, 0) if system.transit and system.cap else system.mem_limit_bytes
+                  or max((r.get(budget_key) or 0 for r in ok), default=None) or None)
         rows.append({
             "name": system.name, **system_config(system), "settle_rule": system.settle.describe(),
             "runs": [r["id"] for r in timed], "repeats_ok": len(ok), "repeats_planned": len(timed),
@@ -827,6 +985,7 @@ def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
             "within_budget_by_own_measure": (max(v for v in own if v is not None) <= budget
                                              if budget and any(v is not None for v in own) else None),
             "losses": losses_check(system, timed, by_id, runs),
+            "gpu": gpu_row(ok),
         })
     return rows
 

@@ -16,6 +16,7 @@ launcher sets them, else from the arguments.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ import torch.distributed as dist
 # as a script (torchrun bench/train.py): the repository root on the path, for the bench package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
+    Canary,
     GpuClocks,
     NvmlMonitor,
     StepPhases,
@@ -76,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-memory-monitor", action="store_true",
                    help="no NVML/smaps monitor thread (its polls take the GIL every 20 ms and perturb the step "
                         "times a timing comparison reads); the result then has no memory readings")
+    p.add_argument("--canary", action="store_true",
+                   help=f"once before step 0 and after every step, outside the steps' timing: {Canary.describe()}")
+    p.add_argument("--pcie-split", action="store_true",
+                   help="wait for the training stream before each optimizer step and read the PCIe counters "
+                        "there and at the step's start: each step's PCIe bytes before its optimizer step and of it, "
+                        "the canary's left out (one synchronization more a step)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--label", default="fsdp2", help="system name recorded in the result")
     p.add_argument("--out", help="result JSON path (rank 0 writes it)")
@@ -222,6 +230,7 @@ def train(args: argparse.Namespace) -> dict | None:
     # NVML's baseline is read before this process creates its CUDA context.
     monitor = NvmlMonitor(device_index(local_rank)) if torch.cuda.is_available() and not args.no_memory_monitor else None
     rank, world, device = init_distributed(local_rank)
+    canary = Canary(device) if args.canary else None  # refuses a CPU device before the model is built
     cap = apply_memory_cap(args.mem_cap, device, monitor) if (args.mem_cap and monitor) else None
     if world % args.tp:
         raise SystemExit(f"--tp {args.tp} does not divide the world size {world}")
@@ -234,10 +243,14 @@ def train(args: argparse.Namespace) -> dict | None:
     batches = [synthetic_batch(cfg, args.seed, step, batch.global_batch) for step in range(args.steps)]
 
     phases = StepPhases(device)
+    clocks = GpuClocks(device.index) if device.type == "cuda" else None
+    pcie_split = args.pcie_split and clocks is not None
 
     def one_step(step: int) -> torch.Tensor:
         # Gradients are cleared at the start, not the end, so that the host-state count after
         # step 0 sees them (they live through backward and the optimizer step either way).
+        if pcie_split:
+            clocks.mark("start")
         optimizer.zero_grad(set_to_none=True)
         phases.begin_step()
         loss_sum = torch.zeros((), device=device)
@@ -248,13 +261,37 @@ def train(args: argparse.Namespace) -> dict | None:
             with phases.span("backward"):
                 loss.backward()
             loss_sum += loss.detach()
+        if pcie_split:  # the training stream only: TRANSIT's mover keeps its side streams going
+            torch.cuda.current_stream(device).synchronize()
+            clocks.mark("optimizer")
         with phases.span("optimizer"):
             optimizer.step()
         return loss_sum
 
-    clocks = GpuClocks(device.index) if device.type == "cuda" else None
+    canary_before = canary.run() if canary else None
+    canary_steps: list[dict] = []
+    # rank 0's steps as they end, one JSON line each: what a run stopped before its result file keeps
+    step_log = Path(args.out).with_suffix(".steps.jsonl") if args.out and rank == 0 else None
+    if step_log:
+        step_log.parent.mkdir(parents=True, exist_ok=True)
+        step_log.write_text(json.dumps({"canary_before_step0": canary_before}) + "\n")
+
+    def after_step(step: int, seconds: float, loss: float) -> None:
+        entry: dict = {"step": step, "time_s": round(seconds, 4), "loss": loss,
+                       "gpu": clocks.latest() if clocks else None}
+        if canary:
+            entry["canary"] = canary.run()
+            canary_steps.append(entry["canary"])
+        if step_log:
+            with step_log.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+        if rank == 0 and (clocks or canary):
+            print(f"  after step {step}: {json.dumps({k: entry[k] for k in ('gpu', 'canary') if entry.get(k)})}",
+                  flush=True)
+
     loop = timed_steps(one_step, args.steps, args.warmup, args.time_budget, device, world, rank,
-                       host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks, settle=settle)
+                       host_state=lambda: host_state_bytes(model, optimizer), clocks=clocks, settle=settle,
+                       after_step=after_step)
     # Where the state is after the last step, before the sweep moves it all (TRANSIT runs).
     placement = managed_host_resident_by_state(model, optimizer) if under_transit() and device.type == "cuda" else None
     facts = gather_rank_facts(monitor, device, loop)
@@ -274,7 +311,9 @@ def train(args: argparse.Namespace) -> dict | None:
         },
     ) | {"residency_sweep": sweep, "managed_host_resident_by_state": placement,
          "loopback_tx_bytes_rank0": loop.loopback_tx_bytes,
-         "gpu_clocks_rank0": clocks.as_dict() if clocks else None}
+         "gpu_clocks_rank0": clocks.as_dict() if clocks else None,
+         "canary_rank0": ({"what": Canary.describe(), "before_step0": canary_before, "per_step": canary_steps}
+                          if canary else None)}
     timing = result["step_time"]
     return result | {"step_phases_rank0": phases.as_dict(timing["warmup_steps"], timing["measured_steps"])}
 
