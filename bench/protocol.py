@@ -850,9 +850,15 @@ def counter_per_step(cumulative: list[int] | None, first: int, n: int) -> float 
     return (cumulative[first + n] - cumulative[first]) / n
 
 
+PCIE_READ_PER_STEP = ("read once per step: NVML's 32-bit PCIe counters can wrap more than once in a step "
+                      "(bench/common.py PcieCounters), so these readings give no byte count")
+
+
 def pcie_per_step(counters: dict | None, first: int, n: int) -> dict | None:
     """NVML's RX (host to GPU) and TX bytes per timed step, rank 0's GPU (cumulative counters, read
-    as counter_per_step reads them)."""
+    as counter_per_step reads them). Only counters summed in a thread (`samples`) count bytes."""
+    if counters and not counters.get("error") and "samples" not in counters:
+        return {"error": PCIE_READ_PER_STEP}
     rx = None if not counters or counters.get("error") else counter_per_step(counters.get("rx_bytes"), first, n)
     if rx is None:
         return {"error": (counters or {}).get("error") or "not recorded"} if counters is not None else None

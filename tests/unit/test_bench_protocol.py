@@ -128,8 +128,13 @@ def test_collection_of_three_recorded_repeats():
 
 
 def test_pcie_bytes_per_timed_step_from_the_cumulative_counters():
-    counters = {"rx_bytes": [100, 200, 400, 700, 1100], "tx_bytes": [0, 10, 20, 30, 40], "error": None}
+    counters = {"rx_bytes": [100, 200, 400, 700, 1100], "tx_bytes": [0, 10, 20, 30, 40], "error": None, "samples": 9}
     assert protocol.pcie_per_step(counters, first=1, n=3) == {"rx": (1100 - 200) / 3, "tx": (40 - 10) / 3}
+    # read only after each step (before the counters were summed in a thread): no byte count. These
+    # are native's TX readings on 4 emulated nodes (scale-in-4to2-gb8's raw r1): 32-bit, wrapping
+    wrapped = {"tx_bytes": [4125269248, 4088445628, 4120694648, 73111968, 298475136], "rx_bytes": [0] * 5,
+               "error": None}
+    assert protocol.pcie_per_step(wrapped, first=1, n=3) == {"error": protocol.PCIE_READ_PER_STEP}
     assert protocol.pcie_per_step(counters, first=2, n=3) == {"error": "not recorded"}  # past the last reading
     assert protocol.pcie_per_step({"error": "NVML return 3"}, 1, 3) == {"error": "NVML return 3"}
     assert protocol.pcie_per_step(None, 1, 3) is None
