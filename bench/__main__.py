@@ -17,21 +17,12 @@ import os
 import sys
 from pathlib import Path
 
-from bench import protocol, tables
-from bench.protocol import (
-    COMMAND_LIMIT_S,
-    EXPERIMENT_BUDGET_S,
-    EXPERIMENTS,
-    MODEL,
-    SETUP_S,
-    Experiment,
-    Run,
-    estimator,
-    plan,
-    recorded_runs,
-    schedule,
-    split_parts,
-)
+from bench import tables
+from bench.estimates import estimator, recorded_runs
+from bench.experiments import EXPERIMENTS, MODEL, Experiment, resolve, system_config
+from bench.planning import COMMAND_LIMIT_S, EXPERIMENT_BUDGET_S, SETUP_S, Run, plan, schedule, split_parts
+from bench.protocol import execute
+from bench.summary import merge
 from transit.emulate import MAX_NODES, positive
 from transit.errors import UsageError
 
@@ -59,7 +50,7 @@ def plan_doc(experiment: Experiment, estimate, command_limit_s: float, search: l
     total = sum(part["seconds"] for part in out)
     return {"schema": PLAN_SCHEMA, "experiment": experiment.name, "claim": experiment.claim,
             "device_kind": experiment.machine, "repeats": experiment.repeats,
-            "systems": [{"name": s.name, **protocol.system_config(s), "seconds_a_run": round(estimate(Run(s, 1))[0]),
+            "systems": [{"name": s.name, **system_config(s), "seconds_a_run": round(estimate(Run(s, 1))[0]),
                          "basis": estimate(Run(s, 1))[1]} for s in experiment.systems],
             "setup_s": SETUP_S, "command_limit_s": command_limit_s or None, "parts": out, "estimated_s": total,
             "budget_s": EXPERIMENT_BUDGET_S, "fits": total <= EXPERIMENT_BUDGET_S}
@@ -91,6 +82,19 @@ def parse_part(text: str, n_parts: int) -> tuple[int, int]:
     if not (k.isdigit() and n.isdigit() and int(n) == n_parts and 1 <= int(k) <= n_parts):
         raise SystemExit(f"--part {text!r}: this plan has {n_parts} part(s) (K/{n_parts}, K from 1)")
     return int(k), int(n)
+
+
+def parse_assignments(values: list[str], what: str, conv) -> dict:
+    out = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        try:
+            out[name] = conv(number)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SystemExit(f"{what} {value!r}: give NAME=VALUE, VALUE a {conv.__name__}")
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -175,9 +179,9 @@ def dispatch(argv: list[str]) -> int:
     seconds = lambda run: estimate(run)[0]
     if args.command == "merge":
         n_parts = len(split_parts(plan(experiment), seconds, args.command_limit))
-        return protocol.merge(experiment, args.parts, n_parts, args.out)
+        return merge(experiment, args.parts, n_parts, args.out)
     try:
-        experiment = protocol.resolve(args)
+        experiment = resolve(args)
     except ValueError as exc:  # a system the options make impossible (e.g. --nodes that splits no batch)
         print(f"python -m bench {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -188,8 +192,8 @@ def dispatch(argv: list[str]) -> int:
     runs = plan(experiment)
     parts = split_parts(runs, seconds, args.command_limit)
     k, n = parse_part(args.part, len(parts)) if args.part else (0, 0)
-    limits = protocol.parse_assignments(args.limit, "--limit", int)
-    return protocol.execute(experiment, parts[k - 1] if k else runs, k, n, args, limits, seconds)
+    limits = parse_assignments(args.limit, "--limit", int)
+    return execute(experiment, parts[k - 1] if k else runs, k, n, args, limits, seconds)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as cli
-from bench import protocol
+from bench import estimates, experiments, planning, protocol, summary
 from bench.common import PCIE_COUNTER_WRAP, SettleRule, clock_event_names, counter_delta
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_the_summary_splits_pcie_bytes_at_the_optimizer_and_takes_the_timed_cana
               "pcie_counters": {"tx_bytes": [0, 10, 30, 60], "rx_bytes": [0, 100, 300, 600], "error": None,
                                 "marks_tx_rx": {"start": [[0, 0], [12, 105], [31, 310]],
                                                 "optimizer": [[4, 40], [20, 200], [41, 410]]}}}
-    readings = protocol.gpu_readings(clocks, 1, 2)
+    readings = summary.gpu_readings(clocks, 1, 2)
     assert readings["sm_clock_mhz_min"] == 1755 and readings["power_w_max"] == 690.5
     assert readings["slowing_reasons_seen"] == ["sw_power_cap"]
     assert readings["clock_event_reasons_seen"] == ["gpu_idle", "sw_power_cap"]
@@ -47,18 +47,18 @@ def test_the_summary_splits_pcie_bytes_at_the_optimizer_and_takes_the_timed_cana
               "per_step": [{"gemm_ms": 9.0, "copy_ms": 2.0, "gemm_host_bytes": 0, "copy_host_bytes": 0},
                            {"gemm_ms": 4.2, "copy_ms": 0.9, "gemm_host_bytes": 0, "copy_host_bytes": 2 << 20},
                            {"gemm_ms": 4.4, "copy_ms": 1.1, "gemm_host_bytes": 0, "copy_host_bytes": 0}]}
-    summary = protocol.canary_summary(canary, 1, 2)
-    assert summary["gemm_ms_median"] == pytest.approx(4.3) and summary["copy_ms_median"] == pytest.approx(1.0)
-    assert summary["copy_host_bytes_each_step"] == [0, 2 << 20, 0]
-    row = protocol.gpu_row([{"gpu_readings": readings, "canary": summary}])
+    medians = summary.canary_summary(canary, 1, 2)
+    assert medians["gemm_ms_median"] == pytest.approx(4.3) and medians["copy_ms_median"] == pytest.approx(1.0)
+    assert medians["copy_host_bytes_each_step"] == [0, 2 << 20, 0]
+    row = summary.gpu_row([{"gpu_readings": readings, "canary": medians}])
     assert row["canary_gemm_ms"] == pytest.approx(4.3) and row["canary_before_step0_gemm_ms"] == 4.0
     assert row["sm_clock_mhz_min"] == 1755 and row["slowing_reasons_seen"] == ["sw_power_cap"]
 
 
 def test_the_cause_experiments_run_ten_steps_at_fixed_l_with_the_readings():
     for name in CAUSE:
-        experiment = protocol.EXPERIMENTS[name]
-        assert not any(run.calibrated for run in protocol.plan(experiment)), name
+        experiment = experiments.EXPERIMENTS[name]
+        assert not any(run.calibrated for run in planning.plan(experiment)), name
         for system in experiment.systems:
             assert system.settle == SettleRule(first=5, max_start=5, timed=5) and system.settle.max_steps == 10
             assert (system.global_batch, system.local_batch) == (8, 8)
@@ -68,26 +68,26 @@ def test_the_cause_experiments_run_ten_steps_at_fixed_l_with_the_readings():
                 assert env["TRANSIT_HYBRID_GUARD"] == "0"
             if system.transit:
                 assert argv[argv.index("--mem-limit") + 1] == str(system.mem_limit_bytes)
-    limits = {s.name: s.mem_limit for name in CAUSE for s in protocol.EXPERIMENTS[name].systems}
+    limits = {s.name: s.mem_limit for name in CAUSE for s in experiments.EXPERIMENTS[name].systems}
     assert limits == {"transit-hybrid-e1": "25.5G", "fsdp2-e1": None, "transit-advise-e2": "25.5G",
                       "transit-hybrid-moments-e2": "28.5G"}
 
 
 def test_the_guard_experiments_keep_the_guard_on_and_time_hybrid_after_it():
     for name in ("hybrid-guard-gb64-mb8", "hybrid-guard-gb8-mb8", "hybrid-guard-2node"):
-        hybrid, advise = protocol.EXPERIMENTS[name].systems
+        hybrid, advise = experiments.EXPERIMENTS[name].systems
         assert hybrid.policy == "hybrid" and not hybrid.env and hybrid.settle.first == 16
-        assert advise.policy == "advise" and advise.settle == protocol.TRANSIT_SETTLE
+        assert advise.policy == "advise" and advise.settle == experiments.TRANSIT_SETTLE
         assert hybrid.mem_limit == advise.mem_limit
-    two = protocol.EXPERIMENTS["hybrid-guard-2node"].systems[0]
+    two = experiments.EXPERIMENTS["hybrid-guard-2node"].systems[0]
     assert (two.nodes, two.global_batch, two.local_batch, two.mem_limit) == (2, 8, 4, "14.5G")
 
 
 def test_a_fixed_l_is_transits_alone():
     with pytest.raises(ValueError, match="x: mem_limit is TRANSIT's L without a cap"):
-        protocol.System("x", "fsdp2", 1, 8, mem_limit="20G").check()
+        experiments.System("x", "fsdp2", 1, 8, mem_limit="20G").check()
     with pytest.raises(ValueError, match="x: mem_limit is TRANSIT's L without a cap"):
-        protocol.System("x", "transit", 1, 8, policy="advise", cap="27G", mem_limit="20G").check()
+        experiments.System("x", "transit", 1, 8, policy="advise", cap="27G", mem_limit="20G").check()
 
 
 def test_each_cause_experiment_fits_one_device_command(capsys):
@@ -95,12 +95,12 @@ def test_each_cause_experiment_fits_one_device_command(capsys):
         assert cli.main(["plan", name, "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
         assert doc["fits"] and len(doc["parts"]) == 1, name
-        assert doc["parts"][0]["seconds"] <= protocol.COMMAND_LIMIT_S - protocol.PART_MARGIN_S, name
+        assert doc["parts"][0]["seconds"] <= planning.COMMAND_LIMIT_S - planning.PART_MARGIN_S, name
 
 
 def test_hybrid_on_the_bench_model_is_estimated_from_its_own_recorded_runs():
-    history = protocol.recorded_runs()
-    _, basis = protocol.estimate_run(protocol.EXPERIMENTS["hybrid-cause-e1"].systems[0], history)
+    history = estimates.recorded_runs()
+    _, basis = estimates.estimate_run(experiments.EXPERIMENTS["hybrid-cause-e1"].systems[0], history)
     assert basis.startswith("hybrid-gb64-placement-reading-h100.json capped (bench, 1 GPU(s), global batch 64, "
                             "micro-batch 8)")
 

@@ -1,5 +1,6 @@
-"""bench/protocol.py without a GPU: the settle rule and the collection on recorded runs, the plan and
-its estimates, and the driver itself on the CPU with the tiny model.
+"""The benchmark protocol without a GPU (bench/experiments.py, planning.py, estimates.py, protocol.py,
+summary.py): the settle rule and the collection on recorded runs, the plan and its estimates, and
+the driver itself on the CPU with the tiny model.
 
 Recorded data: the step times of bench/results/policies-long-h200x2.summary.json and
 compare-gb64-27g-final.summary.json (pre-protocol summaries of the raw files of the same names at
@@ -18,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as cli
-from bench import protocol
-from bench.common import SettleRule, StepPhases
+from bench import estimates, experiments, planning, protocol, summary
+from bench.common import NON_ALLOCATOR_MARGIN_BYTES, SettleRule, StepPhases
 from tests.unit.test_schemas import check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench/results"
 
 
-def recorded_steps(summary: str) -> dict[str, list[float]]:
-    doc = json.loads((RESULTS / summary).read_text())
+def recorded_steps(name: str) -> dict[str, list[float]]:
+    doc = json.loads((RESULTS / name).read_text())
     return {run["system"]: run["step_times_s"] for run in doc["runs"] if run.get("step_times_s")}
 
 
@@ -38,28 +39,28 @@ CAP27 = recorded_steps("compare-gb64-27g-final.summary.json")
 
 def test_a_flat_run_settles_at_its_first_eligible_step():
     native = LONG["native"]  # 1.82 s from step 1 on
-    assert protocol.FRAMEWORK_SETTLE.settled_at(native) == 1
-    assert protocol.FRAMEWORK_SETTLE.timed_from(native) == (1, True)
-    assert protocol.FRAMEWORK_SETTLE.timed_from(native[:8]) is None  # 7 of the 8 timed steps
+    assert experiments.FRAMEWORK_SETTLE.settled_at(native) == 1
+    assert experiments.FRAMEWORK_SETTLE.timed_from(native) == (1, True)
+    assert experiments.FRAMEWORK_SETTLE.timed_from(native[:8]) is None  # 7 of the 8 timed steps
 
 
 def test_a_window_counts_against_its_median():
     # fsdp2 on 2 GPUs: 2.92 is 5.8 % over the first window's median (2.76), 2.89 is 4.7 % over the next's
     steps = CAP27["fsdp2-2gpu"]
     assert steps == pytest.approx([3.94, 2.92, 2.76, 2.74, 2.89, 2.79], abs=0.005)
-    assert protocol.FRAMEWORK_SETTLE.settled_at(steps) == 2
-    assert protocol.FRAMEWORK_SETTLE.timed_from(steps) is None  # 6 steps recorded: the run goes on
+    assert experiments.FRAMEWORK_SETTLE.settled_at(steps) == 2
+    assert experiments.FRAMEWORK_SETTLE.timed_from(steps) is None  # 6 steps recorded: the run goes on
 
 
 def test_transit_is_not_settled_during_its_profile():
     """advise at 138109c was still speeding up at its last step (6.67, 6.42, 5.91, 5.87 s): no window
     from step 4 on is within 5 %, and its profile steps never count."""
     advise = CAP27["transit-advise"]
-    assert protocol.TRANSIT_SETTLE.settled_at(advise) is None
+    assert experiments.TRANSIT_SETTLE.settled_at(advise) is None
     # steps 1 and 2 (35.55 and 36.47 s, profiling) are within 5 % of each other: only a window of 3 with
     # step 3 (29.45 s) could start there, and TRANSIT's rule starts at step 4 anyway
     assert SettleRule(first=1, window=2).settled_at(advise) == 1
-    assert protocol.TRANSIT_SETTLE.first == 4 and protocol.TRANSIT_SETTLE.window == 3
+    assert experiments.TRANSIT_SETTLE.first == 4 and experiments.TRANSIT_SETTLE.window == 3
 
 
 def test_a_run_not_settled_by_the_rule_is_timed_from_its_last_start():
@@ -68,7 +69,7 @@ def test_a_run_not_settled_by_the_rule_is_timed_from_its_last_start():
     settled and timed from step 6, once it has 14 steps."""
     prefetch = LONG["transit-prefetch"]
     assert SettleRule(first=4, max_start=14).settled_at(prefetch) == 13
-    rule = protocol.TRANSIT_SETTLE
+    rule = experiments.TRANSIT_SETTLE
     assert rule.settled_at(prefetch) is None
     assert rule.timed_from(prefetch[:13]) is None
     assert rule.timed_from(prefetch[:14]) == (6, False)
@@ -78,7 +79,7 @@ def test_a_run_not_settled_by_the_rule_is_timed_from_its_last_start():
 def test_step_stats_time_the_rules_steps():
     from bench.common import step_stats
 
-    stats = step_stats(LONG["native"], warmup=3, settle=protocol.FRAMEWORK_SETTLE)
+    stats = step_stats(LONG["native"], warmup=3, settle=experiments.FRAMEWORK_SETTLE)
     assert stats["warmup_steps"] == 1 and stats["measured_steps"] == 8
     assert stats["p50_s"] == statistics.median(LONG["native"][1:9])
     assert stats["settle"]["settled"] is True and stats["settle"]["timed"] == 8
@@ -93,15 +94,15 @@ def test_collection_of_three_recorded_repeats():
     """Three real repeats of TRANSIT base and of base without its recorder (model small, global batch
     8, one H200 each): per run the rule's timed steps, TFLOPS from their median; per system the
     median, min and max over the repeats, and the losses checked against the reference's same repeat."""
-    ref = protocol.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
-    base = protocol.System("transit-base", "transit", 1, 8, 8, policy="base", reference="transit-base-norec",
-                        model="small")
+    ref = experiments.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
+    base = experiments.System("transit-base", "transit", 1, 8, 8, policy="base", reference="transit-base-norec",
+                              model="small")
     records, expected = [], []
     for repeat, runs in enumerate(rounds(), 1):
         for system in (ref, base):
             result = runs[system.name]["result"]
             record = {"id": f"{system.name}.r{repeat}", "system": system.name, "repeat": repeat, "role": "timed",
-                      "status": "ok"} | protocol.compact_result(result, system.settle)
+                      "status": "ok"} | summary.compact_result(result, system.settle)
             records.append(record)
             if system is base:
                 times = result["step_time"]["all_s"]
@@ -110,7 +111,7 @@ def test_collection_of_three_recorded_repeats():
     # round 2's steps 5-7 (0.130, 0.123, 0.124 s) are just over 5 % apart: not settled, timed from step 6
     assert [(r["timed_from"], r["settled"]) for r in records if r["system"] == "transit-base"] == [
         (5, True), (6, False), (5, True)]
-    rows = {row["name"]: row for row in protocol.summarize_systems((ref, base), records)}
+    rows = {row["name"]: row for row in summary.summarize_systems((ref, base), records)}
     row = rows["transit-base"]
     assert row["tflops_per_gpu"] == {"median": statistics.median(expected), "min": min(expected),
                                      "max": max(expected), "n": 3}
@@ -129,21 +130,21 @@ def test_collection_of_three_recorded_repeats():
 
 def test_pcie_bytes_per_timed_step_from_the_cumulative_counters():
     counters = {"rx_bytes": [100, 200, 400, 700, 1100], "tx_bytes": [0, 10, 20, 30, 40], "error": None, "samples": 9}
-    assert protocol.pcie_per_step(counters, first=1, n=3) == {"rx": (1100 - 200) / 3, "tx": (40 - 10) / 3}
+    assert summary.pcie_per_step(counters, first=1, n=3) == {"rx": (1100 - 200) / 3, "tx": (40 - 10) / 3}
     # read only after each step (before the counters were summed in a thread): no byte count. These
     # are native's TX readings on 4 emulated nodes (scale-in-4to2-gb8's raw r1): 32-bit, wrapping
     wrapped = {"tx_bytes": [4125269248, 4088445628, 4120694648, 73111968, 298475136], "rx_bytes": [0] * 5,
                "error": None}
-    assert protocol.pcie_per_step(wrapped, first=1, n=3) == {"error": protocol.PCIE_READ_PER_STEP}
-    assert protocol.pcie_per_step(counters, first=2, n=3) == {"error": "not recorded"}  # past the last reading
-    assert protocol.pcie_per_step({"error": "NVML return 3"}, 1, 3) == {"error": "NVML return 3"}
-    assert protocol.pcie_per_step(None, 1, 3) is None
+    assert summary.pcie_per_step(wrapped, first=1, n=3) == {"error": summary.PCIE_READ_PER_STEP}
+    assert summary.pcie_per_step(counters, first=2, n=3) == {"error": "not recorded"}  # past the last reading
+    assert summary.pcie_per_step({"error": "NVML return 3"}, 1, 3) == {"error": "NVML return 3"}
+    assert summary.pcie_per_step(None, 1, 3) is None
 
 
 def test_calibration_takes_the_overshoot_off_l():
-    system = protocol.System("transit-advise-gb64", "transit", 1, 64, cap="27G", policy="advise")
-    experiment = protocol.Experiment("x", "test", "nvidia-h200", (system,))
-    l0 = 27 * 2**30 - protocol.NON_ALLOCATOR_MARGIN_BYTES
+    system = experiments.System("transit-advise-gb64", "transit", 1, 64, cap="27G", policy="advise")
+    experiment = experiments.Experiment("x", "test", "nvidia-h200", (system,))
+    l0 = 27 * 2**30 - NON_ALLOCATOR_MARGIN_BYTES
     calibration = {"system": system.name, "role": "calibration", "status": "ok",
                    "transit": {"overshoot_bytes": 195_695_624}}  # advise-final's bound peak over its L
     limits = protocol.calibrated_limits(experiment, [calibration], {})
@@ -152,8 +153,8 @@ def test_calibration_takes_the_overshoot_off_l():
 
 
 def test_plan_puts_calibrations_first_and_alternates():
-    experiment = protocol.EXPERIMENTS["claim-b-gb8"]
-    runs = protocol.plan(experiment)
+    experiment = experiments.EXPERIMENTS["claim-b-gb8"]
+    runs = planning.plan(experiment)
     assert runs[0].id == "transit-hybrid-gb8-mb4.calibration"
     names = [r.system.name for r in runs[1:]]
     assert names == [s.name for s in experiment.systems] * 3
@@ -161,74 +162,77 @@ def test_plan_puts_calibrations_first_and_alternates():
 
 
 def test_every_experiment_runs_on_one_gpu_and_times_fast_kernels():
-    for experiment in protocol.EXPERIMENTS.values():
+    for experiment in experiments.EXPERIMENTS.values():
         assert experiment.machine in ("nvidia-h200", "nvidia-h100-x1")
         assert all(s.gpus == 1 for s in experiment.systems)
         assert experiment.correctness or not any(s.deterministic for s in experiment.systems), experiment.name
-    two_gpus = protocol.System("two", "fsdp2", 2, 8)
+    two_gpus = experiments.System("two", "fsdp2", 2, 8)
     with pytest.raises(ValueError, match="two: 2 GPUs; every system runs on one"):
-        protocol.Experiment("x", "test", "nvidia-h200", (two_gpus,)).check()
-    exact = protocol.System("exact", "fsdp2", 1, 8, deterministic=True)
+        experiments.Experiment("x", "test", "nvidia-h200", (two_gpus,)).check()
+    exact = experiments.System("exact", "fsdp2", 1, 8, deterministic=True)
     with pytest.raises(ValueError, match="x: exact is deterministic; timings never are"):
-        protocol.Experiment("x", "test", "nvidia-h200", (exact,)).check()
+        experiments.Experiment("x", "test", "nvidia-h200", (exact,)).check()
 
 
 def test_the_runs_go_one_after_another():
-    a = protocol.System("a", "transit", 1, 8, cap="27G", policy="advise")
-    b = protocol.System("b", "fsdp2", 1, 8)
-    experiment = protocol.Experiment("x", "test", "nvidia-h200", (a, b), repeats=2)
+    a = experiments.System("a", "transit", 1, 8, cap="27G", policy="advise")
+    b = experiments.System("b", "fsdp2", 1, 8)
+    experiment = experiments.Experiment("x", "test", "nvidia-h200", (a, b), repeats=2)
     times = {"a": 100.0, "b": 30.0}
-    placements = protocol.schedule(protocol.plan(experiment), lambda run: 40.0 if run.repeat == 0 else times[run.system.name])
+    placements = planning.schedule(planning.plan(experiment),
+                                   lambda run: 40.0 if run.repeat == 0 else times[run.system.name])
     assert [(p.run.id, p.start, p.end) for p in placements] == [
         ("a.calibration", 0, 40), ("a.r1", 40, 140), ("b.r1", 140, 170), ("a.r2", 170, 270), ("b.r2", 270, 300)]
 
 
-def estimates():
-    history = protocol.recorded_runs()
-    return lambda run: protocol.estimate_run(run.system, history, run.repeat)[0]
+def recorded_seconds():
+    history = estimates.recorded_runs()
+    return lambda run: estimates.estimate_run(run.system, history, run.repeat)[0]
 
 
 def test_parts_fit_one_device_command():
-    experiment = protocol.EXPERIMENTS["transit-1gpu-advise-gb64"]
-    seconds = estimates()
-    parts = protocol.split_parts(protocol.plan(experiment), seconds)
-    assert len(parts) > 1 and [run for part in parts for run in part] == protocol.plan(experiment)
-    assert all(protocol.makespan(part, seconds) <= protocol.COMMAND_LIMIT_S - protocol.PART_MARGIN_S for part in parts)
+    experiment = experiments.EXPERIMENTS["transit-1gpu-advise-gb64"]
+    seconds = recorded_seconds()
+    parts = planning.split_parts(planning.plan(experiment), seconds)
+    assert len(parts) > 1 and [run for part in parts for run in part] == planning.plan(experiment)
+    limit = planning.COMMAND_LIMIT_S - planning.PART_MARGIN_S
+    assert all(planning.makespan(part, seconds) <= limit for part in parts)
 
 
 def test_every_experiment_fits_its_device_time():
-    seconds = estimates()
-    for experiment in protocol.EXPERIMENTS.values():
-        parts = protocol.split_parts(protocol.plan(experiment), seconds)
-        total = sum(protocol.SETUP_S + protocol.makespan(part, seconds) for part in parts)
-        assert total <= protocol.EXPERIMENT_BUDGET_S, (experiment.name, total)
+    seconds = recorded_seconds()
+    for experiment in experiments.EXPERIMENTS.values():
+        parts = planning.split_parts(planning.plan(experiment), seconds)
+        total = sum(planning.SETUP_S + planning.makespan(part, seconds) for part in parts)
+        assert total <= planning.EXPERIMENT_BUDGET_S, (experiment.name, total)
 
 
 def test_estimates_name_the_recorded_run_they_scale():
-    history = protocol.recorded_runs()
-    seconds, basis = protocol.estimate_run(protocol.System("fsdp2-1gpu-gb64", "fsdp2", 1, 64), history)
+    history = estimates.recorded_runs()
+    seconds, basis = estimates.estimate_run(experiments.System("fsdp2-1gpu-gb64", "fsdp2", 1, 64), history)
     # the nearest: no deterministic one-GPU native run at 64; FSDP2 on 2 GPUs over NVLink, per GPU twice the work
     assert basis.startswith("compare-gb64-27g-final.summary.json fsdp2-2gpu (bench, 2 GPU(s), global batch 64")
     steps = CAP27["fsdp2-2gpu"]
     scaled = [steps[0]] + [2 * t for t in steps[1:]]
     # 18 s of start, and the rule stops at step 10 (settled at 2): the recorded 6 steps, 4 at their median
-    assert seconds == pytest.approx(protocol.RUN_OVERHEAD_S["fsdp2"] + sum(scaled) + 4 * statistics.median(scaled[1:]))
-    _, basis = protocol.estimate_run(protocol.System("z", "zenflow", 1, 64, 8), history)
+    assert seconds == pytest.approx(estimates.RUN_OVERHEAD_S["fsdp2"] + sum(scaled)
+                                    + 4 * statistics.median(scaled[1:]))
+    _, basis = estimates.estimate_run(experiments.System("z", "zenflow", 1, 64, 8), history)
     assert "zero-offload stands in" in basis
     # TRANSIT hybrid on the small model on 2 emulated nodes: recorded by the emulated scale-in
-    _, basis = protocol.estimate_run(protocol.System("t", "transit", 1, 8, 2, cap="5.5G", policy="hybrid", model="small",
-                                               nodes=2), history)
+    _, basis = estimates.estimate_run(experiments.System("t", "transit", 1, 8, 2, cap="5.5G", policy="hybrid",
+                                                         model="small", nodes=2), history)
     assert basis.startswith("scale-in-4to2-gb8.json transit-hybrid-2node-gb8 (small, 1 GPU(s), 2 emulated nodes")
     # prefetch on the small model, never recorded: the small model's native steps on 2 emulated nodes
     # (scale-in-sizing.json) times prefetch's steps over native's on the bench model
-    _, basis = protocol.estimate_run(protocol.System("t", "transit", 1, 8, 2, cap="5.5G", policy="prefetch",
-                                               model="small", nodes=2), history)
+    _, basis = estimates.estimate_run(experiments.System("t", "transit", 1, 8, 2, cap="5.5G", policy="prefetch",
+                                                         model="small", nodes=2), history)
     assert basis.startswith("compare-gb8-h200x2.summary.json transit-prefetch (bench, 1 GPU(s), global batch 8")
     assert "scale-in-sizing.json fsdp2-2node-gb8-uncapped" in basis
 
 
 def test_plan_prints_every_experiments_runs_and_device_time(capsys):
-    for name in protocol.EXPERIMENTS:
+    for name in experiments.EXPERIMENTS:
         assert cli.main(["plan", name, "--cores", "32"]) == 0
         out = capsys.readouterr().out
         assert out.startswith(f"{name}: ") and "estimated device time: " in out and "; fits 30 minutes" in out
@@ -246,14 +250,15 @@ def test_claim_b_takes_each_systems_best_micro_batch_from_the_search(tmp_path):
              "tflops_per_gpu": {"median": 190.0}}]
     search = tmp_path / "claim-b-search.json"
     search.write_text(json.dumps({"experiment": "claim-b-search-gb64-zero-offload", "systems": rows}))
-    assert protocol.best_micro_batches([search], 64) == {"zero-offload": 8, "transit-hybrid": 2, "zero-infinity": 16}
-    args = argparse.Namespace(experiment="claim-b-gb64-10cores", search_summary=[search], model=protocol.MODEL)
-    experiment = protocol.resolve(args)
+    assert experiments.best_micro_batches([search], 64) == {"zero-offload": 8, "transit-hybrid": 2,
+                                                            "zero-infinity": 16}
+    args = argparse.Namespace(experiment="claim-b-gb64-10cores", search_summary=[search], model=experiments.MODEL)
+    experiment = experiments.resolve(args)
     assert [s.name for s in experiment.systems] == ["transit-hybrid-gb64-mb2-10cores", "zero-offload-gb64-mb8-10cores",
                                                     "zero-infinity-gb64-mb16-10cores"]
     args.experiment = "claim-b-more-gb64"
     with pytest.raises(SystemExit, match="no completed search run of transit-advise, zenflow at global batch 64"):
-        protocol.resolve(args)
+        experiments.resolve(args)
 
 
 def test_the_plan_as_json_and_a_bad_part_in_one_line(capsys):
@@ -270,36 +275,36 @@ def test_the_plan_as_json_and_a_bad_part_in_one_line(capsys):
 
 
 def test_a_time_limit_stops_runs_only_at_its_deadline():
-    run = protocol.Run(protocol.System("a", "fsdp2", 1, 8), 1)
-    by_part = protocol.budget(lambda r: 200.0, 1, None, 0.0)
+    run = planning.Run(experiments.System("a", "fsdp2", 1, 8), 1)
+    by_part = planning.budget(lambda r: 200.0, 1, None, 0.0)
     assert by_part.need(run) == 200.0 and by_part.stop_after(run) == 400.0
-    assert by_part.deadline == protocol.COMMAND_LIMIT_S - protocol.SETUP_S - protocol.PART_MARGIN_S / 2
-    limited = protocol.budget(lambda r: 200.0, 0, 1800.0, 0.0)
-    assert limited.need(run) == protocol.RUN_START_MIN_S and limited.stop_after(run) == float("inf")
+    assert by_part.deadline == planning.COMMAND_LIMIT_S - planning.SETUP_S - planning.PART_MARGIN_S / 2
+    limited = planning.budget(lambda r: 200.0, 0, 1800.0, 0.0)
+    assert limited.need(run) == planning.RUN_START_MIN_S and limited.stop_after(run) == float("inf")
 
 
 def test_merge_refuses_parts_of_two_commits(tmp_path):
-    experiment = protocol.EXPERIMENTS["controls-1gpu"]
+    experiment = experiments.EXPERIMENTS["controls-1gpu"]
     files = []
     for k, commit in ((1, "aaaa"), (2, "bbbb")):
-        doc = protocol.summary_doc(experiment, [], [k], 2, {"device_time_s": {"estimated": 300, "actual": 280}})
+        doc = summary.summary_doc(experiment, [], [k], 2, {"device_time_s": {"estimated": 300, "actual": 280}})
         doc["git_commits"] = [commit]
         files.append(tmp_path / f"part{k}.json")
         files[-1].write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="the parts ran at aaaa, bbbb; one experiment runs at one commit"):
-        protocol.merge(experiment, files, 2, tmp_path / "out.json")
+        summary.merge(experiment, files, 2, tmp_path / "out.json")
 
 
 def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
     """The whole driver with the tiny model on the CPU (gloo): two systems alternating (two repeats
     here, to keep the test short), their summary and the raw archive."""
     pytest.importorskip("torch")
-    a = protocol.System("tiny-a", "fsdp2", 1, 2, 1, model="tiny")
-    b = protocol.System("tiny-b", "fsdp2", 1, 2, 2, model="tiny", reference="tiny-a")
-    experiment = protocol.Experiment("cpu-smoke", "the driver on a CPU", "nvidia-h200", (a, b), repeats=2)
+    a = experiments.System("tiny-a", "fsdp2", 1, 2, 1, model="tiny")
+    b = experiments.System("tiny-b", "fsdp2", 1, 2, 2, model="tiny", reference="tiny-a")
+    experiment = experiments.Experiment("cpu-smoke", "the driver on a CPU", "nvidia-h200", (a, b), repeats=2)
     args = argparse.Namespace(work=tmp_path / "work", out=tmp_path / "out", transit_profile=False, time_limit=None,
-                              command_limit=protocol.COMMAND_LIMIT_S)
-    assert protocol.execute(experiment, protocol.plan(experiment), 0, 0, args, {}, lambda run: 120.0) == 0
+                              command_limit=planning.COMMAND_LIMIT_S)
+    assert protocol.execute(experiment, planning.plan(experiment), 0, 0, args, {}, lambda run: 120.0) == 0
     doc = json.loads((tmp_path / "out/cpu-smoke.json").read_text())
     assert doc["schema"] == "transit.bench-summary/1" and doc["complete"] is True
     assert [r["id"] for r in doc["runs"]] == ["tiny-a.r1", "tiny-b.r1", "tiny-a.r2", "tiny-b.r2"]
@@ -320,8 +325,8 @@ def test_the_driver_runs_an_experiment_on_the_cpu(tmp_path):
     for result in results:
         check(result)
     assert all(run["estimated_s"] == 120.0 for run in doc["runs"])
-    assert doc["device_time_s"]["estimated"] == protocol.SETUP_S + 4 * 120
-    assert 0 < doc["device_time_s"]["actual"] - protocol.SETUP_S <= sum(r["elapsed_s"] for r in doc["runs"]) + 5
+    assert doc["device_time_s"]["estimated"] == planning.SETUP_S + 4 * 120
+    assert 0 < doc["device_time_s"]["actual"] - planning.SETUP_S <= sum(r["elapsed_s"] for r in doc["runs"]) + 5
 
 
 def test_step_phases_sum_each_part_per_step_and_take_the_timed_steps_median():
@@ -356,8 +361,8 @@ def test_nodes_runs_every_system_on_emulated_nodes_or_refuses_in_one_line(capsys
     doc = json.loads(capsys.readouterr().out)
     assert {(s["emulated_nodes"], s["ranks"], s["transport"]) for s in doc["systems"]} == {
         (2, 2, "sockets on lo (emulated nodes)")}
-    experiment = protocol.resolve(argparse.Namespace(experiment="controls-1gpu", search_summary=None,
-                                                     model=protocol.MODEL, nodes=2))
+    experiment = experiments.resolve(argparse.Namespace(experiment="controls-1gpu", search_summary=None,
+                                                     model=experiments.MODEL, nodes=2))
     assert experiment.note.endswith("--nodes 2: every system on 2 emulated nodes")
     assert cli.main(["plan", "controls-1gpu", "--nodes", "3"]) == 2
     assert capsys.readouterr().err == ("python -m bench plan: fsdp2-1gpu-gb8: global batch 8 is not a multiple "
@@ -372,10 +377,10 @@ def test_nodes_runs_every_system_on_emulated_nodes_or_refuses_in_one_line(capsys
 def test_zenflows_losses_are_compared_with_exact_adamw_in_the_same_repeat():
     """ZenFlow changes the update: its summary row says how far its losses end from ZeRO-Offload's."""
     for name in ("claim-b-more-gb8", "claim-b-more-gb64-10cores"):
-        systems = {s.kind: s for s in protocol.EXPERIMENTS[name].systems}
+        systems = {s.kind: s for s in experiments.EXPERIMENTS[name].systems}
         assert systems["zenflow"].reference == systems["zero-offload"].name
         assert systems["zero-offload"].reference is None and systems["transit"].reference is None
-    assert all(s.reference is None for s in protocol.EXPERIMENTS["claim-b-gb8"].systems)  # no ZenFlow there
+    assert all(s.reference is None for s in experiments.EXPERIMENTS["claim-b-gb8"].systems)  # no ZenFlow there
 
 
 def test_libtransit_not_built_is_one_line_not_a_traceback(monkeypatch, capsys):

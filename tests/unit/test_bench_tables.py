@@ -31,11 +31,11 @@ def recorded_summary(directory: Path) -> Path:
     """A protocol summary of three real alternated rounds (tests/fixtures/bench: TRANSIT base with
     and without its recorder, model small, global batch 8, one H200 each, 138109c; native in the
     first round only)."""
-    from bench import protocol
+    from bench import experiments, summary
 
-    ref = protocol.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
-    base = protocol.System("transit-base", "transit", 1, 8, 8, policy="base", reference=ref.name, model="small")
-    native = protocol.System("fsdp2-1gpu-gb8", "fsdp2", 1, 8, 8, model="small")
+    ref = experiments.System("transit-base-norec", "transit", 1, 8, 8, policy="base", model="small")
+    base = experiments.System("transit-base", "transit", 1, 8, 8, policy="base", reference=ref.name, model="small")
+    native = experiments.System("fsdp2-1gpu-gb8", "fsdp2", 1, 8, 8, model="small")
     records = []
     for repeat in (1, 2, 3):
         raw = json.loads(gzip.decompress(
@@ -45,10 +45,11 @@ def recorded_summary(directory: Path) -> Path:
             if name not in raw:
                 continue
             records.append({"id": f"{system.name}.r{repeat}", "system": system.name, "repeat": repeat,
-                            "role": "timed", "status": "ok"} | protocol.compact_result(raw[name]["result"], system.settle))
-    experiment = protocol.Experiment("recorded", "three recorded rounds", "nvidia-h200", (native, ref, base))
+                            "role": "timed", "status": "ok"}
+                           | summary.compact_result(raw[name]["result"], system.settle))
+    experiment = experiments.Experiment("recorded", "three recorded rounds", "nvidia-h200", (native, ref, base))
     path = directory / "recorded.json"
-    path.write_text(json.dumps(protocol.summary_doc(experiment, records, [], 0, {})))
+    path.write_text(json.dumps(summary.summary_doc(experiment, records, [], 0, {})))
     return path
 
 

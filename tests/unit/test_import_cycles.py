@@ -1,4 +1,5 @@
-"""The `transit` package's modules import one another without a circle.
+"""The `transit` package's modules, and the benchmark suite's (`bench`), import one another without a
+circle.
 
 Every import counts, at module level, inside a function or under TYPE_CHECKING: a circle hidden in
 a function still means neither module can be read, or moved, without the other.
@@ -9,16 +10,20 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "transit"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("transit", "bench")
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imports(path: Path, modules: set[str]) -> set[str]:
-    """The transit modules `path` imports (`from transit.x import y` counts transit.x.y when y is a module)."""
+    """The modules of `modules` that `path` imports (`from transit.x import y` counts transit.x.y when y is
+    a module)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -29,8 +34,8 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+def import_graph(package: str) -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in (ROOT / package).rglob("*.py")}
     return {name: imports(path, set(paths)) - {name} for name, path in paths.items()}
 
 
@@ -66,8 +71,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_transit_modules_import_without_a_cycle():
-    assert cycles(import_graph()) == []
+@pytest.mark.parametrize("package", PACKAGES)
+def test_modules_import_without_a_cycle(package):
+    graph = import_graph(package)
+    assert len(graph) > 10 and cycles(graph) == []
 
 
 def test_a_planted_cycle_is_found():
