@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from transit import _native
-from transit.bench_link import NVML_VALUE_FIELDS
+from transit.bench_link import PcieCounterReader, pcie_counter_delta
 from transit.errors import UsageError
 
 RESULT_SCHEMA = "transit.bench/1"
@@ -53,8 +53,6 @@ SMAPS_UVM_RSS = re.compile(" " + re.escape(UVM_DEVICE_PATH) + r"\n(?:(?!Rss:).*\
 SETTLE_WINDOW = 3
 SETTLE_TOLERANCE = 0.05
 TIMED_STEPS = 8
-# NVML field ids (nvml.h) of the cumulative PCIe byte counters, for drivers whose pynvml lacks the names.
-NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 197, 198
 
 
 def add_protocol_args(parser: argparse.ArgumentParser, default_steps: int) -> None:
@@ -237,23 +235,16 @@ def nvml_handle(pynvml, device_index: int):
     return pynvml.nvmlDeviceGetHandleByIndex(device_index)
 
 
-# NVML's cumulative PCIe byte counters are 32 bits wide on the device machines whatever value type
-# they report (their per-step differences went negative on an H100, scale-in-4to2-gb8.json): a
-# thread reads them this often, so that less than 2^32 bytes pass between two readings (64 GB/s,
-# PCIe 5 x16, moves 1.6 GB in 25 ms), and undoes each wrap.
+# NVML's PCIe byte counters wrap at 32 bits (transit/bench_link.py, PCIE_COUNTER_WRAP; read once a
+# step their differences went negative on an H100): a thread reads them this often, so that less
+# than 2^32 bytes pass between two readings (64 GB/s, PCIe 5 x16, moves 1.6 GB in 25 ms).
 PCIE_SAMPLE_INTERVAL_S = 0.025
-PCIE_COUNTER_WRAP = 1 << 32
 # NVML's clock event reasons (nvml.h, nvmlClocksEventReason*) by bit; GPU idle (0x1) and the
 # application clock setting (0x2) slow nothing down.
 CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
                        0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
                        0x80: "hw_power_brake", 0x100: "display_clock_setting"}
 SLOWING_REASONS_MASK = 0x1FC  # every bit but gpu_idle and applications_clocks_setting
-
-
-def counter_delta(before: int, after: int) -> int:
-    """Bytes between two readings of a PCIe byte counter; a decrease is a wrap at PCIE_COUNTER_WRAP."""
-    return after - before if after >= before else (after - before) % PCIE_COUNTER_WRAP
 
 
 def clock_event_names(mask: int) -> list[str]:
@@ -266,9 +257,7 @@ class PcieCounters:
     every PCIE_SAMPLE_INTERVAL_S in a thread, their wraps undone. `error` says why there are none."""
 
     def __init__(self, pynvml, handle) -> None:
-        self._nvml, self._handle = pynvml, handle
-        self._fields = [getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
-                        getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", NVML_FI_DEV_PCIE_COUNT_RX_BYTES)]
+        self._reader = PcieCounterReader(pynvml, handle)
         self.error: str | None = None
         self.samples = 0
         self._lock = threading.Lock()
@@ -279,15 +268,9 @@ class PcieCounters:
             threading.Thread(target=self._poll, name="pcie-counters", daemon=True).start()
 
     def _read(self) -> list[int] | None:
-        try:
-            values = self._nvml.nvmlDeviceGetFieldValues(self._handle, self._fields)
-        except self._nvml.NVMLError as exc:
-            self.error = f"nvmlDeviceGetFieldValues: {exc}"
-            return None
-        if any(v.nvmlReturn for v in values):
-            self.error = f"NVML return {next(v.nvmlReturn for v in values if v.nvmlReturn)}"
-            return None
-        return [int(getattr(v.value, NVML_VALUE_FIELDS.get(v.valueType, "ullVal"))) for v in values]
+        now = self._reader.read()
+        self.error = now.get("error")
+        return None if self.error else [now["tx"], now["rx"]]
 
     def sample(self) -> None:
         with self._lock:  # read and summed under one lock: a reading older than the last is no wrap
@@ -296,7 +279,7 @@ class PcieCounters:
                 self._stop.set()
                 return
             for i in (0, 1):
-                self._total[i] += counter_delta(self._last[i], now[i])
+                self._total[i] += pcie_counter_delta(self._last[i], now[i])
             self._last = now
             self.samples += 1
 

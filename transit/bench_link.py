@@ -65,7 +65,10 @@ NCCL_VIA = re.compile(r" via (\S+)")  # NCCL_DEBUG=INFO: "Channel 00/0 : 0[0] ->
 # NVML field ids (nvml.h) for drivers whose pynvml predates the names.
 NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 197, 198
 NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
-NVML_VALUE_BITS = {1: 32, 2: 64, 3: 64, 4: 64, 5: 32, 6: 16}  # valueType -> width (for wrap-around)
+# The PCIe byte counters wrap at 32 bits whatever value type NVML reports them in (on an H100 they
+# went 4,125,269,248 -> 73,111,968 between two readings): a difference is taken modulo 2^32, so a
+# reader must read them before 4 GiB pass (bench/common.py's PcieCounters reads every 25 ms).
+PCIE_COUNTER_WRAP = 1 << 32
 NVML_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 PCIE_COUNTER_SETTLE_S = 0.2  # after a transfer, before the first reading
 PCIE_COUNTER_LAG_S = 1.0  # a second reading this much later shows whether the counter lags
@@ -303,20 +306,18 @@ def _path(name: str, direction: str, how: str, points: list[dict]) -> dict:
     return {"name": name, "direction": direction, "how": how, "points": points}
 
 
-class NvmlPcie:
-    """NVML's cumulative PCIe byte counters of one GPU, read around a transfer (the GPU's view:
-    RX = host to GPU), and its sampled throughput. `error` says why not, where they do not work."""
+def pcie_counter_delta(before: int, after: int) -> int:
+    """Bytes between two readings of a PCIe byte counter, a wrap at PCIE_COUNTER_WRAP undone."""
+    return (after - before) % PCIE_COUNTER_WRAP
+
+
+class PcieCounterReader:
+    """NVML's cumulative PCIe byte counters of one GPU (the GPU's view: RX = host to GPU)."""
 
     def __init__(self, nvml, handle) -> None:
         self.nvml, self.handle = nvml, handle
         self.fields = [getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
                        getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", NVML_FI_DEV_PCIE_COUNT_RX_BYTES)]
-        self.bits = 64
-        before = self.read()
-        self.error = before.get("error")
-        if self.error is None:
-            time.sleep(PCIE_IDLE_WINDOW_S)
-            self.idle_rate = {k: v / PCIE_IDLE_WINDOW_S for k, v in self.delta(before, self.read()).items()}
 
     def read(self) -> dict:
         """{"tx": bytes, "rx": bytes} or {"error": why}."""
@@ -328,12 +329,25 @@ class NvmlPcie:
         for key, value in zip(("tx", "rx"), values):
             if value.nvmlReturn != 0:
                 return {"error": f"field {value.fieldId}: {self.nvml.nvmlErrorString(value.nvmlReturn)}"}
-            self.bits = NVML_VALUE_BITS.get(value.valueType, 64)
             out[key] = int(getattr(value.value, NVML_VALUE_FIELDS.get(value.valueType, "ullVal")))
         return out
 
-    def delta(self, before: dict, after: dict) -> dict:
-        return {k: (after[k] - before[k]) % (1 << self.bits) for k in ("tx", "rx")}
+
+class NvmlPcie(PcieCounterReader):
+    """The PCIe byte counters read around a transfer, and the sampled throughput. `error` says why
+    not, where they do not work."""
+
+    def __init__(self, nvml, handle) -> None:
+        super().__init__(nvml, handle)
+        before = self.read()
+        self.error = before.get("error")
+        if self.error is None:
+            time.sleep(PCIE_IDLE_WINDOW_S)
+            self.idle_rate = {k: v / PCIE_IDLE_WINDOW_S for k, v in self.delta(before, self.read()).items()}
+
+    @staticmethod
+    def delta(before: dict, after: dict) -> dict:
+        return {k: pcie_counter_delta(before[k], after[k]) for k in ("tx", "rx")}
 
     def around(self, run: Callable[[], None], nbytes: int, direction: str) -> dict:
         """Counter deltas around one transfer of `nbytes` (run() enqueues it), read

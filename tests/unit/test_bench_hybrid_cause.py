@@ -12,15 +12,16 @@ import pytest
 
 from bench import __main__ as cli
 from bench import estimates, experiments, planning, protocol, summary
-from bench.common import PCIE_COUNTER_WRAP, SettleRule, clock_event_names, counter_delta
+from bench.common import SettleRule, clock_event_names
+from transit.bench_link import PCIE_COUNTER_WRAP, pcie_counter_delta
 
 ROOT = Path(__file__).resolve().parents[2]
 CAUSE = ("hybrid-cause-e1", "hybrid-cause-e2a", "hybrid-cause-e2b")
 
 
 def test_a_pcie_counter_that_wrapped_counts_the_bytes_across_the_wrap():
-    assert counter_delta(100, 350) == 250
-    assert counter_delta(PCIE_COUNTER_WRAP - 100, 50) == 150
+    assert pcie_counter_delta(100, 350) == 250
+    assert pcie_counter_delta(PCIE_COUNTER_WRAP - 100, 50) == 150
 
 
 def test_clock_event_reasons_are_named_and_unknown_bits_kept():
