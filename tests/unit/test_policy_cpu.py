@@ -90,17 +90,25 @@ def test_library_loads_and_live_stats_have_every_section() -> None:
     assert doc["timeline"] == [] and doc["migrations"]["htod"]["count"] == 0
 
 
+def preloaded(program: str, out: Path, clean_env: dict, **env: str) -> subprocess.CompletedProcess:
+    """`python -c program` with libtransit preloaded and its stats written to `out`."""
+    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(out), **env)
+    return subprocess.run([sys.executable, "-c", program], env=env, check=False, capture_output=True, text=True,
+                          timeout=60)
+
+
+def stats_in(out: Path) -> dict:
+    (stats_file,) = out.glob("*.json")
+    return json.loads(stats_file.read_text())
+
+
 @pytest.mark.parametrize(("policy", "limit", "mode"), [("prefetch", "1G", "limit"), ("advise", None, "physical"),
                                                        ("hybrid", "1G", "limit")])
 def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path, policy, limit, mode) -> None:
-    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY=policy)
-    if limit:
-        env["TRANSIT_MEM_LIMIT"] = limit
-    r = subprocess.run([sys.executable, "-c", CALL_CUDA.format(cudart=cudart)], env=env, check=False,
-                       capture_output=True, text=True, timeout=60)
+    r = preloaded(CALL_CUDA.format(cudart=cudart), tmp_path, clean_env, TRANSIT_POLICY=policy,
+                  **({"TRANSIT_MEM_LIMIT": limit} if limit else {}))
     assert r.returncode == 0 and int(r.stdout) != 0, r.stderr  # the CUDA call failed: no GPU here
-    (stats_file,) = tmp_path.glob("*.json")
-    doc = json.loads(stats_file.read_text())
+    doc = stats_in(tmp_path)
     check_sections(doc)
     assert doc["config"]["policy"] == policy and doc["config"]["mode"] == mode
     assert doc["cuda_active"] is False
@@ -118,13 +126,10 @@ def test_activated_without_gpu_reports_recorder_off(cudart, clean_env, tmp_path,
 
 
 def test_hybrids_guard_is_off_when_asked(cudart, clean_env, tmp_path) -> None:
-    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY="hybrid",
-               TRANSIT_HYBRID_GUARD="0")
-    r = subprocess.run([sys.executable, "-c", CALL_CUDA.format(cudart=cudart)], env=env, check=False,
-                       capture_output=True, text=True, timeout=60)
+    r = preloaded(CALL_CUDA.format(cudart=cudart), tmp_path, clean_env, TRANSIT_POLICY="hybrid",
+                  TRANSIT_HYBRID_GUARD="0")
     assert r.returncode == 0, r.stderr
-    (stats_file,) = tmp_path.glob("*.json")
-    assert json.loads(stats_file.read_text())["hybrid"]["fallback"]["state"] == "off"
+    assert stats_in(tmp_path)["hybrid"]["fallback"]["state"] == "off"
 
 
 STARTED = (
@@ -137,13 +142,9 @@ STARTED = (
 def test_started_without_gpu_reports_why_and_keeps_a_timeline(cudart, clean_env, tmp_path) -> None:
     """The recorder's start, thread and exit path without a driver: CUPTI refuses, the recorder
     says why, its thread still turns iteration marks into timeline entries, and exit does not hang."""
-    env = dict(clean_env, LD_PRELOAD=str(_native.lib_path()), TRANSIT_OUT=str(tmp_path), TRANSIT_POLICY="advise",
-               TRANSIT_MEM_LIMIT="1G")
-    r = subprocess.run([sys.executable, "-c", STARTED.format(cudart=cudart)], env=env, check=False,
-                       capture_output=True, text=True, timeout=60)
+    r = preloaded(STARTED.format(cudart=cudart), tmp_path, clean_env, TRANSIT_POLICY="advise", TRANSIT_MEM_LIMIT="1G")
     assert r.returncode == 0, r.stderr
-    (stats_file,) = tmp_path.glob("*.json")
-    doc = json.loads(stats_file.read_text())
+    doc = stats_in(tmp_path)
     check_sections(doc)
     rec = doc["recorder"]
     assert rec["state"] == "off"
