@@ -3,7 +3,7 @@ NCCL sockets on lo, in limit mode with every rank's managed peak at least FOOTPR
 
 For each layout (2 nodes, 4 nodes, 2 nodes x 2 ranks with TP 2) the native run comes first; its
 smallest rank's reserved peak sets L (= peak / L_DIVISOR), then every policy runs at that L, side
-by side when their limits fit the GPU together. Each must give the native run's losses bit for bit
+by side as many as their limits fit the GPU together. Each must give the native run's losses bit for bit
 (deterministic kernels: this check only), and `transit report` over its ranks' stats must name
 every rank and node and sum them per node and for the job.
 """
@@ -21,6 +21,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from tests.gpu.conftest import in_waves
 from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 POLICIES = ("base", "prefetch", "advise", "hybrid")
@@ -65,15 +66,9 @@ def layout_runs(request, tmp_path_factory) -> dict:
     limit = int(min(reserved_peaks(native)) / L_DIVISOR) // MIB * MIB
     ranks = nodes * per_node
     free = free_gpu_memory()[int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])]
-    side_by_side = len(POLICIES) * ranks * (limit + RANK_DEVICE_OVERHEAD_BYTES) <= free
-    results = {}
-    procs = {}
-    for policy in POLICIES:
-        procs[policy] = emulate(nodes, per_node, tp, root / policy, policy, limit)
-        if not side_by_side:
-            results[policy] = finish(procs.pop(policy), root / policy)
-    for policy, proc in procs.items():
-        results[policy] = finish(proc, root / policy)
+    results = in_waves(POLICIES, lambda policy: emulate(nodes, per_node, tp, root / policy, policy, limit),
+                       lambda policy, proc: finish(proc, root / policy),
+                       free // (ranks * (limit + RANK_DEVICE_OVERHEAD_BYTES)))
     return {"name": request.param, "nodes": nodes, "ranks": ranks, "limit": limit, "root": root,
             "native": native, "policies": results}
 

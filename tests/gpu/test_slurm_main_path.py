@@ -4,7 +4,7 @@ the plugin preloading libtransit into both nodes' ranks, and `transit report JOB
 
 A 2-node FSDP2 job (bench/train.py, one rank per node, deterministic kernels: this check only) runs
 without --transit first; its smallest rank's reserved peak sets L (= peak / L_DIVISOR). Then the same
-job runs under advise and under hybrid with --transit-mem-limit=L, side by side when their limits fit
+job runs under advise and under hybrid with --transit-mem-limit=L, side by side as many as their limits fit
 the GPU together. Each must give the first job's losses bit for bit, every rank must spill, and the
 report must name both nodes' ranks, with the job's policy and limit.
 
@@ -26,6 +26,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from tests.gpu.conftest import in_waves
 from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
@@ -108,16 +109,9 @@ def jobs(cluster: dict) -> dict:
     limit = int(min(peaks) / L_DIVISOR) // MIB * MIB
     # Slurm gives each node its first GPU, this host's first: every job's ranks share it.
     free = free_gpu_memory()
-    side_by_side = len(POLICIES) * 2 * (limit + RANK_DEVICE_OVERHEAD_BYTES) <= free[min(free)]
-    results: dict[str, tuple[Job, dict]] = {}
-    running: dict[str, Job] = {}
-    for policy in POLICIES:
-        running[policy] = Job(cluster, policy, policy, limit)
-        if not side_by_side:
-            job = running.pop(policy)
-            results[policy] = (job, job.finish())
-    for policy, job in running.items():
-        results[policy] = (job, job.finish())
+    results = in_waves(POLICIES, lambda policy: Job(cluster, policy, policy, limit),
+                       lambda policy, job: (job, job.finish()),
+                       free[min(free)] // (2 * (limit + RANK_DEVICE_OVERHEAD_BYTES)))
     return {"native": (native_job, native), "limit": limit, "policies": results}
 
 
