@@ -92,3 +92,8 @@ def test_a_file_without_a_block_is_refused(tmp_path, capsys):
     plain.write_text("no block\n")
     assert tables.main(["--check", str(plain)]) == 2
     assert "no <!-- results:begin --> ... <!-- results:end --> block" in capsys.readouterr().err
+
+
+def test_the_suites_readme_stays_a_page():
+    """Issue 54: what each experiment measures and how to run it, in at most 150 lines."""
+    assert len((REPO / "bench" / "README.md").read_text().splitlines()) <= 150
