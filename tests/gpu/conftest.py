@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 Handle = TypeVar("Handle")
 Result = TypeVar("Result")
 
 
-def in_waves(names: Iterable[str], start: Callable[[str], Handle], finish: Callable[[str, Handle], Result],
-             at_once: int) -> dict[str, Result]:
-    """start(name) for every name, at most at_once running together (the runs whose device memory
-    fits the GPU's free memory side by side: never oversubscribed), the oldest finished before the
-    next starts. Side by side rather than one by one: most of a short run is start-up and page
-    faults, which overlap on one GPU."""
+def side_by_side(runs: dict[str, int], start: Callable[[str], Handle], finish: Callable[[str, Handle], Result],
+                 free_bytes: int) -> dict[str, Result]:
+    """start(name) for every run in order, once the device memory of the runs still going plus its
+    own (runs[name], bytes) fits free_bytes (never oversubscribed; a run too big for the GPU starts
+    alone, and the harness refuses it); the oldest is finished first to make room. Side by side
+    rather than one by one: much of a short run is start-up and host work, which overlap."""
     running: dict[str, Handle] = {}
     results: dict[str, Result] = {}
-    for name in names:
-        if len(running) >= max(1, at_once):
+    for name, need in runs.items():
+        while running and sum(runs[n] for n in running) + need > free_bytes:
             oldest = next(iter(running))
             results[oldest] = finish(oldest, running.pop(oldest))
         running[name] = start(name)

@@ -2,10 +2,10 @@
 NCCL sockets on lo, in limit mode with every rank's managed peak at least FOOTPRINT_OVER_L x its L.
 
 For each layout (2 nodes, 4 nodes, 2 nodes x 2 ranks with TP 2) the native run comes first; its
-smallest rank's reserved peak sets L (= peak / L_DIVISOR), then every policy runs at that L, side
-by side as many as their limits fit the GPU together. Each must give the native run's losses bit for bit
-(deterministic kernels: this check only), and `transit report` over its ranks' stats must name
-every rank and node and sum them per node and for the job.
+smallest rank's reserved peak sets L (= peak / L_DIVISOR). Then every layout's policies run at
+their L, side by side as many as their limits fit the GPU together. Each must give its native run's
+losses bit for bit (deterministic kernels: this check only), and `transit report` over its ranks'
+stats must name every rank and node and sum them per node and for the job.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.gpu.conftest import in_waves
+from tests.gpu.conftest import side_by_side
 from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 POLICIES = ("base", "prefetch", "advise", "hybrid")
@@ -31,7 +31,7 @@ MODEL, GLOBAL_BATCH, MICRO_BATCH = "small", 8, 2
 FOOTPRINT_OVER_L = 1.3  # issue 53 item 2's floor
 L_DIVISOR = 1.45  # L from the native reserved peak, with room above the floor for what the allocator keeps
 MIB = 1 << 20
-TIMEOUT_S = 420
+TIMEOUT_S = 900  # a run among others side by side on one GPU; a hang is bench/gpu_tier.sh's to catch
 
 
 def emulate(nodes: int, per_node: int, tp: int, out: Path, policy: str | None = None,
@@ -46,10 +46,15 @@ def emulate(nodes: int, per_node: int, tp: int, out: Path, policy: str | None = 
     return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
-def finish(proc: subprocess.Popen, out: Path) -> dict:
-    rc = proc.wait(timeout=TIMEOUT_S)
-    log = (out / "log.txt").read_text(errors="replace")
-    assert rc == 0, f"{out.name}: exit {rc}\n{log[-4000:]}"
+def outcome(proc: subprocess.Popen, out: Path) -> dict | str:
+    """The run's result, or what went wrong (the layout's tests report it)."""
+    try:
+        rc = proc.wait(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return f"{out}: still running after {TIMEOUT_S} s"
+    if rc != 0:
+        return f"{out}: exit {rc}\n{(out / 'log.txt').read_text(errors='replace')[-4000:]}"
     return json.loads((out / "result.json").read_text())
 
 
@@ -58,19 +63,46 @@ def reserved_peaks(result: dict) -> list[int]:
     return [r["torch_max_reserved_bytes"] for r in result["memory"]["per_rank"]]
 
 
-@pytest.fixture(scope="module", params=list(LAYOUTS))
-def layout_runs(request, tmp_path_factory) -> dict:
-    nodes, per_node, tp = LAYOUTS[request.param]
-    root = tmp_path_factory.mktemp(request.param)
-    native = finish(emulate(nodes, per_node, tp, root / "native"), root / "native")
-    limit = int(min(reserved_peaks(native)) / L_DIVISOR) // MIB * MIB
-    ranks = nodes * per_node
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory) -> dict[str, dict]:
+    """Each layout's native run, one after another (each sets its layout's L), then every layout's
+    policy runs, side by side as many as fit the GPU's free memory."""
+    root = tmp_path_factory.mktemp("emulated")
+    layouts: dict[str, dict] = {}
+    for name, (nodes, per_node, tp) in LAYOUTS.items():
+        native = outcome(emulate(nodes, per_node, tp, root / name / "native"), root / name / "native")
+        layouts[name] = {"name": name, "nodes": nodes, "per_node": per_node, "tp": tp, "ranks": nodes * per_node,
+                         "root": root / name, "native": native, "policies": {}}
+        if isinstance(native, dict):
+            layouts[name]["limit"] = int(min(reserved_peaks(native)) / L_DIVISOR) // MIB * MIB
+    planned = {f"{name}/{policy}": run["ranks"] * (run["limit"] + RANK_DEVICE_OVERHEAD_BYTES)
+               for name, run in layouts.items() if "limit" in run for policy in POLICIES}
+
+    def start(key: str) -> subprocess.Popen:
+        name, policy = key.split("/")
+        run = layouts[name]
+        return emulate(run["nodes"], run["per_node"], run["tp"], run["root"] / policy, policy, run["limit"])
+
+    def finish(key: str, proc: subprocess.Popen) -> dict | str:
+        name, policy = key.split("/")
+        return outcome(proc, layouts[name]["root"] / policy)
+
     free = free_gpu_memory()[int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])]
-    results = in_waves(POLICIES, lambda policy: emulate(nodes, per_node, tp, root / policy, policy, limit),
-                       lambda policy, proc: finish(proc, root / policy),
-                       free // (ranks * (limit + RANK_DEVICE_OVERHEAD_BYTES)))
-    return {"name": request.param, "nodes": nodes, "ranks": ranks, "limit": limit, "root": root,
-            "native": native, "policies": results}
+    for key, result in side_by_side(planned, start, finish, free).items():
+        name, policy = key.split("/")
+        layouts[name]["policies"][policy] = result
+    return layouts
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def layout_runs(request, all_runs: dict[str, dict]) -> dict:
+    """One layout's runs, each of them finished: a run that failed fails this layout's tests."""
+    run = all_runs[request.param]
+    assert isinstance(run["native"], dict), f"{request.param} native: {run['native']}"
+    for policy in POLICIES:
+        result = run["policies"][policy]
+        assert isinstance(result, dict), f"{request.param} {policy}: {result}"
+    return run
 
 
 def rank_stats(out: Path) -> list[dict]:

@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.gpu.conftest import in_waves
+from tests.gpu.conftest import side_by_side
 from transit.emulate import RANK_DEVICE_OVERHEAD_BYTES, free_gpu_memory
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
@@ -109,9 +109,9 @@ def jobs(cluster: dict) -> dict:
     limit = int(min(peaks) / L_DIVISOR) // MIB * MIB
     # Slurm gives each node its first GPU, this host's first: every job's ranks share it.
     free = free_gpu_memory()
-    results = in_waves(POLICIES, lambda policy: Job(cluster, policy, policy, limit),
-                       lambda policy, job: (job, job.finish()),
-                       free[min(free)] // (2 * (limit + RANK_DEVICE_OVERHEAD_BYTES)))
+    results = side_by_side({policy: 2 * (limit + RANK_DEVICE_OVERHEAD_BYTES) for policy in POLICIES},
+                           lambda policy: Job(cluster, policy, policy, limit),
+                           lambda policy, job: (job, job.finish()), free[min(free)])
     return {"native": (native_job, native), "limit": limit, "policies": results}
 
 
