@@ -64,12 +64,16 @@ def reserved_peaks(result: dict) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def all_runs(tmp_path_factory) -> dict[str, dict]:
-    """Each layout's native run, one after another (each sets its layout's L), then every layout's
+def all_runs(request, tmp_path_factory) -> dict[str, dict]:
+    """Each selected layout's native run, one after another (each sets its layout's L), then their
     policy runs, side by side as many as fit the GPU's free memory."""
     root = tmp_path_factory.mktemp("emulated")
+    selected = {getattr(item, "callspec", None) and item.callspec.params.get("layout_runs")
+                for item in request.session.items}
     layouts: dict[str, dict] = {}
     for name, (nodes, per_node, tp) in LAYOUTS.items():
+        if name not in selected:
+            continue
         native = outcome(emulate(nodes, per_node, tp, root / name / "native"), root / name / "native")
         layouts[name] = {"name": name, "nodes": nodes, "per_node": per_node, "tp": tp, "ranks": nodes * per_node,
                          "root": root / name, "native": native, "policies": {}}
