@@ -1,4 +1,4 @@
-"""TRANSIT's benchmark suite: run the protocol's experiments on one GPU, one summary each.
+"""TRANSIT's benchmark suite: run the protocol's experiments on one GPU node, one summary each.
 
     python -m bench list                               the experiments
     python -m bench plan NAME                          its runs, their estimated time, the commands
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from bench import tables
 from bench.estimates import estimator, recorded_runs
-from bench.experiments import EXPERIMENTS, MODEL, Experiment, resolve, system_config
+from bench.experiments import EXPERIMENTS, MACHINES, MODEL, Experiment, resolve, system_config
 from bench.planning import COMMAND_LIMIT_S, EXPERIMENT_BUDGET_S, SETUP_S, Run, plan, schedule, split_parts
-from bench.protocol import execute
+from bench.protocol import check_gpus, execute
 from bench.summary import merge
 from transit.emulate import MAX_NODES, positive
 from transit.errors import UsageError
@@ -58,10 +58,12 @@ def plan_doc(experiment: Experiment, estimate, command_limit_s: float, search: l
 
 def print_plan(doc: dict, cores: int) -> None:
     print(f"{doc['experiment']}: {doc['claim']}")
-    print(f"one GPU (device kind {doc['device_kind']}); {doc['repeats']} repeat(s); {cores} cores; the runs one "
-          "after another, in this order")
+    gpus = MACHINES[doc["device_kind"]]
+    print(f"{'one GPU' if gpus == 1 else f'{gpus} GPUs'} (device kind {doc['device_kind']}); {doc['repeats']} "
+          f"repeat(s); {cores} cores; the runs one after another, in this order")
     for s in doc["systems"]:
-        where = f"{s['emulated_nodes']} emulated node(s), sockets on lo" if s["emulated_nodes"] else "one rank"
+        where = (f"{s['emulated_nodes']} emulated node(s) on {s['gpus']} GPU(s), sockets on lo" if s["emulated_nodes"]
+                 else "one rank" if s["ranks"] == 1 else f"{s['ranks']} ranks on {s['gpus']} GPUs")
         print(f"  {s['name']}: {s['kind']}{' ' + s['policy'] if s['policy'] else ''}, global batch "
               f"{s['global_batch']} = micro-batch {s['micro_batch']} x {s['grad_accum']} x "
               f"{s['ranks'] // s['tp']}, cap {s['cap'] or 'none'}, cores/rank {s['cpu_cores_per_rank']}, {where}; "
@@ -189,6 +191,7 @@ def dispatch(argv: list[str]) -> int:
         doc = plan_doc(experiment, estimate, args.command_limit, args.search_summary)
         print(json.dumps(doc, indent=1)) if args.json else print_plan(doc, args.cores)
         return 0
+    check_gpus(experiment)
     runs = plan(experiment)
     parts = split_parts(runs, seconds, args.command_limit)
     k, n = parse_part(args.part, len(parts)) if args.part else (0, 0)

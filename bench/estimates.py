@@ -101,7 +101,7 @@ def estimate_steps(system: System, history: list[dict], rule: SettleRule) -> tup
     first = (TRANSIT_SETTLE if system.transit else FRAMEWORK_SETTLE).first
     if same:
         ref = _nearest(system, same)
-        scale = system.global_batch / (ref["config"]["global_batch"] / ref["config"]["gpus"])
+        scale = (system.global_batch / system.gpus) / (ref["config"]["global_batch"] / ref["config"]["gpus"])
         recorded = list(ref["step_times_s"])
         times = recorded[:first] + [t * scale for t in recorded[first:]]
         basis = _describe(ref) + stand_in + (f"; steps from {first} x{scale:.2f}" if scale != 1 else "")

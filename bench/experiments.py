@@ -27,8 +27,9 @@ CALIBRATION_SETTLE = SettleRule(first=TRANSIT_SETTLE.first, max_start=TRANSIT_SE
                                 timed=TRANSIT_SETTLE.window)
 KINDS = ("fsdp2", "fsdp2-cpu-offload", "zero-offload", "zero-infinity", "zenflow", "transit")
 DEEPSPEED_KINDS = ("zero-offload", "zero-infinity", "zenflow")
-# Every experiment runs on one GPU (issue 54 item 1); the kinds of the device machines that have one.
-MACHINES = ("nvidia-h200", "nvidia-h100-x1")
+# The device machines' kinds and their GPUs: every experiment of issues 53-55 runs on one GPU (issue
+# 54 item 1); issue 61's scale-in on GPUs of their own needs several.
+MACHINES = {"nvidia-h200": 1, "nvidia-h100-x1": 1, "nvidia-h100-x2": 2, "nvidia-h100-x4": 4}
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class System:
     cores_per_rank: int | None = None  # None: every rank may use every core
     reference: str | None = None  # whose losses this one's are compared with, bit for bit
     model: str = MODEL
-    # emulated nodes (scripts/emulate-nodes) sharing the machine's `gpus` GPU(s), NCCL over sockets
-    # on lo; 0: one rank per GPU, no emulation
+    # emulated nodes (scripts/emulate-nodes) on the first `gpus` GPUs, ranks round-robin over them,
+    # NCCL over sockets on lo; 0: one rank per GPU, NCCL's own transport within the host
     nodes: int = 0
     ranks_per_node: int = 1
     # TRANSIT's L itself, per rank (no cap, so no fair-memory calibration): an experiment that
@@ -98,8 +99,8 @@ class System:
     def check(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: kind {self.kind!r}; known: {', '.join(KINDS)}")
-        if self.gpus != 1:
-            raise ValueError(f"{self.name}: {self.gpus} GPUs; every system runs on one (emulated nodes share it)")
+        if self.nodes and self.ranks % self.gpus:
+            raise ValueError(f"{self.name}: {self.ranks} emulated ranks do not spread evenly over {self.gpus} GPUs")
         if self.mem_limit and (not self.transit or self.cap):
             raise ValueError(f"{self.name}: mem_limit is TRANSIT's L without a cap; {self.kind} with cap {self.cap}")
         if self.train_args and self.kind in DEEPSPEED_KINDS:
@@ -123,9 +124,12 @@ class Experiment:
 
     def check(self) -> None:
         if self.machine not in MACHINES:
-            raise ValueError(f"{self.name}: machine {self.machine!r}; one-GPU kinds: {', '.join(MACHINES)}")
+            raise ValueError(f"{self.name}: machine {self.machine!r}; known kinds: {', '.join(MACHINES)}")
         for system in self.systems:
             system.check()
+            if system.gpus > MACHINES[self.machine]:
+                raise ValueError(f"{self.name}: {system.name} needs {system.gpus} GPUs; {self.machine} has "
+                                 f"{MACHINES[self.machine]}")
             if system.deterministic and not self.correctness:
                 raise ValueError(f"{self.name}: {system.name} is deterministic; timings never are (issue 54 item 2)")
 
@@ -241,6 +245,32 @@ def _scale_in(native: int, fewer: int, gb: int, policies: tuple[str, ...]) -> tu
                      model=SCALE_IN_MODEL, nodes=fewer) for p in policies))
 
 
+# Issue 61, the same scale-in on GPUs of their own (kinds with several GPUs): native FSDP2 on N GPUs
+# at cap C against TRANSIT advise and hybrid on fewer, once over NCCL's transport within the host
+# (NVLink) and once with every GPU an emulated node of its own (its own NCCL host: sockets on lo,
+# P2P and shared memory off; the paper's bandwidth-limited case, per-node NCCL bytes from lo).
+GPU_MACHINES = {4: "nvidia-h100-x4", 2: "nvidia-h100-x2"}  # native's GPUs -> the kind
+SOCKETS_ENV = (("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"))
+
+
+def _scale_in_gpus(native: int, fewer: int, gb: int, sockets: bool) -> tuple[System, ...]:
+    tag = f"gb{gb}" + ("-sockets" if sockets else "")
+    env = SOCKETS_ENV if sockets else ()
+
+    def system(name: str, kind: str, gpus: int, **kw) -> System:
+        return System(name, kind, gpus, gb, SCALE_IN_MICRO, cap=SCALE_IN_CAPS[native], model=SCALE_IN_MODEL,
+                      nodes=gpus if sockets else 0, env=env, **kw)
+    return (system(f"fsdp2-{native}gpu-{tag}", "fsdp2", native),
+            *(system(f"transit-{p}-{fewer}gpu-{tag}", "transit", fewer, policy=p) for p in ("advise", "hybrid")))
+
+
+def _gpus_losses() -> tuple[System, ...]:
+    """Issue 61's bitwise check on 2 GPUs: TRANSIT at the 4 -> 2 case's cap against native uncapped."""
+    ref = System("fsdp2-2gpu-uncapped", "fsdp2", 2, 8, SCALE_IN_MICRO, model=SCALE_IN_MODEL, deterministic=True)
+    return (ref, *(System(f"transit-{p}-2gpu", "transit", 2, 8, SCALE_IN_MICRO, cap=SCALE_IN_CAPS[4], policy=p,
+                          model=SCALE_IN_MODEL, deterministic=True, reference=ref.name) for p in ("advise", "hybrid")))
+
+
 # Issue 55: why hybrid at micro-batch 8 runs every kernel 3-4x slower than with all data resident
 # (docs/design-notes.md, "Hybrid at micro-batch 8"). Global batch 8 x micro-batch 8 has 64 x 8's
 # per-micro-batch overflow; 10 steps, timed 5-9 (hybrid's guard off: its own placement from step 4).
@@ -290,6 +320,16 @@ def _experiments() -> list[Experiment]:
                        f"per rank against TRANSIT {' and '.join(policies)} on {m}, one GPU, global batch {gb}; job "
                        "tokens/s on the same GPU, NCCL bytes per node", "nvidia-h100-x1", _scale_in(n, m, gb, policies))
             for n, m in SCALE_IN_CASES for gb, cases in SCALE_IN_POLICIES.items() for policies in cases]
+    out += [Experiment(f"scale-in-{n}to{m}-gb8-gpus" + ("-sockets" if sockets else ""),
+                       f"issue 61, claim (c) on GPUs of their own: native FSDP2 on {n} GPUs at cap {SCALE_IN_CAPS[n]} "
+                       f"against TRANSIT advise and hybrid on {m}, global batch 8, NCCL "
+                       + ("over sockets on lo between GPUs as emulated nodes, P2P and shared memory off" if sockets
+                          else "within the host (NVLink)") + "; per-GPU TFLOPS", GPU_MACHINES[n],
+                       _scale_in_gpus(n, m, 8, sockets))
+            for n, m in SCALE_IN_CASES for sockets in (False, True)]
+    out.append(Experiment("transit-gpus-losses", "issue 61: TRANSIT advise and hybrid on 2 GPUs at cap "
+                          f"{SCALE_IN_CAPS[4]} against native FSDP2 on 2 uncapped; deterministic, losses bit for bit",
+                          "nvidia-h100-x2", _gpus_losses(), repeats=1, correctness=True))
     out.append(Experiment("transit-2rank", "TRANSIT on 2 emulated nodes (one GPU, FSDP2 + NCCL over sockets, cap "
                           "13 GiB per rank, where the model needs 4 ranks without offload) against native FSDP2 on 2 "
                           "uncapped; deterministic, losses bit for bit; once more with TP 2 in one node",
@@ -338,7 +378,8 @@ def system_config(system: System) -> dict:
             "global_batch": system.global_batch,
             "micro_batch": system.local_batch, "grad_accum": system.grad_accum, "tp": system.tp,
             "tokens_per_step": system.tokens_per_step, "policy": system.policy,
-            "transport": "sockets on lo (emulated nodes)" if system.nodes else "none (one rank)",
+            "transport": ("sockets on lo (emulated nodes)" if system.nodes else
+                          "NCCL within the host (NVLink)" if system.gpus > 1 else "none (one rank)"),
             "cap": system.cap, "cap_bytes": system.cap_bytes, "deterministic": system.deterministic,
             "cpu_cores_per_rank": system.cores_per_rank or "all",
             "mem_limit": system.mem_limit, "mem_limit_bytes": system.mem_limit_bytes, "env": dict(system.env) or None,

@@ -37,6 +37,8 @@ from bench.experiments import DEEPSPEED_KINDS, Experiment, System, system_config
 from bench.planning import SETUP_S, Budget, Run, budget, makespan
 from bench.summary import compact_result, compact_transit, print_summary, summary_doc
 from bench.transit_stats import load_transit_stats, transit_summary
+from transit.emulate import free_gpu_memory, visible_gpus
+from transit.errors import UsageError
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 LOG_TAIL_LINES = 30
@@ -44,8 +46,8 @@ LOG_TAIL_LINES = 30
 
 def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | None,
                 profile: bool) -> tuple[list[str], dict]:
-    """The argv and the environment additions of one run of `system` under `rule` (on the GPU that
-    CUDA_VISIBLE_DEVICES leaves first; emulated nodes spread over every GPU it leaves)."""
+    """The argv and the environment additions of one run of `system` under `rule`, on the first
+    `system.gpus` GPUs that CUDA_VISIBLE_DEVICES leaves (emulated nodes round-robin over them)."""
     if system.nodes:
         launcher = [sys.executable, "-m", "transit.emulate", str(system.nodes), "--nproc-per-node",
                     str(system.ranks_per_node)]
@@ -54,7 +56,8 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | No
                          *(["--mem-limit", str(limit)] if limit is not None else [])]
         launcher.append("--")
     else:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                    str(system.gpus)]
     args = ["--model", system.model, "--global-batch", str(system.global_batch), "--local-batch", str(system.local_batch),
             "--settle-from", str(rule.first), "--settle-by", str(rule.max_start), "--timed-steps", str(rule.timed),
             "--out", str(run_dir / "result.json")]
@@ -73,7 +76,7 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | No
         script += list(system.train_args)
     if system.cap and not system.transit:
         args += ["--mem-cap", system.cap]
-    env = dict(MULTICAST_OFF) | dict(system.env)
+    env = dict(MULTICAST_OFF) | dict(system.env) | {"CUDA_VISIBLE_DEVICES": ",".join(first_gpus(system.gpus))}
     if system.cores_per_rank:
         env["OMP_NUM_THREADS"] = str(system.cores_per_rank)
     argv = [*launcher, *script, *args]
@@ -87,6 +90,22 @@ def run_command(system: System, rule: SettleRule, run_dir: Path, limit: int | No
         if profile:
             env["TRANSIT_PROFILE"] = "1"
     return argv, env
+
+
+def first_gpus(n: int) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible.split(",")[:n] if visible else [str(i) for i in range(n)]
+
+
+def check_gpus(experiment: Experiment) -> None:
+    """Refuses, in one line, an experiment whose systems need more GPUs than this machine lets them
+    use; without a GPU (the tiny model on the CPU) every system runs as processes."""
+    free = free_gpu_memory()
+    need = max(s.gpus for s in experiment.systems)
+    have = len(visible_gpus(free, dict(os.environ)))
+    if free and have < need:
+        raise UsageError(f"{experiment.name} needs {need} GPUs ({experiment.machine}); this machine lets it use "
+                         f"{have} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

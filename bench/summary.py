@@ -23,6 +23,7 @@ from bench.common import (
 )
 from bench.experiments import (
     FRAMEWORK_SETTLE,
+    MACHINES,
     TRANSIT_SETTLE,
     Experiment,
     System,
@@ -235,7 +236,8 @@ def summarize_systems(experiment_systems, runs: list[dict]) -> list[dict]:
             "step_time_s": _spread([r["timed_median_s"] for r in ok]),
             "tokens_per_s": _spread([r["tokens_per_s"] for r in ok if r.get("tokens_per_s")]),
             "warmup_s": _spread([r["warmup_s"] for r in ok if r.get("warmup_s") is not None]),
-            # NCCL between emulated nodes crosses lo: the job's loopback bytes per step, per node
+            # NCCL between emulated nodes crosses lo: the job's loopback bytes per step, per node (NCCL
+            # within a host, over NVLink, is not read)
             "nccl_bytes_per_node_per_step": (_spread([r["loopback_bytes_per_step"] / system.nodes for r in ok
                                                       if r.get("loopback_bytes_per_step") is not None])
                                              if system.nodes else None),
@@ -289,7 +291,10 @@ def summary_doc(experiment: Experiment, runs: list[dict], parts: list[int], n_pa
         "machine": experiment.machine, "search": experiment.search, "correctness": experiment.correctness,
         "note": experiment.note,
         "protocol": {"repeats": experiment.repeats, "alternation": "A B C A B C ...; calibrations first",
-                     "gpu": "one GPU, the runs one after another (emulated nodes share it)",
+                     "gpu": ("one GPU, the runs one after another (emulated nodes share it)"
+                             if MACHINES[experiment.machine] == 1 else
+                             f"{MACHINES[experiment.machine]} GPUs of one host, the runs one after another, each "
+                             "on its system's first GPUs"),
                      "settle_rules": {"frameworks": FRAMEWORK_SETTLE.as_dict(), "transit": TRANSIT_SETTLE.as_dict()},
                      "fair_memory": "a capped TRANSIT system's calibration run at L = cap - "
                                     f"{NON_ALLOCATOR_MARGIN_BYTES} bytes; its timed repeats at that L less its "

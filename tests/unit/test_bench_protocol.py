@@ -22,6 +22,7 @@ from bench import __main__ as cli
 from bench import estimates, experiments, planning, protocol, summary
 from bench.common import NON_ALLOCATOR_MARGIN_BYTES, SettleRule, StepPhases
 from tests.unit.test_schemas import check
+from transit.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,12 +163,16 @@ def test_plan_puts_calibrations_first_and_alternates():
 
 
 def test_every_experiment_runs_on_one_gpu_and_times_fast_kernels():
+    """Issue 54 item 1: one GPU for every experiment, but issue 61's scale-in on GPUs of their own."""
     for experiment in experiments.EXPERIMENTS.values():
+        if experiment.claim.startswith("issue 61"):
+            assert experiments.MACHINES[experiment.machine] > 1, experiment.name
+            continue
         assert experiment.machine in ("nvidia-h200", "nvidia-h100-x1")
         assert all(s.gpus == 1 for s in experiment.systems)
         assert experiment.correctness or not any(s.deterministic for s in experiment.systems), experiment.name
     two_gpus = experiments.System("two", "fsdp2", 2, 8)
-    with pytest.raises(ValueError, match="two: 2 GPUs; every system runs on one"):
+    with pytest.raises(ValueError, match="x: two needs 2 GPUs; nvidia-h200 has 1"):
         experiments.Experiment("x", "test", "nvidia-h200", (two_gpus,)).check()
     exact = experiments.System("exact", "fsdp2", 1, 8, deterministic=True)
     with pytest.raises(ValueError, match="x: exact is deterministic; timings never are"):
@@ -395,3 +400,43 @@ def test_libtransit_not_built_is_one_line_not_a_traceback(monkeypatch, capsys):
     assert cli.main(["plan", "claim-b-gb8"]) == 2
     err = capsys.readouterr().err
     assert err == "python -m bench: libtransit is not built: transit/lib/libtransit.so is missing\n"
+
+
+def test_the_driver_runs_systems_of_several_ranks_on_the_cpu(tmp_path):
+    """Issue 61's shapes with the tiny model on the CPU (gloo): one system as 2 ranks of torchrun,
+    one as 2 emulated nodes with P2P and shared memory off; the same rows, so the same losses, and
+    the emulated one's NCCL bytes per node read from lo."""
+    pytest.importorskip("torch")
+    host = experiments.System("tiny-2gpu", "fsdp2", 2, 4, 1, model="tiny")
+    nodes = experiments.System("tiny-2node", "fsdp2", 2, 4, 1, model="tiny", nodes=2, env=experiments.SOCKETS_ENV,
+                               reference="tiny-2gpu")
+    experiment = experiments.Experiment("cpu-2gpu", "two ranks on a CPU", "nvidia-h100-x2", (host, nodes), repeats=1)
+    experiment.check()
+    args = argparse.Namespace(work=tmp_path / "work", out=tmp_path / "out", transit_profile=False, time_limit=None,
+                              command_limit=planning.COMMAND_LIMIT_S)
+    assert protocol.execute(experiment, planning.plan(experiment), 0, 0, args, {}, lambda run: 120.0) == 0
+    doc = json.loads((tmp_path / "out/cpu-2gpu.json").read_text())
+    assert all(r["status"] == "ok" for r in doc["runs"]), [r.get("log_tail") for r in doc["runs"]]
+    rows = {r["name"]: r for r in doc["systems"]}
+    assert (rows["tiny-2gpu"]["ranks"], rows["tiny-2node"]["ranks"]) == (2, 2)
+    assert rows["tiny-2gpu"]["transport"] == "NCCL within the host (NVLink)"
+    assert rows["tiny-2gpu"]["nccl_bytes_per_node_per_step"] is None
+    assert rows["tiny-2node"]["nccl_bytes_per_node_per_step"]["median"] > 0
+    assert rows["tiny-2node"]["losses"]["all_bitwise_equal"] is True
+    assert doc["protocol"]["gpu"].startswith("2 GPUs of one host")
+    check(doc)
+
+
+def test_emulated_ranks_spread_evenly_over_their_gpus():
+    odd = experiments.System("odd", "fsdp2", 2, 6, 1, model="small", nodes=3)
+    with pytest.raises(ValueError, match="3 emulated ranks do not spread evenly over 2 GPUs"):
+        odd.check()
+
+
+def test_a_run_on_a_machine_with_too_few_gpus_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(protocol, "free_gpu_memory", lambda: {0: 80 << 30})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(UsageError, match=r"scale-in-4to2-gb8-gpus needs 4 GPUs \(nvidia-h100-x4\); this machine "
+                                         r"lets it use 1 \(CUDA_VISIBLE_DEVICES=unset\)"):
+        protocol.check_gpus(experiments.EXPERIMENTS["scale-in-4to2-gb8-gpus"])
+    protocol.check_gpus(experiments.EXPERIMENTS["scale-in-4to2-gb8"])  # one GPU is enough
