@@ -65,7 +65,7 @@ def command_options() -> dict[str, set[str]]:
     found |= parser_options(bench_parser(), "python3 -m bench")
     found["python3 -m bench table"] = bench_table_options()
     found["scripts/emulate-nodes"] = parser_options(emulate_parser(), "scripts/emulate-nodes")["scripts/emulate-nodes"]
-    for script in ("dev-cluster", "quickstart"):
+    for script in ("dev-cluster", "quickstart", "slurm-chroot"):
         found[f"scripts/{script}"] = script_options(script)
     return found
 
