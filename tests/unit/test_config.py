@@ -180,3 +180,23 @@ def test_libtransit_leaves_names_it_does_not_read_alone(cudart, clean_env) -> No
     that was started some other way keeps running."""
     r = run_with_env(cudart, dict(clean_env, TRANSIT_POLCY="advise"))
     assert r.returncode == 0 and r.stdout.strip() == "after", r.stderr
+
+
+def test_every_transit_name_the_tree_reads_is_in_libtransits_table() -> None:
+    """The plugin and `transit run` refuse a TRANSIT_* name that libtransit's table lacks (a typo):
+    every name a script or tool reads from the environment must be there, and no dead one."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    table = set(re.findall(r'\{"(TRANSIT_\w+)", VAR_', (repo / "libtransit/src/base/config.c").read_text()))
+    shell = [*(repo / "scripts").iterdir(), *(repo / "bench").glob("*.sh"), repo / ".ci/run"]
+    python = [*(repo / "transit").rglob("*.py"), *(repo / "bench").glob("*.py")]
+    read = {name for path in shell if path.is_file() for name in re.findall(r"\$\{?(TRANSIT_[A-Z_]+)", path.read_text())}
+    read |= {name for path in python for name in re.findall(
+        r"""(?:environ(?:\.get)?[(\[]|getenv\()\s*["'](TRANSIT_[A-Z_]+)""", path.read_text())}
+    read -= {"TRANSIT_BUILD_OK"}  # bench/device_setup.sh's own result, set before it is read
+    assert read - table == set()
+    tools = set(re.findall(r'\{"(TRANSIT_\w+)", VAR_TOOL', (repo / "libtransit/src/base/config.c").read_text()))
+    everything = "".join(p.read_text() for p in [*shell, *python, *(repo / "transit").rglob("*.sh")] if p.is_file())
+    assert {name for name in tools if name not in everything} == set()

@@ -72,10 +72,12 @@ static const transit_var vars[] = {
     {"TRANSIT_DEV_CLUSTER_GPUS", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_DEV_CLUSTER_ACCOUNTING", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_DEV_CLUSTER_PREFIX", VAR_TOOL, 0, 0, 0, NULL},
-    /* bench/ drivers */
+    /* scripts/slurm-chroot, scripts/torchtitan-versions */
+    {"TRANSIT_CHROOT_DIR", VAR_TOOL, 0, 0, 0, NULL},
+    {"TRANSIT_TORCHTITAN_DIR", VAR_TOOL, 0, 0, 0, NULL},
+    /* bench/device_setup.sh */
     {"TRANSIT_PREBUILT", VAR_TOOL, 0, 0, 0, NULL},
     {"TRANSIT_CARRIED_LIB", VAR_TOOL, 0, 0, 0, NULL},
-    {"TRANSIT_RUN_LIMIT_S", VAR_TOOL, 0, 0, 0, NULL},
 };
 #define NVARS (sizeof vars / sizeof vars[0])
 
