@@ -157,10 +157,19 @@ int transit_local_post_opt(spank_t sp)
                                   "(e.g. --transit=advise)");
         return 0;
     }
+    /* an option srun inherited from the job has nothing to act on in a step without TRANSIT; only
+     * one given with the off conflicts with it */
+    const char *own = transit_opts.mem_limit[0] && !transit_opts.mem_limit_inherited       ? "mem-limit"
+                      : transit_opts.report_dir[0] && !transit_opts.report_dir_inherited ? "report-dir"
+                                                                                          : NULL;
     if (transit_opts.off) {
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+        if (own && transit_opts.off_inherited)
+            return transit_refuse("the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
+                                  "--transit-%s has nothing to act on; give this srun --transit=POLICY too, "
+                                  "or drop --transit-%s", own, own);
+        if (own)
             return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
-                                  "drop one of them", transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+                                  "drop one of them", own);
         return 0;
     }
 
@@ -171,10 +180,9 @@ int transit_local_post_opt(spank_t sp)
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+        if (own)
             return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
-                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option",
-                                  transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option", own);
         return 0;
     }
 

@@ -39,6 +39,9 @@ struct transit_opts {
     char policy[TRANSIT_WORD_MAX];  /* "" = a bare --transit */
     char mem_limit[TRANSIT_WORD_MAX]; /* "" = not given */
     char report_dir[PATH_MAX];  /* "" = not given: the site's report_dir= */
+    /* srun: the value came from the job (sbatch/salloc's option, which srun inherits), not from
+     * srun's own command line; the step's own --transit=off then leaves it unused */
+    bool off_inherited, mem_limit_inherited, report_dir_inherited;
 };
 
 /* In slurmstepd: what this step gets, worked out once per node (step.c), used by task.c. */

@@ -53,6 +53,42 @@ def test_off_with_another_transit_option_is_refused(cluster: Cluster, tmp_path: 
     assert cluster.jobs_named(name) == []
 
 
+def test_a_steps_own_off_leaves_the_jobs_options_unused(cluster: Cluster, tmp_path: Path) -> None:
+    """`srun --transit=off` in a job whose #SBATCH lines set --transit-mem-limit and
+    --transit-report-dir runs the step without TRANSIT: srun inherited those options, it was not
+    given them with the off. Both on the step's own command line still conflict."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --transit=advise\n#SBATCH --transit-mem-limit=40G\n"
+                      f"#SBATCH --transit-report-dir={tmp_path}/reports\n"
+                      "srun --transit=off bash -c 'env | grep ^TRANSIT_; echo \"preload=${LD_PRELOAD-}\"'\n"
+                      "srun --transit=off --transit-mem-limit=30G true || echo \"refused: $?\"\n")
+    name = unique_job_name()
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"),
+                       str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "preload=",
+        ("srun: error: transit: --transit=off runs no TRANSIT, so --transit-mem-limit has nothing to act on; "
+         "drop one of them"),
+        "refused: 1"]
+
+
+def test_a_steps_own_option_in_a_job_with_transit_off_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    """The other way round: the job's --transit=off came from sbatch, the limit from the step."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --transit=off\n"
+                      f"srun --transit-mem-limit=30G touch {tmp_path}/ran || echo \"refused: $?\"\n")
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-J", unique_job_name(), "-N1", "-o",
+                       str(tmp_path / "out.txt"), str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        ("srun: error: transit: the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
+         "--transit-mem-limit has nothing to act on; give this srun --transit=POLICY too, or drop "
+         "--transit-mem-limit"),
+        "refused: 1"]
+    assert not (tmp_path / "ran").exists()
+
+
 def test_transit_policy_off_in_the_environment_is_as_transit_off(cluster: Cluster) -> None:
     out = cluster.run(["srun", "-N1", "--transit", "bash", "-c", "env | grep ^TRANSIT_ | sort; echo ${LD_PRELOAD-}"],
                       env=cluster.env(TRANSIT_POLICY="off"))
