@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import REPO, Cluster, unique_job_name, user_dir
+from tests.slurm.conftest import OTHER_USER, REPO, TEST_USER, Cluster, unique_job_name, user_dir
 from tests.slurm.test_spank import CUDA_TASK, libcudart
 from transit import slurm
 
@@ -128,6 +128,24 @@ def test_missing_rank_in_a_copy_of_a_real_job(
     assert [r["rank"] for r in report["ranks"]] == [0]
     assert [w["code"] for w in report["warnings"]] == ["missing-rank"]
     assert report["job"]["state"] == "COMPLETED"  # Slurm facts for the job the files name
+
+
+def test_another_users_job_shows_slurms_facts_and_no_stats(cluster: Cluster) -> None:
+    """What Slurm shows every user of a job (its user, state, the submit line's policy), but not its
+    stats: the job's directory is its user's alone. One warning says so, and the exit code is 1."""
+    out = cluster.run(["srun", "-J", unique_job_name(), "-N1", "--transit=advise", "printenv", "SLURM_JOB_ID"],
+                      user=OTHER_USER)
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    settled(cluster, job_id)
+    report = cluster.run([sys.executable, "-m", "transit", "report", job_id, "--json"], cwd=REPO, user=TEST_USER)
+    assert report.returncode == 1, report.stderr
+    parsed = json.loads(report.stdout)
+    directory = cluster.report_dir / job_id
+    reason = f"cannot read {directory}: Permission denied (a job's directory is readable by the job's user only)"
+    assert (parsed["job"]["user"], parsed["job"]["state"], parsed["ranks"]) == (OTHER_USER, "COMPLETED", [])
+    assert parsed["no_stats_reason"] == reason
+    assert parsed["warnings"] == [{"code": "unreadable-directory", "message": reason, "path": str(directory)}]
 
 
 def test_unknown_job_id(cluster: Cluster) -> None:

@@ -749,6 +749,8 @@ def test_a_job_directory_the_user_cannot_read() -> None:
     out = json.loads(result.stdout)
     assert out["no_stats_reason"] == (f"cannot read {directory}: Permission denied (a job's directory is readable "
                                       "by the job's user only)")
+    assert out["warnings"] == [{"code": "unreadable-directory", "message": out["no_stats_reason"],
+                                "path": str(directory)}]  # once, though stats and step files are both read
 
 
 # --- running jobs: partial stats (hand-made from the stats-file contract) ----------------------------
