@@ -584,9 +584,13 @@ def _squeue_jobs() -> list[JobFacts] | None:
     --states=all: 24.11 leaves finished jobs out without it; 22.05 lists them either way."""
     text = _run(["squeue", "--json", "--states=all"])
     try:
-        return None if text is None else parse_squeue(json.loads(text))
+        document = None if text is None else json.loads(text)
     except json.JSONDecodeError:
         return None
+    # 22.05 exits 0 when it cannot reach slurmctld, with the failure in "errors" and no jobs
+    if not isinstance(document, dict) or document.get("errors"):
+        return None
+    return parse_squeue(document)
 
 
 def task_order(facts: JobFacts) -> tuple[int, int, str]:

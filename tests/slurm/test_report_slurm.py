@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -155,6 +156,19 @@ def test_unknown_job_id(cluster: Cluster) -> None:
         f"transit report: unknown job id 987654321: no {cluster.report_dir / '987654321'} "
         "and Slurm does not know the job"
     )
+
+
+def test_a_job_id_when_slurm_does_not_answer(cluster: Cluster, tmp_path: Path) -> None:
+    """With slurmctld and slurmdbd out of reach (a copy of slurm.conf naming ports no one listens on),
+    an id without a directory is refused with why Slurm could not tell: not "Slurm does not know"."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(re.sub(r"^(SlurmctldPort|AccountingStoragePort)=.*$", r"\1=1", cluster.slurm_conf.read_text(),
+                           flags=re.MULTILINE))
+    out = cluster.run([sys.executable, "-m", "transit", "report", "987654321", "--report-dir", str(tmp_path)],
+                      env=cluster.env(SLURM_CONF=str(conf)), cwd=REPO)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"transit report: unknown job id 987654321: no {tmp_path / '987654321'} and Slurm "
+                                  "could not be asked about the job: neither sacct nor squeue answered")
 
 
 def test_report_of_a_job_still_running(cluster: Cluster, tmp_path: Path) -> None:

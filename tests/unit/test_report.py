@@ -212,9 +212,11 @@ def test_wrong_types_in_a_file_read_as_missing(tmp_path: Path, capsys: pytest.Ca
 def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert transit_main(["report", "98765", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm does not know the job"
+    assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm was not asked (--no-slurm)"
     assert transit_main(["report", "98765_3", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
-    assert "unknown array task 98765_3" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == ("transit report: unknown array task 98765_3: Slurm was not asked "
+                                               "(--no-slurm) (an array task's directory is named by its own job id: "
+                                               "give that id, or the directory)")
 
 
 @pytest.mark.parametrize(

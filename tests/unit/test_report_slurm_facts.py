@@ -201,6 +201,17 @@ def test_a_users_jobs_accounting_has_not_written_come_from_the_controller(monkey
     assert [(j.shown_id, j.source) for j in jobs] == [("1", "sacct"), ("3_0", "squeue"), ("3_2", "sacct")]
 
 
+def test_a_controller_squeue_cannot_reach_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """squeue 22.05 exits 0 with no jobs and an "errors" entry when slurmctld does not answer: that is
+    no answer, not "no such job"."""
+    from transit import slurm
+
+    squeue = (SLURM / "squeue-22.05-unreachable.json").read_text()
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: None if command[0] == "sacct" else squeue)
+    assert slurm.jobs_by_id(["17"]) == ({"17": []}, None)
+    assert slurm.jobs_of_user("root", 1796161000, 1796162000) == ([], None)
+
+
 def test_squeue_22_05_completed_job() -> None:
     facts = squeue_job(load("squeue-22.05-completed.json"), "17")
     assert (facts.state, facts.unfinished) == ("COMPLETED", False)

@@ -109,11 +109,20 @@ def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: boo
             unknown = [SlurmJobs.unknown(target, answered)] if use_slurm else []
             jobs.append(Job(target, target, report_dir / target, warnings=unknown))
             continue
-        raise UsageError(f"unknown job id {target}: no {report_dir / target} and Slurm does not know the job"
+        raise UsageError(f"unknown job id {target}: no {report_dir / target} and {_slurm_said(use_slurm, answered)}"
                          if "_" not in target else
-                         f"unknown array task {target}: Slurm does not know it (an array task's directory "
-                         "is named by its own job id: give that id, or the directory)")
+                         f"unknown array task {target}: {_slurm_said(use_slurm, answered, 'it')} (an array "
+                         "task's directory is named by its own job id: give that id, or the directory)")
     return jobs
+
+
+def _slurm_said(use_slurm: bool, answered: str | None, job: str = "the job") -> str:
+    """Why Slurm named no job: it does not know it, was not asked, or did not answer."""
+    if not use_slurm:
+        return "Slurm was not asked (--no-slurm)"
+    if answered is None:
+        return f"Slurm could not be asked about {job}: neither sacct nor squeue answered"
+    return f"Slurm does not know {job}"
 
 
 def jobs_of_user(user: str, since: str, until: str, report_dir_option: str | None, use_slurm: bool,
