@@ -152,10 +152,13 @@ int transit_local_post_opt(spank_t sp)
     char **envp = NULL;
 
     if (!transit_opts.requested) {
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
-            return transit_refuse("--transit-mem-limit and --transit-report-dir need --transit "
-                                  "(e.g. --transit=advise)");
-        return 0;
+        char shown[TRANSIT_SHOW_MAX];
+        bool limit = transit_opts.mem_limit[0] != '\0';
+        if (!limit && !transit_opts.report_dir[0])
+            return 0;
+        transit_show(limit ? transit_opts.mem_limit : transit_opts.report_dir, shown, sizeof(shown));
+        return transit_refuse("--transit-%s='%s' needs --transit (e.g. --transit=advise)",
+                              limit ? "mem-limit" : "report-dir", shown);
     }
     /* an option srun inherited from the job has nothing to act on in a step without TRANSIT; only
      * one given with the off conflicts with it */

@@ -89,6 +89,19 @@ def test_a_steps_own_option_in_a_job_with_transit_off_is_refused(cluster: Cluste
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.parametrize(("option", "value"), [("transit-mem-limit", "40G"), ("transit-report-dir", "/tmp")])
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+def test_an_option_without_transit_is_refused_by_name(cluster: Cluster, tmp_path: Path, command: str, option: str,
+                                                      value: str) -> None:
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, f"--{option}={value}", *tail], cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [
+        f"{command}: error: transit: --{option}='{value}' needs --transit (e.g. --transit=advise)"]
+    assert cluster.jobs_named(name) == []
+
+
 def test_transit_policy_off_in_the_environment_is_as_transit_off(cluster: Cluster) -> None:
     out = cluster.run(["srun", "-N1", "--transit", "bash", "-c", "env | grep ^TRANSIT_ | sort; echo ${LD_PRELOAD-}"],
                       env=cluster.env(TRANSIT_POLICY="off"))
