@@ -341,6 +341,9 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, "", optarg ? optarg : "",
               remote) < 0)
         return -1;
+    /* DIR/ names DIR: the job's directory is DIR/<jobid>/, not DIR//<jobid>/ */
+    for (size_t len = strlen(next.report_dir); len > 1 && next.report_dir[len - 1] == '/'; len--)
+        next.report_dir[len - 1] = '\0';
     next.report_dir_inherited = from_job("transit-report-dir", optarg);
     transit_opts = next;
     return 0;

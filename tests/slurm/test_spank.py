@@ -184,6 +184,19 @@ def test_report_dir_option_overrides_the_site_default(cluster: Cluster, tmp_path
     assert not (cluster.report_dir / job).exists()
 
 
+def test_a_report_dir_with_a_trailing_slash_names_the_same_directory(cluster: Cluster, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    out = cluster.run(["srun", "-N1", f"--transit-report-dir={reports}//", "--transit=advise", "bash", "-c",
+                       SHOW_TASK_ENV])
+    assert out.returncode == 0, out.stderr
+    (task,) = parse_tasks(out.stdout)
+    job = task["job"]
+    assert task["transit"]["TRANSIT_OUT"] == f"{reports}/{job}/"
+    assert out.stderr.splitlines()[-1] == (f"srun: transit: step {job}.0: advise, physical mode; stats in "
+                                           f"{reports}/{job}/; transit report {job}")
+    assert step_file(reports / job, "0")["report_dir"] == str(reports)
+
+
 def test_a_report_dir_the_user_cannot_write_is_refused_at_submission(cluster: Cluster, tmp_path: Path) -> None:
     """srun and sbatch run as the user: the kernel answers there whether the tasks could write."""
     marker = tmp_path / "ran"
