@@ -23,6 +23,14 @@ static struct {
     const char *mem_limit, *report_dir;
 } step_summary;
 
+/* The job and step ids srun launched the step as: one pair, or one per component of a
+ * heterogeneous step (each its own job, with its own directory), in launch order. */
+#define LAUNCHED_MAX 128
+static struct {
+    uint32_t job_id, step_id;
+} launched[LAUNCHED_MAX];
+static size_t nlaunched;
+
 /* "transit: note: <before> NAME='<value>' from the environment<after>" */
 static void note(const char *before, const char *name, const char *value, const char *after)
 {
@@ -220,21 +228,34 @@ int transit_local_post_opt(spank_t sp)
     return 0;
 }
 
-/* srun, when its step has ended: one line saying what the step ran with and where its stats are.
- * sbatch and salloc only submit; their steps' sruns print it. */
+int transit_local_user_init(spank_t sp)
+{
+    uint32_t job_id, step_id;
+    if (!step_summary.active || nlaunched == LAUNCHED_MAX || spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS)
+        return 0;
+    launched[nlaunched].job_id = job_id;
+    launched[nlaunched++].step_id = step_id;
+    return 0;
+}
+
+/* srun, when its step has ended: one line per job it ran the step in, saying what the step ran with
+ * and where its stats are. sbatch and salloc only submit; their steps' sruns print it. */
 int transit_local_exit(spank_t sp)
 {
     (void)sp;
-    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-    if (!step_summary.active || spank_context() != S_CTX_LOCAL || !job)
+    if (!step_summary.active || spank_context() != S_CTX_LOCAL)
         return 0;
     char limit[TRANSIT_WORD_MAX + 16] = "physical mode", where[PATH_MAX + 64] = "no stats (no report directory)";
     if (step_summary.mem_limit)
         snprintf(limit, sizeof(limit), "limit %s", step_summary.mem_limit);
-    if (step_summary.report_dir)
-        snprintf(where, sizeof(where), "stats in %.300s/%s/", step_summary.report_dir, job);
-    slurm_info("transit: step %s%s%s: %s, %s; %s; transit report %s", job, step ? "." : "", step ? step : "",
-               step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit, where,
-               job);
+    for (size_t i = 0; i < nlaunched; i++) {
+        uint32_t job = launched[i].job_id;
+        if (step_summary.report_dir)
+            snprintf(where, sizeof(where), "stats in %.300s/%u/", step_summary.report_dir, job);
+        slurm_info("transit: step %u.%u: %s, %s; %s; transit report %u", job, launched[i].step_id,
+                   step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit,
+                   where, job);
+    }
     return 0;
 }
