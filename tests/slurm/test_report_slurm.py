@@ -273,6 +273,27 @@ def test_an_array_task_gets_the_full_report(cluster: Cluster, array_job: tuple[s
     assert f"job {array_id}_1 = job {tasks[1]}" in text.stdout
 
 
+def test_a_heterogeneous_jobs_id_lists_each_component(cluster: Cluster) -> None:
+    """Each component is a job of its own, with its own directory; the job's id names them all, as
+    an array's does, and 1234+1 names one."""
+    out = cluster.run(["srun", "-J", unique_job_name(), "--transit=advise", "-N1", "printenv", "SLURM_JOB_ID", ":",
+                       "-N1", "true"])
+    assert out.returncode == 0, out.stderr
+    leader = out.stdout.strip()
+    settled(cluster, leader)
+    listed = transit_report(cluster, leader, "--json")
+    assert listed.returncode == 1, listed.stderr  # no task called CUDA: no stats
+    jobs = json.loads(listed.stdout)["jobs"]
+    assert [(j["shown_id"], j["policy"]) for j in jobs] == [(f"{leader}+0", "advise"), (f"{leader}+1", "advise")]
+    assert jobs[0]["job_id"] == leader and jobs[1]["job_id"] != leader
+    assert [j["directory"] for j in jobs] == [str(cluster.report_dir / j["job_id"]) for j in jobs]
+    assert all((cluster.report_dir / j["job_id"] / "step-0.json").is_file() for j in jobs)
+    one = transit_report(cluster, f"{leader}+1", "--json")
+    assert one.returncode == 1, one.stderr
+    job = json.loads(one.stdout)["job"]
+    assert (job["shown_id"], job["job_id"], job["policy"]) == (f"{leader}+1", jobs[1]["job_id"], "advise")
+
+
 def test_several_jobs_and_a_users_jobs(cluster: Cluster, advise_job: tuple[str, str, bool],
                                        array_job: tuple[str, list[str]]) -> None:
     job_id, _, _ = advise_job

@@ -215,8 +215,12 @@ def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.Captur
     assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm was not asked (--no-slurm)"
     assert transit_main(["report", "98765_3", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
     assert capsys.readouterr().err.strip() == ("transit report: unknown array task 98765_3: Slurm was not asked "
-                                               "(--no-slurm) (an array task's directory is named by its own job id: "
-                                               "give that id, or the directory)")
+                                               "(--no-slurm) (its directory is named by its own job id: give that "
+                                               "id, or the directory)")
+    assert transit_main(["report", "98765+1", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
+    assert capsys.readouterr().err.strip() == ("transit report: unknown heterogeneous job component 98765+1: Slurm "
+                                               "was not asked (--no-slurm) (its directory is named by its own job "
+                                               "id: give that id, or the directory)")
 
 
 @pytest.mark.parametrize(

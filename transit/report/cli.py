@@ -138,7 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "targets",
         nargs="*",
         metavar="JOBID|ARRAY_TASK|DIR",
-        help="job ids (1234; an array's id names every task), array tasks (1234_7), or jobs' stats directories",
+        help="job ids (1234; an array's or a heterogeneous job's id names every task or component), array "
+        "tasks (1234_7), heterogeneous job components (1234+1), or jobs' stats directories",
     )
     parser.add_argument("-u", "--user", metavar="USER", help="every job of USER in the time range (sacct -u)")
     parser.add_argument("-S", "--starttime", dest="since", metavar="TIME",
