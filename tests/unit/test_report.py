@@ -228,6 +228,7 @@ def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.Captur
     [
         (["12x"], "'12x' is neither a directory nor a job id: give a job id (1234), an array task (1234_7)"),
         (["1234_"], "'1234_' is neither a directory nor a job id"),
+        ([""], "'' is neither a directory nor a job id"),
         ([], "nothing to report: give a job id (1234)"),
         (["1", "-u", "root"], "give job ids and directories, or -u USER, not both"),
         (["1", "-S", "today"], "-S and -E select the jobs of -u USER"),
