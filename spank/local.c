@@ -57,27 +57,38 @@ static char *env_entry(const char *name, const char *value)
 }
 
 /*
- * --export's TRANSIT_NAME=value items: Slurm puts them in the tasks' environment over the user's
- * own, after the plugin ran, so they are read here from the command line (`--export=V`,
- * `--export V`), else from the variable that stands for the option (SLURM_EXPORT_ENV for srun,
- * SBATCH_EXPORT for sbatch). slurmstepd checks the environment Slurm really built as well (step.c).
+ * --export decides what of the user's environment the tasks get: all of it with ALL (or without
+ * --export), else only the variables it names; and its NAME=value items go over it. Slurm builds
+ * the tasks' environment from it after the plugin ran, so the option is read here from the command
+ * line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the variable that
+ * stands for it (SLURM_EXPORT_ENV for srun, SBATCH_EXPORT for sbatch). Its TRANSIT_ items are kept,
+ * NAME=value and bare NAME alike. slurmstepd checks the environment Slurm really built as well
+ * (step.c).
  */
 #define EXPORTS_MAX 64
 static char exports_buf[EXPORT_BYTES_MAX];
 static const char *exports[EXPORTS_MAX];
 static size_t nexports;
+static bool user_env_exported = true; /* ALL, or no --export */
 
 static void add_exports(const char *value)
 {
     static size_t used;
     size_t len = strlen(value);
-    if (used + len + 1 > sizeof(exports_buf))
-        return; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
+    nexports = 0;
+    user_env_exported = false;
+    if (used + len + 1 > sizeof(exports_buf)) {
+        user_env_exported = true; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
+        return;
+    }
     char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
     used += len + 1;
-    for (char *item = strtok_r(copy, ",", &rest); item && nexports < EXPORTS_MAX; item = strtok_r(NULL, ",", &rest))
-        if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && strchr(item, '='))
+    for (char *item = strtok_r(copy, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
+        if (!strcmp(item, "ALL"))
+            user_env_exported = true;
+        else if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && nexports < EXPORTS_MAX)
             exports[nexports++] = item;
+    }
 }
 
 static void read_exports(void)
@@ -103,15 +114,29 @@ static void read_exports(void)
         add_exports(from_env);
 }
 
+/* True when --export gives the tasks the user's own value of the variable that the NAME or
+ * NAME=value string `entry` names. */
+static bool user_var_exported(const char *entry)
+{
+    size_t n = strcspn(entry, "=");
+    if (user_env_exported)
+        return true;
+    for (size_t i = 0; i < nexports; i++)
+        if (!strncmp(exports[i], entry, n) && exports[i][n] == '\0')
+            return true;
+    return false;
+}
+
 /* NAME's value in the tasks' environment before the plugin's own: --export's, else the user's. */
 static const char *task_getenv(const char *name)
 {
     for (size_t i = nexports; i-- > 0;)
         if (sets(exports[i], name))
             return exports[i] + strlen(name) + 1;
-    return getenv(name);
+    return user_var_exported(name) ? getenv(name) : NULL;
 }
 
+/* True when --export sets the variable of the NAME=value string `entry` itself. */
 static bool exported(const char *entry)
 {
     size_t n = strcspn(entry, "=");
@@ -133,9 +158,9 @@ static int task_environment(const char *policy, const char *mem_limit, const cha
         return -1;
     for (size_t i = 0; i < count; i++) {
         const char *e = i < nexports ? exports[i] : environ[i - nexports];
-        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || (policy && sets(e, "TRANSIT_POLICY")) ||
-            (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) || (report_dir && sets(e, "TRANSIT_OUT")) ||
-            (i >= nexports && exported(e)))
+        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !strchr(e, '=') ||
+            (policy && sets(e, "TRANSIT_POLICY")) || (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) ||
+            (report_dir && sets(e, "TRANSIT_OUT")) || (i >= nexports && (exported(e) || !user_var_exported(e))))
             continue;
         if (!(envp[n++] = strdup(e)))
             goto oom;

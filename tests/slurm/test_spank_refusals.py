@@ -158,6 +158,45 @@ def test_the_exported_environment_is_refused_at_submission(cluster: Cluster, tmp
     assert cluster.jobs_named(name) == [] and not marker.exists()
 
 
+@pytest.mark.parametrize("export", ["NONE", "PATH", "ALL,TRANSIT_WARMUP_ITERS=5 --export=NONE"])
+def test_the_users_environment_that_export_leaves_out_is_not_checked(cluster: Cluster, export: str) -> None:
+    """--export=NONE or a list without ALL keeps the user's own variables from the tasks (the last
+    --export counts): a bad one there is not the tasks' and refuses nothing."""
+    options = [f"--export={item}" for item in export.split(" --export=")]
+    out = cluster.run(["srun", "-N1", *options, "--transit=advise", "/usr/bin/env"],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("TRANSIT_")] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
+
+
+def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> None:
+    name = unique_job_name()
+    out = cluster.run(["srun", "-J", name, "-N1", "--export=PATH,TRANSIT_POLCY", "--transit=advise", "true"],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [("srun: error: transit: TRANSIT_POLCY is not a TRANSIT variable (did you mean "
+                                       "TRANSIT_POLICY?); fix or unset it")]
+    assert cluster.jobs_named(name) == []
+
+
+def test_the_step_line_says_the_policy_the_tasks_get_without_the_users_environment(cluster: Cluster) -> None:
+    """A bare --transit takes $TRANSIT_POLICY from the tasks' environment: not the user's with
+    --export=NONE, so the tasks (and the line) get the site default."""
+    out = cluster.run(["srun", "-N1", "--export=NONE", "--transit", "/usr/bin/printenv", "TRANSIT_POLICY"],
+                      env=cluster.env(TRANSIT_POLICY="prefetch"))
+    assert out.returncode == 0, out.stderr
+    job = _job_of(out.stderr)
+    assert out.stdout == "base\n"
+    assert out.stderr.splitlines() == [(f"srun: transit: step {job}.0: base, physical mode; stats in "
+                                       f"{cluster.report_dir}/{job}/; transit report {job}")]
+
+
+def _job_of(stderr: str) -> str:
+    """The job id in srun's line at the end of a TRANSIT step."""
+    return stderr.split("srun: transit: step ")[1].split(".")[0]
+
+
 @pytest.mark.parametrize(("export", "message"), EXPORTS)
 def test_an_export_srun_did_not_read_fails_the_step_before_the_program(cluster: Cluster, tmp_path: Path,
                                                                        export: str, message: str) -> None:
