@@ -171,6 +171,47 @@ def test_a_job_id_when_slurm_does_not_answer(cluster: Cluster, tmp_path: Path) -
                                   "could not be asked about the job: neither sacct nor squeue answered")
 
 
+def test_report_of_a_pending_job(cluster: Cluster) -> None:
+    """A held job: how it was asked to run (from the submit line, where accounting keeps it), and
+    no stats because it has not started."""
+    out = cluster.run(["sbatch", "--parsable", "--hold", "-J", unique_job_name(), "-N1", "--transit=advise",
+                       "--transit-mem-limit=40G", "--wrap", "srun true"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    try:
+        settled(cluster, job_id)
+        report = transit_report(cluster, job_id, "--json")
+        assert report.returncode == 1, report.stderr
+        parsed = json.loads(report.stdout)
+        assert (parsed["job"]["state"], parsed["ranks"]) == ("PENDING", [])
+        assert parsed["no_stats_reason"] == "the job has not started yet"
+        assert [w["code"] for w in parsed["warnings"]] == ["job-not-finished"]
+        if accounting(cluster):
+            assert (parsed["job"]["policy"], parsed["job"]["limit_bytes"], parsed["job"]["policy_source"]) == (
+                "advise", 40 << 30, "submit-line")
+    finally:
+        cluster.run(["scancel", job_id])
+
+
+def test_report_of_a_job_without_transit(cluster: Cluster) -> None:
+    out = cluster.run(["srun", "-J", unique_job_name(), "-N1", "printenv", "SLURM_JOB_ID"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    settled(cluster, job_id)
+    report = transit_report(cluster, job_id, "--json")
+    assert report.returncode == 1, report.stderr
+    parsed = json.loads(report.stdout)
+    where = f"no stats directory {cluster.report_dir / job_id}"
+    if accounting(cluster):
+        line = f"srun -J {parsed['job']['name']} -N1 printenv SLURM_JOB_ID"[:60]  # the reason keeps 60 characters
+        assert parsed["no_stats_reason"] == (f"TRANSIT was not asked for: no --transit on the submit line ({line}), "
+                                             f"and {where} (the plugin makes one for every step it runs, also for "
+                                             "#SBATCH --transit)")
+    else:
+        assert parsed["no_stats_reason"].startswith(f"{where}: no step of this job ran under TRANSIT here")
+    assert parsed["job"]["policy"] is None and not (cluster.report_dir / job_id).exists()
+
+
 def test_report_of_a_job_still_running(cluster: Cluster, tmp_path: Path) -> None:
     """A step that has ended inside a batch job that is still running: its ranks are reported, and
     a named warning says the job is not finished."""
