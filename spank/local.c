@@ -23,13 +23,12 @@ static struct {
     const char *mem_limit, *report_dir;
 } step_summary;
 
-/* The job and step ids srun launched the step as: one pair, or one per component of a
- * heterogeneous step (each its own job, with its own directory), in launch order. */
-#define LAUNCHED_MAX 128
+/* The job and step srun launched the step in (slurm_spank_local_user_init): in a heterogeneous
+ * job, the component's own job (Slurm 22.05 names the first of a step over several). */
 static struct {
+    bool known;
     uint32_t job_id, step_id;
-} launched[LAUNCHED_MAX];
-static size_t nlaunched;
+} launched;
 
 /* "transit: note: <before> NAME='<value>' from the environment<after>" */
 static void note(const char *before, const char *name, const char *value, const char *after)
@@ -255,32 +254,25 @@ int transit_local_post_opt(spank_t sp)
 
 int transit_local_user_init(spank_t sp)
 {
-    uint32_t job_id, step_id;
-    if (!step_summary.active || nlaunched == LAUNCHED_MAX || spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS)
-        return 0;
-    launched[nlaunched].job_id = job_id;
-    launched[nlaunched++].step_id = step_id;
+    launched.known = step_summary.active && spank_get_item(sp, S_JOB_ID, &launched.job_id) == ESPANK_SUCCESS &&
+                     spank_get_item(sp, S_JOB_STEPID, &launched.step_id) == ESPANK_SUCCESS;
     return 0;
 }
 
-/* srun, when its step has ended: one line per job it ran the step in, saying what the step ran with
- * and where its stats are. sbatch and salloc only submit; their steps' sruns print it. */
+/* srun, when the step it launched has ended: one line saying what the step ran with and where its
+ * stats are. sbatch and salloc only submit; their steps' sruns print it. */
 int transit_local_exit(spank_t sp)
 {
     (void)sp;
-    if (!step_summary.active || spank_context() != S_CTX_LOCAL)
+    if (!step_summary.active || !launched.known || spank_context() != S_CTX_LOCAL)
         return 0;
     char limit[TRANSIT_WORD_MAX + 16] = "physical mode", where[PATH_MAX + 64] = "no stats (no report directory)";
     if (step_summary.mem_limit)
         snprintf(limit, sizeof(limit), "limit %s", step_summary.mem_limit);
-    for (size_t i = 0; i < nlaunched; i++) {
-        uint32_t job = launched[i].job_id;
-        if (step_summary.report_dir)
-            snprintf(where, sizeof(where), "stats in %.300s/%u/", step_summary.report_dir, job);
-        slurm_info("transit: step %u.%u: %s, %s; %s; transit report %u", job, launched[i].step_id,
-                   step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit,
-                   where, job);
-    }
+    if (step_summary.report_dir)
+        snprintf(where, sizeof(where), "stats in %.300s/%u/", step_summary.report_dir, launched.job_id);
+    slurm_info("transit: step %u.%u: %s, %s; %s; transit report %u", launched.job_id, launched.step_id,
+               step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit, where,
+               launched.job_id);
     return 0;
 }

@@ -101,7 +101,7 @@ int transit_getenv_alloc(spank_t sp, const char *name, char **out);
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */
 int transit_local_post_opt(spank_t sp);                     /* local.c */
-int transit_local_user_init(spank_t sp);                    /* local.c: srun, per job it launches in */
+int transit_local_user_init(spank_t sp);                    /* local.c: srun, at its step's launch */
 int transit_local_exit(spank_t sp);                         /* local.c: srun, after its step */
 int transit_step_post_opt(spank_t sp);                      /* step.c: slurmstepd, as root */
 int transit_step_user_init(spank_t sp);                     /* step.c: slurmstepd, as the user */
