@@ -23,6 +23,13 @@ static struct {
     const char *mem_limit, *report_dir;
 } step_summary;
 
+/* The job and step srun launched the step in (slurm_spank_local_user_init): in a heterogeneous
+ * job, the component's own job (Slurm 22.05 names the first of a step over several). */
+static struct {
+    bool known;
+    uint32_t job_id, step_id;
+} launched;
+
 /* "transit: note: <before> NAME='<value>' from the environment<after>" */
 static void note(const char *before, const char *name, const char *value, const char *after)
 {
@@ -49,27 +56,38 @@ static char *env_entry(const char *name, const char *value)
 }
 
 /*
- * --export's TRANSIT_NAME=value items: Slurm puts them in the tasks' environment over the user's
- * own, after the plugin ran, so they are read here from the command line (`--export=V`,
- * `--export V`), else from the variable that stands for the option (SLURM_EXPORT_ENV for srun,
- * SBATCH_EXPORT for sbatch). slurmstepd checks the environment Slurm really built as well (step.c).
+ * --export decides what of the user's environment the tasks get: all of it with ALL (or without
+ * --export), else only the variables it names; and its NAME=value items go over it. Slurm builds
+ * the tasks' environment from it after the plugin ran, so the option is read here from the command
+ * line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the variable that
+ * stands for it (SLURM_EXPORT_ENV for srun, SBATCH_EXPORT for sbatch). Its TRANSIT_ items are kept,
+ * NAME=value and bare NAME alike. slurmstepd checks the environment Slurm really built as well
+ * (step.c).
  */
 #define EXPORTS_MAX 64
 static char exports_buf[EXPORT_BYTES_MAX];
 static const char *exports[EXPORTS_MAX];
 static size_t nexports;
+static bool user_env_exported = true; /* ALL, or no --export */
 
 static void add_exports(const char *value)
 {
     static size_t used;
     size_t len = strlen(value);
-    if (used + len + 1 > sizeof(exports_buf))
-        return; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
+    nexports = 0;
+    user_env_exported = false;
+    if (used + len + 1 > sizeof(exports_buf)) {
+        user_env_exported = true; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
+        return;
+    }
     char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
     used += len + 1;
-    for (char *item = strtok_r(copy, ",", &rest); item && nexports < EXPORTS_MAX; item = strtok_r(NULL, ",", &rest))
-        if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && strchr(item, '='))
+    for (char *item = strtok_r(copy, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
+        if (!strcmp(item, "ALL"))
+            user_env_exported = true;
+        else if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && nexports < EXPORTS_MAX)
             exports[nexports++] = item;
+    }
 }
 
 static void read_exports(void)
@@ -95,15 +113,29 @@ static void read_exports(void)
         add_exports(from_env);
 }
 
+/* True when --export gives the tasks the user's own value of the variable that the NAME or
+ * NAME=value string `entry` names. */
+static bool user_var_exported(const char *entry)
+{
+    size_t n = strcspn(entry, "=");
+    if (user_env_exported)
+        return true;
+    for (size_t i = 0; i < nexports; i++)
+        if (!strncmp(exports[i], entry, n) && exports[i][n] == '\0')
+            return true;
+    return false;
+}
+
 /* NAME's value in the tasks' environment before the plugin's own: --export's, else the user's. */
 static const char *task_getenv(const char *name)
 {
     for (size_t i = nexports; i-- > 0;)
         if (sets(exports[i], name))
             return exports[i] + strlen(name) + 1;
-    return getenv(name);
+    return user_var_exported(name) ? getenv(name) : NULL;
 }
 
+/* True when --export sets the variable of the NAME=value string `entry` itself. */
 static bool exported(const char *entry)
 {
     size_t n = strcspn(entry, "=");
@@ -125,9 +157,9 @@ static int task_environment(const char *policy, const char *mem_limit, const cha
         return -1;
     for (size_t i = 0; i < count; i++) {
         const char *e = i < nexports ? exports[i] : environ[i - nexports];
-        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || (policy && sets(e, "TRANSIT_POLICY")) ||
-            (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) || (report_dir && sets(e, "TRANSIT_OUT")) ||
-            (i >= nexports && exported(e)))
+        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !strchr(e, '=') ||
+            (policy && sets(e, "TRANSIT_POLICY")) || (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) ||
+            (report_dir && sets(e, "TRANSIT_OUT")) || (i >= nexports && (exported(e) || !user_var_exported(e))))
             continue;
         if (!(envp[n++] = strdup(e)))
             goto oom;
@@ -152,15 +184,27 @@ int transit_local_post_opt(spank_t sp)
     char **envp = NULL;
 
     if (!transit_opts.requested) {
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
-            return transit_refuse("--transit-mem-limit and --transit-report-dir need --transit "
-                                  "(e.g. --transit=advise)");
-        return 0;
+        char shown[TRANSIT_SHOW_MAX];
+        bool limit = transit_opts.mem_limit[0] != '\0';
+        if (!limit && !transit_opts.report_dir[0])
+            return 0;
+        transit_show(limit ? transit_opts.mem_limit : transit_opts.report_dir, shown, sizeof(shown));
+        return transit_refuse("--transit-%s='%s' needs --transit (e.g. --transit=advise)",
+                              limit ? "mem-limit" : "report-dir", shown);
     }
+    /* an option srun inherited from the job has nothing to act on in a step without TRANSIT; only
+     * one given with the off conflicts with it */
+    const char *own = transit_opts.mem_limit[0] && !transit_opts.mem_limit_inherited       ? "mem-limit"
+                      : transit_opts.report_dir[0] && !transit_opts.report_dir_inherited ? "report-dir"
+                                                                                          : NULL;
     if (transit_opts.off) {
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+        if (own && transit_opts.off_inherited)
+            return transit_refuse("the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
+                                  "--transit-%s has nothing to act on; give this srun --transit=POLICY too, "
+                                  "or drop --transit-%s", own, own);
+        if (own)
             return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
-                                  "drop one of them", transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+                                  "drop one of them", own);
         return 0;
     }
 
@@ -171,10 +215,9 @@ int transit_local_post_opt(spank_t sp)
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
-        if (transit_opts.mem_limit[0] || transit_opts.report_dir[0])
+        if (own)
             return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
-                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option",
-                                  transit_opts.mem_limit[0] ? "mem-limit" : "report-dir");
+                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option", own);
         return 0;
     }
 
@@ -209,21 +252,27 @@ int transit_local_post_opt(spank_t sp)
     return 0;
 }
 
-/* srun, when its step has ended: one line saying what the step ran with and where its stats are.
- * sbatch and salloc only submit; their steps' sruns print it. */
+int transit_local_user_init(spank_t sp)
+{
+    launched.known = step_summary.active && spank_get_item(sp, S_JOB_ID, &launched.job_id) == ESPANK_SUCCESS &&
+                     spank_get_item(sp, S_JOB_STEPID, &launched.step_id) == ESPANK_SUCCESS;
+    return 0;
+}
+
+/* srun, when the step it launched has ended: one line saying what the step ran with and where its
+ * stats are. sbatch and salloc only submit; their steps' sruns print it. */
 int transit_local_exit(spank_t sp)
 {
     (void)sp;
-    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-    if (!step_summary.active || spank_context() != S_CTX_LOCAL || !job)
+    if (!step_summary.active || !launched.known || spank_context() != S_CTX_LOCAL)
         return 0;
     char limit[TRANSIT_WORD_MAX + 16] = "physical mode", where[PATH_MAX + 64] = "no stats (no report directory)";
     if (step_summary.mem_limit)
         snprintf(limit, sizeof(limit), "limit %s", step_summary.mem_limit);
     if (step_summary.report_dir)
-        snprintf(where, sizeof(where), "stats in %.300s/%s/", step_summary.report_dir, job);
-    slurm_info("transit: step %s%s%s: %s, %s; %s; transit report %s", job, step ? "." : "", step ? step : "",
+        snprintf(where, sizeof(where), "stats in %.300s/%u/", step_summary.report_dir, launched.job_id);
+    slurm_info("transit: step %u.%u: %s, %s; %s; transit report %u", launched.job_id, launched.step_id,
                step_summary.policy ? step_summary.policy : transit_policy_name(TRANSIT_POLICY_BASE), limit, where,
-               job);
+               launched.job_id);
     return 0;
 }

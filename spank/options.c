@@ -20,10 +20,11 @@
 
 struct transit_opts transit_opts;
 
-/* sbatch and salloc export --transit to the srun steps inside as this variable. Slurm formats
- * a bare `--transit` (no value) there as "(null)" (22.05) or "", and srun then passes that
- * string to our callback, and forwards it to slurmstepd. */
-#define TRANSIT_ALLOC_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_transit_transit"
+/* sbatch and salloc export each option to the srun steps inside as <this><name>.
+ * Slurm formats a bare `--transit` (no value) there as "(null)" (22.05) or "", and srun then
+ * passes that string to our callback, and forwards it to slurmstepd. */
+#define TRANSIT_ALLOC_ENV_PREFIX "SLURM_SPANK__SLURM_SPANK_OPTION_transit_"
+#define TRANSIT_ALLOC_ENV TRANSIT_ALLOC_ENV_PREFIX "transit"
 #define SLURM_NULL_VALUE "(null)"
 /* What srun, sbatch and salloc exit with after a refused option (Slurm's error_exit). */
 #define SLURM_EXIT_ERROR_ENV "SLURM_EXIT_ERROR"
@@ -173,6 +174,19 @@ static bool is_bare(const char *optarg, int remote)
     return remote || (inherited && !strcmp(inherited, optarg));
 }
 
+/* True when srun got this value of option `opt` from the job's variable (its name with '_' for
+ * '-'), not from its own command line: Slurm (spank_process_env_options) passes the variable's own
+ * string, as getenv returns it, to the callback, before srun reads its command line, whose values
+ * are other strings. */
+static bool from_job(const char *opt, const char *optarg)
+{
+    char name[TRANSIT_WORD_MAX];
+    snprintf(name, sizeof(name), "%s%s", TRANSIT_ALLOC_ENV_PREFIX, opt);
+    for (char *c = name + strlen(TRANSIT_ALLOC_ENV_PREFIX); *c; c++)
+        *c = *c == '-' ? '_' : *c;
+    return spank_context() == S_CTX_LOCAL && optarg && optarg == getenv(name);
+}
+
 #define CMDLINE_MAX (1u << 20) /* the whole command line, as /proc/self/cmdline holds it */
 
 /* True when `word` is what --transit=WORD takes: a policy, off or help. */
@@ -261,6 +275,7 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     }
     if (!strcmp(optarg, TRANSIT_OFF)) {
         next.off = true; /* nothing to check: the tasks are left alone */
+        next.off_inherited = from_job("transit", optarg);
         transit_opts = next;
         return 0;
     }
@@ -278,6 +293,7 @@ int transit_opt_mem_limit(int val, const char *optarg, int remote)
     if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", "TRANSIT_MEM_LIMIT", "",
               optarg ? optarg : "", remote) < 0)
         return -1;
+    next.mem_limit_inherited = from_job("transit-mem-limit", optarg);
     transit_opts = next;
     return 0;
 }
@@ -325,6 +341,10 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     if (store(next.report_dir, sizeof(next.report_dir), "transit-report-dir", NULL, "", optarg ? optarg : "",
               remote) < 0)
         return -1;
+    /* DIR/ names DIR: the job's directory is DIR/<jobid>/, not DIR//<jobid>/ */
+    for (size_t len = strlen(next.report_dir); len > 1 && next.report_dir[len - 1] == '/'; len--)
+        next.report_dir[len - 1] = '\0';
+    next.report_dir_inherited = from_job("transit-report-dir", optarg);
     transit_opts = next;
     return 0;
 }

@@ -4,6 +4,8 @@
  *   slurm_spank_init           every context: plugstack.conf arguments, option registration (init.c)
  *   slurm_spank_init_post_opt  srun/sbatch/salloc: validate before the job exists (local.c);
  *                              slurmstepd, as root: what the step gets, the job's directory (step.c)
+ *   slurm_spank_local_user_init srun, when it launches its step: which job and step (a heterogeneous
+ *                              job's component is a job of its own) (local.c)
  *   slurm_spank_user_init      slurmstepd, as the user: the user's job directory, the step file (step.c)
  *   slurm_spank_task_init      slurmstepd, in each task: the task's environment (task.c)
  *   slurm_spank_exit           srun, after its step: one line on what it ran with (local.c)
@@ -30,6 +32,13 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     default:
         return 0;
     }
+}
+
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return transit_local_user_init(sp);
 }
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)

@@ -39,6 +39,9 @@ struct transit_opts {
     char policy[TRANSIT_WORD_MAX];  /* "" = a bare --transit */
     char mem_limit[TRANSIT_WORD_MAX]; /* "" = not given */
     char report_dir[PATH_MAX];  /* "" = not given: the site's report_dir= */
+    /* srun: the value came from the job (sbatch/salloc's option, which srun inherits), not from
+     * srun's own command line; the step's own --transit=off then leaves it unused */
+    bool off_inherited, mem_limit_inherited, report_dir_inherited;
 };
 
 /* In slurmstepd: what this step gets, worked out once per node (step.c), used by task.c. */
@@ -98,6 +101,7 @@ int transit_getenv_alloc(spank_t sp, const char *name, char **out);
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */
 int transit_local_post_opt(spank_t sp);                     /* local.c */
+int transit_local_user_init(spank_t sp);                    /* local.c: srun, at its step's launch */
 int transit_local_exit(spank_t sp);                         /* local.c: srun, after its step */
 int transit_step_post_opt(spank_t sp);                      /* step.c: slurmstepd, as root */
 int transit_step_user_init(spank_t sp);                     /* step.c: slurmstepd, as the user */

@@ -37,11 +37,15 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line (``transit plan: argument --tp: ...``), not the usage
     block first; ``--help`` still shows the usage. Subcommand parsers are of the same class."""
 
+    # the subcommands' parsers by name (the top-level parser's), so that an argument no parser took
+    # is refused by its subcommand's parser: `transit launch: unrecognized arguments: ...`
+    commands: dict[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> OneLineParser:
     """All subcommands, or only the module of `command`: a command imports nothing it does not use."""
     parser = OneLineParser(
         prog="transit", description="Transparent scale-in for multi-node LLM training."
@@ -53,6 +57,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if wanted in (None, registrar):
             module, _, function = registrar.partition(":")
             getattr(importlib.import_module(module), function or "register")(subparsers)
+    parser.commands = subparsers.choices
     return parser
 
 
@@ -60,7 +65,9 @@ def run(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.commands.get(args.command or "", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version, or the one line of a bad argument: its exit code
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):

@@ -338,6 +338,7 @@ SACCT_DELIMITER = "^|^"
 # Start and End as Unix times ("Unknown" while unset), whatever the site's time format
 SACCT_ENV = {"SLURM_TIME_FORMAT": "%s"}
 ARRAY_TASK = re.compile(r"^(\d+)_(\d+|\[[^\]]*\])$")  # 1234_7, or a pending array's 1234_[8-10]
+HET_COMPONENT = re.compile(r"^(\d+)\+(\d+)$")  # 1234+1: component 1 of heterogeneous job 1234
 
 
 @dataclass(frozen=True)
@@ -348,6 +349,8 @@ class JobFacts:
     source: str  # "sacct" (accounting) or "squeue" (controller memory, recent jobs only)
     array_job_id: str | None = None  # an array task's array id (SLURM_ARRAY_JOB_ID)...
     array_task_id: str | None = None  # ...and its task id ("7"; a pending array's "[8-10]")
+    het_job_id: str | None = None  # a heterogeneous job's component: the first component's job id...
+    het_offset: str | None = None  # ...and which component it is ("1")
     name: str | None = None
     user: str | None = None
     state: str | None = None
@@ -365,16 +368,21 @@ class JobFacts:
 
     @property
     def shown_id(self) -> str:
-        """The id as Slurm shows it: 1234_7 for an array task."""
+        """The id as Slurm shows it: 1234_7 for an array task, 1234+1 for a heterogeneous job's component."""
+        if self.het_job_id:
+            return f"{self.het_job_id}+{self.het_offset}"
         return f"{self.array_job_id}_{self.array_task_id}" if self.array_job_id else self.job_id
 
     def matches(self, wanted: str) -> bool:
-        """Whether a job id as a user gives it names this job: its own id, its array's id (every task)
-        or ARRAY_TASK (this task), as sacct -j reads them."""
+        """Whether a job id as a user gives it names this job: its own id, its array's or heterogeneous
+        job's id (every task or component), ARRAY_TASK or HET_COMPONENT (this one), as sacct -j reads them."""
         array, _, task = wanted.partition("_")
         if task:
             return self.array_job_id == array and self.array_task_id == task
-        return wanted in (self.job_id, self.array_job_id)
+        het, _, offset = wanted.partition("+")
+        if offset:
+            return self.het_job_id == het and self.het_offset == offset
+        return wanted in (self.job_id, self.array_job_id, self.het_job_id)
 
     @property
     def unfinished(self) -> bool:
@@ -498,7 +506,7 @@ def parse_sacct(text: str) -> list[JobFacts]:
             rows.append(row)
     jobs = []
     for row in rows:
-        array = ARRAY_TASK.match(row["JobID"])
+        array, het = ARRAY_TASK.match(row["JobID"]), HET_COMPONENT.match(row["JobID"])
         state = row["State"].split(" ", 1)[0]  # "CANCELLED by 1000"
         start, end = _sacct_int(row["Start"]), _sacct_int(row["End"])
         jobs.append(JobFacts(
@@ -506,6 +514,8 @@ def parse_sacct(text: str) -> list[JobFacts]:
             source="sacct",
             array_job_id=array.group(1) if array else None,
             array_task_id=array.group(2) if array else None,
+            het_job_id=het.group(1) if het else None,
+            het_offset=het.group(2) if het else None,
             name=row["JobName"] or None,
             user=row["User"] or None,
             state=state or None,
@@ -544,12 +554,15 @@ def parse_squeue(document: Any, now_unix: float | None = None) -> list[JobFacts]
         array_job = _number(job.get("array_job_id"))
         array_task = _number(job.get("array_task_id"))
         pending_tasks = _string(job.get("array_task_string"))
+        het_job, het_offset = _number(job.get("het_job_id")), _number(job.get("het_job_offset"))
         facts.append(JobFacts(
             job_id=str(job_id),
             source="squeue",
             array_job_id=str(array_job) if array_job else None,
             array_task_id=(str(array_task) if array_task is not None else f"[{pending_tasks}]" if pending_tasks
                            else None) if array_job else None,
+            het_job_id=str(het_job) if het_job else None,
+            het_offset=str(het_offset) if het_job and het_offset is not None else None,
             name=_string(job.get("name")),
             user=_string(job.get("user_name")),
             state=state,
@@ -584,9 +597,13 @@ def _squeue_jobs() -> list[JobFacts] | None:
     --states=all: 24.11 leaves finished jobs out without it; 22.05 lists them either way."""
     text = _run(["squeue", "--json", "--states=all"])
     try:
-        return None if text is None else parse_squeue(json.loads(text))
+        document = None if text is None else json.loads(text)
     except json.JSONDecodeError:
         return None
+    # 22.05 exits 0 when it cannot reach slurmctld, with the failure in "errors" and no jobs
+    if not isinstance(document, dict) or document.get("errors"):
+        return None
+    return parse_squeue(document)
 
 
 def task_order(facts: JobFacts) -> tuple[int, int, str]:
@@ -603,9 +620,10 @@ def jobs_by_id(ids: Sequence[str]) -> tuple[dict[str, list[JobFacts]], str | Non
     accounted = parse_sacct(text) if text is not None else []
     found = {wanted: [job for job in accounted if job.matches(wanted)] for wanted in ids}
     answered = "sacct" if text is not None else None
-    # accounting writes an array's tasks one by one: for an array's id it may hold only some of them
-    whole_array = any(job.array_job_id == wanted for wanted, jobs in found.items() for job in jobs)
-    if not all(found.values()) or whole_array or any(job.unfinished or job.provisional for job in accounted):
+    # accounting writes an array's tasks (a heterogeneous job's components) one by one: for the id of
+    # all of them it may hold only some
+    of_several = any(wanted in (job.array_job_id, job.het_job_id) for wanted, jobs in found.items() for job in jobs)
+    if not all(found.values()) or of_several or any(job.unfinished or job.provisional for job in accounted):
         remembered = _squeue_jobs()
         answered = answered or ("squeue" if remembered is not None else None)
         for wanted, jobs in found.items():

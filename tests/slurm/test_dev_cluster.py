@@ -4,6 +4,7 @@ finds them, as at a site."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.conftest import (
+    DEV_CLUSTER,
     FINISHED_STATES,
     GLOO_EXIT_ABORT,
     OTHER_USER,
@@ -87,6 +89,19 @@ def accounted(cluster: Cluster, job_id: str) -> dict:
             return jobs[0]
         assert time.monotonic() < deadline, f"job {job_id} not finished in sacct after {ACCOUNTING_DELAY_S}s"
         time.sleep(0.2)
+
+
+def test_nodes_planned_after_a_heterogeneous_job_are_ready(cluster: Cluster) -> None:
+    """After a heterogeneous job Slurm 22.05 keeps its nodes PLANNED (sinfo: plnd) until the next
+    backfill cycle; they take jobs, so `status` counts them ready."""
+    out = cluster.run(["srun", "-N1", "true", ":", "-N1", "true"])
+    assert out.returncode == 0, out.stderr
+    deadline = time.monotonic() + 10
+    while "comp" in (states := cluster.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()):
+        assert time.monotonic() < deadline, states
+        time.sleep(0.2)
+    status = subprocess.run([str(DEV_CLUSTER), "status", "--json"], capture_output=True, text=True, check=False)
+    assert status.returncode == 0 and json.loads(status.stdout)["nodes_ready"] == 4, (states, status.stdout)
 
 
 def test_a_test_users_job_is_in_sacct_with_its_user_and_state(cluster: Cluster, tmp_path: Path) -> None:

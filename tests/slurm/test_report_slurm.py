@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import REPO, Cluster, unique_job_name, user_dir
+from tests.slurm.conftest import OTHER_USER, REPO, TEST_USER, Cluster, unique_job_name, user_dir
 from tests.slurm.test_spank import CUDA_TASK, libcudart
 from transit import slurm
 
@@ -130,6 +131,24 @@ def test_missing_rank_in_a_copy_of_a_real_job(
     assert report["job"]["state"] == "COMPLETED"  # Slurm facts for the job the files name
 
 
+def test_another_users_job_shows_slurms_facts_and_no_stats(cluster: Cluster) -> None:
+    """What Slurm shows every user of a job (its user, state, the submit line's policy), but not its
+    stats: the job's directory is its user's alone. One warning says so, and the exit code is 1."""
+    out = cluster.run(["srun", "-J", unique_job_name(), "-N1", "--transit=advise", "printenv", "SLURM_JOB_ID"],
+                      user=OTHER_USER)
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    settled(cluster, job_id)
+    report = cluster.run([sys.executable, "-m", "transit", "report", job_id, "--json"], cwd=REPO, user=TEST_USER)
+    assert report.returncode == 1, report.stderr
+    parsed = json.loads(report.stdout)
+    directory = cluster.report_dir / job_id
+    reason = f"cannot read {directory}: Permission denied (a job's directory is readable by the job's user only)"
+    assert (parsed["job"]["user"], parsed["job"]["state"], parsed["ranks"]) == (OTHER_USER, "COMPLETED", [])
+    assert parsed["no_stats_reason"] == reason
+    assert parsed["warnings"] == [{"code": "unreadable-directory", "message": reason, "path": str(directory)}]
+
+
 def test_unknown_job_id(cluster: Cluster) -> None:
     out = transit_report(cluster, "987654321")
     assert out.returncode == 2
@@ -137,6 +156,60 @@ def test_unknown_job_id(cluster: Cluster) -> None:
         f"transit report: unknown job id 987654321: no {cluster.report_dir / '987654321'} "
         "and Slurm does not know the job"
     )
+
+
+def test_a_job_id_when_slurm_does_not_answer(cluster: Cluster, tmp_path: Path) -> None:
+    """With slurmctld and slurmdbd out of reach (a copy of slurm.conf naming ports no one listens on),
+    an id without a directory is refused with why Slurm could not tell: not "Slurm does not know"."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(re.sub(r"^(SlurmctldPort|AccountingStoragePort)=.*$", r"\1=1", cluster.slurm_conf.read_text(),
+                           flags=re.MULTILINE))
+    out = cluster.run([sys.executable, "-m", "transit", "report", "987654321", "--report-dir", str(tmp_path)],
+                      env=cluster.env(SLURM_CONF=str(conf)), cwd=REPO)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"transit report: unknown job id 987654321: no {tmp_path / '987654321'} and Slurm "
+                                  "could not be asked about the job: neither sacct nor squeue answered")
+
+
+def test_report_of_a_pending_job(cluster: Cluster) -> None:
+    """A held job: how it was asked to run (from the submit line, where accounting keeps it), and
+    no stats because it has not started."""
+    out = cluster.run(["sbatch", "--parsable", "--hold", "-J", unique_job_name(), "-N1", "--transit=advise",
+                       "--transit-mem-limit=40G", "--wrap", "srun true"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    try:
+        settled(cluster, job_id)
+        report = transit_report(cluster, job_id, "--json")
+        assert report.returncode == 1, report.stderr
+        parsed = json.loads(report.stdout)
+        assert (parsed["job"]["state"], parsed["ranks"]) == ("PENDING", [])
+        assert parsed["no_stats_reason"] == "the job has not started yet"
+        assert [w["code"] for w in parsed["warnings"]] == ["job-not-finished"]
+        if accounting(cluster):
+            assert (parsed["job"]["policy"], parsed["job"]["limit_bytes"], parsed["job"]["policy_source"]) == (
+                "advise", 40 << 30, "submit-line")
+    finally:
+        cluster.run(["scancel", job_id])
+
+
+def test_report_of_a_job_without_transit(cluster: Cluster) -> None:
+    out = cluster.run(["srun", "-J", unique_job_name(), "-N1", "printenv", "SLURM_JOB_ID"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    settled(cluster, job_id)
+    report = transit_report(cluster, job_id, "--json")
+    assert report.returncode == 1, report.stderr
+    parsed = json.loads(report.stdout)
+    where = f"no stats directory {cluster.report_dir / job_id}"
+    if accounting(cluster):
+        line = f"srun -J {parsed['job']['name']} -N1 printenv SLURM_JOB_ID"[:60]  # the reason keeps 60 characters
+        assert parsed["no_stats_reason"] == (f"TRANSIT was not asked for: no --transit on the submit line ({line}), "
+                                             f"and {where} (the plugin makes one for every step it runs, also for "
+                                             "#SBATCH --transit)")
+    else:
+        assert parsed["no_stats_reason"].startswith(f"{where}: no step of this job ran under TRANSIT here")
+    assert parsed["job"]["policy"] is None and not (cluster.report_dir / job_id).exists()
 
 
 def test_report_of_a_job_still_running(cluster: Cluster, tmp_path: Path) -> None:
@@ -239,6 +312,27 @@ def test_an_array_task_gets_the_full_report(cluster: Cluster, array_job: tuple[s
         assert (job["shown_id"], job["job_id"], job["state"]) == (f"{array_id}_1", tasks[1], "COMPLETED")
     text = transit_report(cluster, f"{array_id}_1", "--no-color")
     assert f"job {array_id}_1 = job {tasks[1]}" in text.stdout
+
+
+def test_a_heterogeneous_jobs_id_lists_each_component(cluster: Cluster) -> None:
+    """Each component is a job of its own, with its own directory; the job's id names them all, as
+    an array's does, and 1234+1 names one."""
+    out = cluster.run(["srun", "-J", unique_job_name(), "--transit=advise", "-N1", "printenv", "SLURM_JOB_ID", ":",
+                       "-N1", "true"])
+    assert out.returncode == 0, out.stderr
+    leader = out.stdout.strip()
+    settled(cluster, leader)
+    listed = transit_report(cluster, leader, "--json")
+    assert listed.returncode == 1, listed.stderr  # no task called CUDA: no stats
+    jobs = json.loads(listed.stdout)["jobs"]
+    assert [(j["shown_id"], j["policy"]) for j in jobs] == [(f"{leader}+0", "advise"), (f"{leader}+1", "advise")]
+    assert jobs[0]["job_id"] == leader and jobs[1]["job_id"] != leader
+    assert [j["directory"] for j in jobs] == [str(cluster.report_dir / j["job_id"]) for j in jobs]
+    assert all((cluster.report_dir / j["job_id"] / "step-0.json").is_file() for j in jobs)
+    one = transit_report(cluster, f"{leader}+1", "--json")
+    assert one.returncode == 1, one.stderr
+    job = json.loads(one.stdout)["job"]
+    assert (job["shown_id"], job["job_id"], job["policy"]) == (f"{leader}+1", jobs[1]["job_id"], "advise")
 
 
 def test_several_jobs_and_a_users_jobs(cluster: Cluster, advise_job: tuple[str, str, bool],

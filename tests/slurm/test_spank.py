@@ -89,8 +89,8 @@ def test_help_lists_the_options(cluster: Cluster) -> None:
 
 # What Slurm's plugin loader looks up; spank/spank_transit.map must export nothing else.
 SPANK_EXPORTS = {"plugin_name", "plugin_type", "plugin_version", "spank_plugin_version",
-                 "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_user_init",
-                 "slurm_spank_task_init", "slurm_spank_exit"}
+                 "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_local_user_init",
+                 "slurm_spank_user_init", "slurm_spank_task_init", "slurm_spank_exit"}
 
 
 def test_plugin_exports_only_spank_symbols_and_is_hardened(cluster: Cluster) -> None:
@@ -182,6 +182,19 @@ def test_report_dir_option_overrides_the_site_default(cluster: Cluster, tmp_path
     assert doc["report_dir"] == str(reports) and doc["options"] == {"transit": None,
                                                                     "transit-report-dir": str(reports)}
     assert not (cluster.report_dir / job).exists()
+
+
+def test_a_report_dir_with_a_trailing_slash_names_the_same_directory(cluster: Cluster, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    out = cluster.run(["srun", "-N1", f"--transit-report-dir={reports}//", "--transit=advise", "bash", "-c",
+                       SHOW_TASK_ENV])
+    assert out.returncode == 0, out.stderr
+    (task,) = parse_tasks(out.stdout)
+    job = task["job"]
+    assert task["transit"]["TRANSIT_OUT"] == f"{reports}/{job}/"
+    assert out.stderr.splitlines()[-1] == (f"srun: transit: step {job}.0: advise, physical mode; stats in "
+                                           f"{reports}/{job}/; transit report {job}")
+    assert step_file(reports / job, "0")["report_dir"] == str(reports)
 
 
 def test_a_report_dir_the_user_cannot_write_is_refused_at_submission(cluster: Cluster, tmp_path: Path) -> None:
@@ -574,6 +587,19 @@ def test_salloc_option_reaches_srun_steps(cluster: Cluster, options: list[str], 
     for task in tasks:
         assert task["preload"] == [cluster.lib]
         assert task["transit"]["TRANSIT_POLICY"] == policy
+
+
+def test_the_step_line_of_a_het_group_names_that_components_job(cluster: Cluster) -> None:
+    """Each component of a heterogeneous job is a job of its own, with its own directory: a step in
+    component 1 (--het-group=1) is named by that component's job id, where its stats are."""
+    out = cluster.run(["salloc", "-N1", "--transit=advise", ":", "-N1", "srun", "--het-group=1", "bash", "-c",
+                       "echo $SLURM_JOB_ID_HET_GROUP_0 $SLURM_JOB_ID_HET_GROUP_1 $TRANSIT_OUT"])
+    assert out.returncode == 0, out.stderr
+    leader, component, transit_out = out.stdout.split()
+    assert component != leader and transit_out == f"{cluster.report_dir}/{component}/"
+    assert [line for line in out.stderr.splitlines() if "transit:" in line] == [
+        (f"srun: transit: step {component}.0: advise, physical mode; stats in {cluster.report_dir}/{component}/; "
+         f"transit report {component}")]
 
 
 @pytest.mark.parametrize("options", [[], ["--transit=off"], ["--transit=advise", "--transit=off"]])

@@ -53,6 +53,55 @@ def test_off_with_another_transit_option_is_refused(cluster: Cluster, tmp_path: 
     assert cluster.jobs_named(name) == []
 
 
+def test_a_steps_own_off_leaves_the_jobs_options_unused(cluster: Cluster, tmp_path: Path) -> None:
+    """`srun --transit=off` in a job whose #SBATCH lines set --transit-mem-limit and
+    --transit-report-dir runs the step without TRANSIT: srun inherited those options, it was not
+    given them with the off. Both on the step's own command line still conflict."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --transit=advise\n#SBATCH --transit-mem-limit=40G\n"
+                      f"#SBATCH --transit-report-dir={tmp_path}/reports\n"
+                      "srun --transit=off bash -c 'env | grep ^TRANSIT_; echo \"preload=${LD_PRELOAD-}\"'\n"
+                      "srun --transit=off --transit-mem-limit=30G true || echo \"refused: $?\"\n")
+    name = unique_job_name()
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"),
+                       str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "preload=",
+        ("srun: error: transit: --transit=off runs no TRANSIT, so --transit-mem-limit has nothing to act on; "
+         "drop one of them"),
+        "refused: 1"]
+
+
+def test_a_steps_own_option_in_a_job_with_transit_off_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    """The other way round: the job's --transit=off came from sbatch, the limit from the step."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --transit=off\n"
+                      f"srun --transit-mem-limit=30G touch {tmp_path}/ran || echo \"refused: $?\"\n")
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-J", unique_job_name(), "-N1", "-o",
+                       str(tmp_path / "out.txt"), str(script)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        ("srun: error: transit: the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
+         "--transit-mem-limit has nothing to act on; give this srun --transit=POLICY too, or drop "
+         "--transit-mem-limit"),
+        "refused: 1"]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(("option", "value"), [("transit-mem-limit", "40G"), ("transit-report-dir", "/tmp")])
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+def test_an_option_without_transit_is_refused_by_name(cluster: Cluster, tmp_path: Path, command: str, option: str,
+                                                      value: str) -> None:
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, f"--{option}={value}", *tail], cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [
+        f"{command}: error: transit: --{option}='{value}' needs --transit (e.g. --transit=advise)"]
+    assert cluster.jobs_named(name) == []
+
+
 def test_transit_policy_off_in_the_environment_is_as_transit_off(cluster: Cluster) -> None:
     out = cluster.run(["srun", "-N1", "--transit", "bash", "-c", "env | grep ^TRANSIT_ | sort; echo ${LD_PRELOAD-}"],
                       env=cluster.env(TRANSIT_POLICY="off"))
@@ -107,6 +156,45 @@ def test_the_exported_environment_is_refused_at_submission(cluster: Cluster, tmp
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"{command}: error: transit: {message}"), line
     assert cluster.jobs_named(name) == [] and not marker.exists()
+
+
+@pytest.mark.parametrize("export", ["NONE", "PATH", "ALL,TRANSIT_WARMUP_ITERS=5 --export=NONE"])
+def test_the_users_environment_that_export_leaves_out_is_not_checked(cluster: Cluster, export: str) -> None:
+    """--export=NONE or a list without ALL keeps the user's own variables from the tasks (the last
+    --export counts): a bad one there is not the tasks' and refuses nothing."""
+    options = [f"--export={item}" for item in export.split(" --export=")]
+    out = cluster.run(["srun", "-N1", *options, "--transit=advise", "/usr/bin/env"],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("TRANSIT_")] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
+
+
+def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> None:
+    name = unique_job_name()
+    out = cluster.run(["srun", "-J", name, "-N1", "--export=PATH,TRANSIT_POLCY", "--transit=advise", "true"],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [("srun: error: transit: TRANSIT_POLCY is not a TRANSIT variable (did you mean "
+                                       "TRANSIT_POLICY?); fix or unset it")]
+    assert cluster.jobs_named(name) == []
+
+
+def test_the_step_line_says_the_policy_the_tasks_get_without_the_users_environment(cluster: Cluster) -> None:
+    """A bare --transit takes $TRANSIT_POLICY from the tasks' environment: not the user's with
+    --export=NONE, so the tasks (and the line) get the site default."""
+    out = cluster.run(["srun", "-N1", "--export=NONE", "--transit", "/usr/bin/printenv", "TRANSIT_POLICY"],
+                      env=cluster.env(TRANSIT_POLICY="prefetch"))
+    assert out.returncode == 0, out.stderr
+    job = _job_of(out.stderr)
+    assert out.stdout == "base\n"
+    assert out.stderr.splitlines() == [(f"srun: transit: step {job}.0: base, physical mode; stats in "
+                                       f"{cluster.report_dir}/{job}/; transit report {job}")]
+
+
+def _job_of(stderr: str) -> str:
+    """The job id in srun's line at the end of a TRANSIT step."""
+    return stderr.split("srun: transit: step ")[1].split(".")[0]
 
 
 @pytest.mark.parametrize(("export", "message"), EXPORTS)

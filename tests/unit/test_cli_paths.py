@@ -154,6 +154,18 @@ def test_bad_argument_is_one_line_without_usage(clean_env) -> None:
     assert r.stderr.splitlines() == [line]
 
 
+@pytest.mark.parametrize(("argv", "command"), [
+    (["launch", "--bogus", "--", "train.py"], "transit launch"),
+    (["report", "1", "--bogus"], "transit report"),
+    (["--bogus"], "transit"),
+])
+def test_an_unknown_argument_is_refused_by_its_subcommand(capsys, argv: list[str], command: str) -> None:
+    """`LAUNCH_ARGS=--bogus sbatch scripts/sbatch-torchrun.sh`: the line names `transit launch`."""
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{command}: unrecognized arguments: --bogus (see {command} --help)"]
+
+
 def test_an_output_dir_behind_a_closed_directory_is_refused_by_name(monkeypatch) -> None:
     """A non-root user's --out under /root (mode 0700): stat says EACCES, not "absent". Root passes
     every permission check here, so the kernel's answer is played by Path.exists for /root's child;

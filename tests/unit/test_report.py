@@ -212,9 +212,15 @@ def test_wrong_types_in_a_file_read_as_missing(tmp_path: Path, capsys: pytest.Ca
 def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert transit_main(["report", "98765", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm does not know the job"
+    assert err == f"transit report: unknown job id 98765: no {tmp_path / '98765'} and Slurm was not asked (--no-slurm)"
     assert transit_main(["report", "98765_3", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
-    assert "unknown array task 98765_3" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == ("transit report: unknown array task 98765_3: Slurm was not asked "
+                                               "(--no-slurm) (its directory is named by its own job id: give that "
+                                               "id, or the directory)")
+    assert transit_main(["report", "98765+1", "--report-dir", str(tmp_path), "--no-slurm"]) == 2
+    assert capsys.readouterr().err.strip() == ("transit report: unknown heterogeneous job component 98765+1: Slurm "
+                                               "was not asked (--no-slurm) (its directory is named by its own job "
+                                               "id: give that id, or the directory)")
 
 
 @pytest.mark.parametrize(
@@ -222,6 +228,7 @@ def test_unknown_job_id_is_one_clear_error(tmp_path: Path, capsys: pytest.Captur
     [
         (["12x"], "'12x' is neither a directory nor a job id: give a job id (1234), an array task (1234_7)"),
         (["1234_"], "'1234_' is neither a directory nor a job id"),
+        ([""], "'' is neither a directory nor a job id"),
         ([], "nothing to report: give a job id (1234)"),
         (["1", "-u", "root"], "give job ids and directories, or -u USER, not both"),
         (["1", "-S", "today"], "-S and -E select the jobs of -u USER"),
@@ -749,6 +756,8 @@ def test_a_job_directory_the_user_cannot_read() -> None:
     out = json.loads(result.stdout)
     assert out["no_stats_reason"] == (f"cannot read {directory}: Permission denied (a job's directory is readable "
                                       "by the job's user only)")
+    assert out["warnings"] == [{"code": "unreadable-directory", "message": out["no_stats_reason"],
+                                "path": str(directory)}]  # once, though stats and step files are both read
 
 
 # --- running jobs: partial stats (hand-made from the stats-file contract) ----------------------------

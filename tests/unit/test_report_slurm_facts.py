@@ -26,6 +26,7 @@ SLURM = FIXTURES / "slurm"
 SACCT = FIXTURES / "report" / "slurm" / "sacct-22.05-jobs.txt"  # captured: sacct_command(["--jobs=1,2,3,6,7"])
 SACCT_USER = FIXTURES / "report" / "slurm" / "sacct-22.05-user.txt"  # captured: --user=root, the last hour
 SQUEUE_ARRAYS = FIXTURES / "report" / "slurm" / "squeue-22.05-arrays.json"
+SACCT_HET = FIXTURES / "report" / "slurm" / "sacct-22.05-het.txt"  # captured: sacct_command(["--jobs=79"])
 HOSTLISTS = FIXTURES / "report" / "hostlists-scontrol-22.05.tsv"
 
 
@@ -199,6 +200,30 @@ def test_a_users_jobs_accounting_has_not_written_come_from_the_controller(monkey
     jobs, answered = slurm.jobs_of_user("root", 1796161000, 1796162000)
     assert answered == "sacct"
     assert [(j.shown_id, j.source) for j in jobs] == [("1", "sacct"), ("3_0", "squeue"), ("3_2", "sacct")]
+
+
+def test_a_controller_squeue_cannot_reach_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """squeue 22.05 exits 0 with no jobs and an "errors" entry when slurmctld does not answer: that is
+    no answer, not "no such job"."""
+    from transit import slurm
+
+    squeue = (SLURM / "squeue-22.05-unreachable.json").read_text()
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: None if command[0] == "sacct" else squeue)
+    assert slurm.jobs_by_id(["17"]) == ({"17": []}, None)
+    assert slurm.jobs_of_user("root", 1796161000, 1796162000) == ([], None)
+
+
+def test_a_heterogeneous_jobs_id_names_each_component(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Captured: `srun --transit=advise -N1 true : -N1 true`, components 79+0 (job 79) and 79+1 (job 80)."""
+    from transit import slurm
+
+    sacct = SACCT_HET.read_text()
+    monkeypatch.setattr(slurm, "_run", lambda command, env=None: sacct if command[0] == "sacct" else None)
+    found, answered = slurm.jobs_by_id(["79", "79+1", "80"])
+    assert answered == "sacct"
+    assert {wanted: [(j.shown_id, j.job_id) for j in jobs] for wanted, jobs in found.items()} == {
+        "79": [("79+0", "79"), ("79+1", "80")], "79+1": [("79+1", "80")], "80": [("79+1", "80")]}
+    assert found["80"][0].step_submit_lines == {"0": "srun --transit=advise -N1 true : -N1 true"}
 
 
 def test_squeue_22_05_completed_job() -> None:

@@ -43,8 +43,10 @@ def load_report(job: Job, use_slurm: bool = True, now_unix: float | None = None)
         facts = next((f for f in known[job_id] if f.job_id == job_id), None)
         warnings += [] if facts else [SlurmJobs.unknown(job_id, answered)]
     default_policy = slurm.plugstack_arguments().get("policy") if use_slurm else None
+    # a directory that cannot be listed is one warning, not one per kind of file read from it
+    unique = list(dict.fromkeys([*job.warnings, *warnings, *step_warnings]))
     return build_report(directory, job_id, rank_files, steps, facts, SubmitLines.of_job(facts, default_policy),
-                        [*job.warnings, *warnings, *step_warnings], now_unix)
+                        unique, now_unix)
 
 
 def _view(ranks: str, sort: str | None) -> View:
@@ -136,7 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "targets",
         nargs="*",
         metavar="JOBID|ARRAY_TASK|DIR",
-        help="job ids (1234; an array's id names every task), array tasks (1234_7), or jobs' stats directories",
+        help="job ids (1234; an array's or a heterogeneous job's id names every task or component), array "
+        "tasks (1234_7), heterogeneous job components (1234+1), or jobs' stats directories",
     )
     parser.add_argument("-u", "--user", metavar="USER", help="every job of USER in the time range (sacct -u)")
     parser.add_argument("-S", "--starttime", dest="since", metavar="TIME",

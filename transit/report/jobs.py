@@ -16,8 +16,9 @@ from transit.cluster import source_checkout
 from transit.errors import UsageError
 from transit.report.load import STEP_FILE_PATTERN, ReportWarning, SlurmJobs, StepFiles, SubmitLines
 
-JOB_ID = re.compile(r"^\d+(_\d+)?$")  # SLURM_JOB_ID, or ARRAY_TASK (1234_7)
-JOB_ID_FORMS = "a job id (1234), an array task (1234_7) or a job's stats directory"
+JOB_ID = re.compile(r"^\d+([_+]\d+)?$")  # SLURM_JOB_ID, ARRAY_TASK (1234_7) or HET_COMPONENT (1234+1)
+JOB_ID_FORMS = ("a job id (1234), an array task (1234_7), a heterogeneous job's component (1234+1) or a job's "
+                "stats directory")
 # The development cluster's report directory, under its checkout (scripts/dev-cluster writes report_dir= there).
 DEV_CLUSTER_REPORT_DIR = Path(".dev-cluster") / "reports"
 # -u without -S: the jobs of the last week, as reportseff shows them
@@ -88,7 +89,8 @@ def _job_directory(report_dir: Path | None, facts: slurm.JobFacts) -> Path | Non
 def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: bool) -> list[Job]:
     """The jobs the targets name, in their order: a directory is one job; a job id is that job, an
     array's id every task Slurm knows of it. Raises UsageError for a target that is neither."""
-    ids = [target for target in targets if not Path(target).is_dir()]
+    # "" (an unset $SLURM_JOB_ID, quoted) is no directory, though Path("") is the current one
+    ids = [target for target in targets if not target or not Path(target).is_dir()]
     for target in ids:
         if not JOB_ID.match(target):
             raise UsageError(f"{target[:80]!r} is neither a directory nor a job id: give {JOB_ID_FORMS}")
@@ -105,15 +107,26 @@ def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: boo
             continue
         if report_dir is None:
             raise UsageError(NO_REPORT_DIR)
-        if "_" not in target and (report_dir / target).is_dir():
+        one_of_several = "_" in target or "+" in target
+        if not one_of_several and (report_dir / target).is_dir():
             unknown = [SlurmJobs.unknown(target, answered)] if use_slurm else []
             jobs.append(Job(target, target, report_dir / target, warnings=unknown))
             continue
-        raise UsageError(f"unknown job id {target}: no {report_dir / target} and Slurm does not know the job"
-                         if "_" not in target else
-                         f"unknown array task {target}: Slurm does not know it (an array task's directory "
+        kind = "array task" if "_" in target else "heterogeneous job component"
+        raise UsageError(f"unknown job id {target}: no {report_dir / target} and {_slurm_said(use_slurm, answered)}"
+                         if not one_of_several else
+                         f"unknown {kind} {target}: {_slurm_said(use_slurm, answered, 'it')} (its directory "
                          "is named by its own job id: give that id, or the directory)")
     return jobs
+
+
+def _slurm_said(use_slurm: bool, answered: str | None, job: str = "the job") -> str:
+    """Why Slurm named no job: it does not know it, was not asked, or did not answer."""
+    if not use_slurm:
+        return "Slurm was not asked (--no-slurm)"
+    if answered is None:
+        return f"Slurm could not be asked about {job}: neither sacct nor squeue answered"
+    return f"Slurm does not know {job}"
 
 
 def jobs_of_user(user: str, since: str, until: str, report_dir_option: str | None, use_slurm: bool,
