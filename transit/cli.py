@@ -38,6 +38,9 @@ class OneLineParser(argparse.ArgumentParser):
     block first; ``--help`` still shows the usage. Subcommand parsers are of the same class."""
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith(": expected one argument"):  # argparse took a value such as -1G for an option
+            option = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+            message += f"; a value that starts with '-' is given as {option}=VALUE"
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 

@@ -26,6 +26,13 @@ def _refuse(path: str, why: str) -> PathError:
     return PathError(f"'{_native.show(path)}' {why}")
 
 
+def _given(path: str) -> Path:
+    """`path` as a Path; an empty one is refused (Path('') would be '.', the directory the user is in)."""
+    if not path:
+        raise _refuse(path, "is an empty path; give a file or directory name")
+    return Path(path)
+
+
 def _probe_dir(path: str, directory: Path) -> None:
     """Raises unless a new file can be created in `directory` (as this user: the kernel decides)."""
     if not directory.is_dir():
@@ -39,7 +46,7 @@ def _probe_dir(path: str, directory: Path) -> None:
 
 def output_file(path: str) -> str:
     """A file to write: not a directory, and its directory exists and takes new files."""
-    target = Path(path)
+    target = _given(path)
     if target.is_dir():
         raise _refuse(path, "is a directory; give a file name")
     if target.exists() and not os.access(target, os.W_OK):
@@ -59,7 +66,7 @@ def _exists(path: str, where: Path) -> bool:
 def output_dir(path: str) -> str:
     """A directory to write files into: it exists and takes new files, or it can be created (its
     nearest existing ancestor takes new entries)."""
-    target = Path(path)
+    target = _given(path)
     if _exists(path, target):
         _probe_dir(path, target)
         return path
@@ -72,7 +79,7 @@ def output_dir(path: str) -> str:
 
 def input_dir(path: str) -> str:
     """A directory to read: it exists and can be listed."""
-    target = Path(path)
+    target = _given(path)
     if not target.is_dir():
         raise _refuse(path, "is not a directory" if target.exists() else "does not exist")
     if not os.access(target, os.R_OK | os.X_OK):
@@ -82,7 +89,7 @@ def input_dir(path: str) -> str:
 
 def _open_regular(path: str) -> bytes:
     """The first bytes of a readable regular file."""
-    target = Path(path)
+    target = _given(path)
     if target.is_dir():
         raise _refuse(path, "is a directory; give a file")
     try:
@@ -90,6 +97,12 @@ def _open_regular(path: str) -> bytes:
             return handle.read(TEXT_PROBE_BYTES)
     except OSError as exc:
         raise _refuse(path, f"cannot be read: {exc.strerror}") from exc
+
+
+def input_path(path: str) -> Path:
+    """A readable file of any content (its command's parser checks that), as a Path."""
+    _open_regular(path)
+    return Path(path)
 
 
 def text_file(path: str) -> str:

@@ -157,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "replay", help="predict a policy's migrations and step time from a recorded profile (CPU)",
         description="Run a placement policy's decisions over a profile recorded with TRANSIT_PROFILE=1 and "
         "predict, per iteration after warm-up, its PCIe bytes, faults, evictions and step time.")
-    p.add_argument("profile", type=Path, metavar="PROFILE", help="a rank*.profile.json.gz")
+    p.add_argument("profile", type=paths.input_path, metavar="PROFILE", help="a rank*.profile.json.gz")
     p.add_argument("--policy", required=True, help="the policy to replay, as `transit run --policy` names it "
                    "(base, prefetch, advise, hybrid)")
     p.add_argument("--limit", required=True, metavar="SIZE", help="L, the device capacity to replay at, e.g. 25.5G")
@@ -195,7 +195,7 @@ def check(args: argparse.Namespace) -> dict[str, float]:
 def main(args: argparse.Namespace) -> int:
     rates = check(args)
     _native.policy_number(args.policy, "--policy")
-    limit = _native.parse_size(args.limit)
+    limit = _native.parse_size(args.limit, "--limit")
     doc = load_profile(args.profile)
     t = template(doc, args.compute_s)
     check_limit(t, limit, f"--limit {args.limit}")

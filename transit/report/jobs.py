@@ -88,7 +88,7 @@ def _job_directory(report_dir: Path | None, facts: slurm.JobFacts) -> Path | Non
 def jobs_named(targets: list[str], report_dir_option: str | None, use_slurm: bool) -> list[Job]:
     """The jobs the targets name, in their order: a directory is one job; a job id is that job, an
     array's id every task Slurm knows of it. Raises UsageError for a target that is neither."""
-    ids = [target for target in targets if not Path(target).is_dir()]
+    ids = [target for target in targets if not (target and Path(target).is_dir())]  # '' is no directory
     for target in ids:
         if not JOB_ID.match(target):
             raise UsageError(f"{target[:80]!r} is neither a directory nor a job id: give {JOB_ID_FORMS}")
