@@ -116,15 +116,21 @@ def _transit_env(args: argparse.Namespace, base: dict[str, str], policy: str | N
         _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
     shown = "--out" if args.out is not None else "TRANSIT_OUT" if out is not None else "the default --out"
     out = DEFAULT_OUT if out is None else out
-    # as typed, only made absolute: the message shows what the user gave
-    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    check_out(shown, out)
     env = build_env(policy, mem_limit, out, base)
     envcheck.check(env)
-    try:  # the stats files are written at the command's end: an unwritable place is refused now
+    return env
+
+
+def check_out(shown: str, out: str) -> None:
+    """A stats directory libtransit accepts and this user can write; UsageError names it as `shown`.
+    The stats files are written at the command's end: an unwritable place is refused before it starts."""
+    # as typed, only made absolute: the message shows what the user gave
+    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    try:
         paths.output_dir(out)
     except paths.PathError as exc:
         raise UsageError(f"{shown} {exc}") from None
-    return env
 
 
 def main_lib_path(args: argparse.Namespace) -> int:
