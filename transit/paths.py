@@ -8,7 +8,9 @@ on its output, and a binary file given where text is expected never reaches a pa
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -93,7 +95,10 @@ def _open_regular(path: str) -> bytes:
     if target.is_dir():
         raise _refuse(path, "is a directory; give a file")
     try:
-        with open(target, "rb") as handle:
+        with open(os.open(target, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                # a pipe would lose to this probe what its reader needs, a device may never end
+                raise _refuse(path, "is not a regular file (a pipe or a device); write it to a file first")
             return handle.read(TEXT_PROBE_BYTES)
     except OSError as exc:
         raise _refuse(path, f"cannot be read: {exc.strerror}") from exc
@@ -122,3 +127,12 @@ def text_path(path: str) -> Path:
     """text_file(), as a Path."""
     return Path(text_file(path))
 
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file (a symbolic link is followed). Anything else raises OSError rather
+    than being read: a FIFO would block for ever, a device such as /dev/zero never end."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return handle.read()

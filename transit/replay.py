@@ -47,7 +47,7 @@ class Template:
 
 def load_profile(path: Path) -> dict:
     try:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc = json.loads(gzip.decompress(paths.read_regular(path)))
     except FileNotFoundError:
         raise UsageError(f"profile {path}: no such file") from None
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError):

@@ -4,6 +4,7 @@ default; `submit --to-min` plans the batch for the two node counts that will rea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,3 +131,18 @@ def test_what_a_slurm_command_said_is_one_line() -> None:
                                   "sbatch: error: _establish_config_source: failed to fetch config; "
                                   "sbatch: fatal: Could not establish a configuration source")
     assert slurm.said(subprocess.CompletedProcess(["sbatch"], 1, "", "")) == "exit code 1"
+
+
+@pytest.mark.parametrize("command", [["simulate", "--racks", "2", "--trace"],
+                                     ["replay", "--policy", "advise", "--limit", "4G"]])
+@pytest.mark.parametrize("planted", ["fifo", "/dev/zero"])
+def test_a_pipe_or_device_is_refused_not_read(tmp_path, clean_env, command: list[str], planted: str) -> None:
+    """Before, a trace given as <(sacct ...) lost its first 64 KiB to the text probe (then 'cannot
+    read trace /dev/fd/63: None'), and a FIFO with no writer blocked for ever."""
+    path = tmp_path / "input"
+    os.mkfifo(path) if planted == "fifo" else path.symlink_to(planted)
+    r = run(*command, str(path), env=clean_env)
+    option = "--trace" if command[0] == "simulate" else "PROFILE"
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        (f"transit {command[0]}: argument {option}: '{path}' is not a regular file (a pipe or a device); write it "
+        f"to a file first (see transit {command[0]} --help)")])
