@@ -74,7 +74,9 @@ def main_run(args: argparse.Namespace) -> int:
     if args.print_env:
         return _print_env(env, base, args.json)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:
-        raise UsageError(f"command '{_native.show(cmd[0])}' not found")
+        # a path names the file itself: one that is there can only lack the permission to run
+        there = os.sep in cmd[0] and os.path.exists(cmd[0])
+        raise UsageError(f"command '{_native.show(cmd[0])}' " + ("is not an executable file" if there else "not found"))
     for note in notes:
         if note:
             print(f"transit run: {note}", file=sys.stderr)
