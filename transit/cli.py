@@ -59,11 +59,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand `argv` names: `transit simulate sweep`'s for its words."""
+    for word in argv:
+        choices = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+        parser = choices.get(word, parser)
+    return parser
+
+
 def run(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # argparse would name `transit`, not the subcommand whose --help tells what it takes
+            _subparser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version, or the one line of a bad argument: its exit code
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):

@@ -146,3 +146,16 @@ def test_a_pipe_or_device_is_refused_not_read(tmp_path, clean_env, command: list
     assert (r.returncode, r.stderr.splitlines()) == (2, [
         (f"transit {command[0]}: argument {option}: '{path}' is not a regular file (a pipe or a device); write it "
         f"to a file first (see transit {command[0]} --help)")])
+
+
+@pytest.mark.parametrize(("args", "command"), [
+    (["lib-path", "extra"], "lib-path"),
+    (["plan", "--model", "llama3-8b", "--nodes", "2", "--bogus"], "plan"),
+    (["simulate", "--jobs", "40", "sweep", "--bogus", "1"], "simulate sweep"),
+])
+def test_an_unknown_argument_is_named_with_its_subcommand(clean_env, args: list[str], command: str) -> None:
+    """Before, argparse named `transit` and sent the user to `transit --help`."""
+    r = run(*args, env=clean_env)
+    unknown = " ".join(args[args.index("--bogus"):] if "--bogus" in args else args[1:])
+    assert (r.returncode, r.stderr) == (2, (f"transit {command}: unrecognized arguments: {unknown} "
+                                           f"(see transit {command} --help)\n"))
