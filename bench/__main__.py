@@ -168,7 +168,8 @@ def parser() -> argparse.ArgumentParser:
     merging = sub.add_parser("merge", help="join the parts' summaries into one")
     merging.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT")
     merging.add_argument("parts", type=paths.text_path, nargs="+", metavar="PART_JSON")
-    merging.add_argument("--out", type=paths.output_file, required=True, help="the summary file")
+    merging.add_argument("--out", type=lambda text: Path(paths.output_file(text)), required=True,
+                         help="the summary file")
     merging.add_argument("--command-limit", type=seconds(0), default=COMMAND_LIMIT_S, metavar="S",
                          help="the limit the parts were cut by")
     sub.add_parser("table", help="the results table from bench/results (`python -m bench table --help`)",
