@@ -13,20 +13,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import tables
 from bench.estimates import estimator, recorded_runs
 from bench.experiments import EXPERIMENTS, MACHINES, MODEL, Experiment, resolve, system_config
-from bench.planning import COMMAND_LIMIT_S, EXPERIMENT_BUDGET_S, SETUP_S, Run, plan, schedule, split_parts
+from bench.model import CONFIGS
+from bench.planning import (
+    COMMAND_LIMIT_S,
+    EXPERIMENT_BUDGET_S,
+    RUN_START_MIN_S,
+    SETUP_S,
+    Run,
+    plan,
+    schedule,
+    split_parts,
+)
 from bench.protocol import check_gpus, execute
 from bench.summary import merge
+from transit import paths
 from transit.emulate import MAX_NODES, positive
 from transit.errors import UsageError
 
 LIST_SCHEMA = "transit.bench-list/1"
+MAX_CORES = 4096
 PLAN_SCHEMA = "transit.bench-plan/1"
 
 
@@ -82,7 +96,7 @@ def print_plan(doc: dict, cores: int) -> None:
 def parse_part(text: str, n_parts: int) -> tuple[int, int]:
     k, _, n = text.partition("/")
     if not (k.isdigit() and n.isdigit() and int(n) == n_parts and 1 <= int(k) <= n_parts):
-        raise SystemExit(f"--part {text!r}: this plan has {n_parts} part(s) (K/{n_parts}, K from 1)")
+        raise UsageError(f"--part {text[:40]!r}: this plan has {n_parts} part(s) (K/{n_parts}, K from 1)")
     return int(k), int(n)
 
 
@@ -95,8 +109,26 @@ def parse_assignments(values: list[str], what: str, conv) -> dict:
         except ValueError:
             sep = ""
         if not sep:
-            raise SystemExit(f"{what} {value!r}: give NAME=VALUE, VALUE a {conv.__name__}")
+            raise UsageError(f"{what} {value[:80]!r}: give NAME=VALUE, VALUE a {conv.__name__}")
     return out
+
+
+def seconds(least: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds from `least`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not least <= value < math.inf:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r}: give a number of seconds from {least:g}")
+        return value
+    return parse
+
+
+def output_dir(text: str) -> Path:
+    """A directory this user can write (or create): checked before any run starts."""
+    return Path(paths.output_dir(text))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -108,37 +140,39 @@ def parser() -> argparse.ArgumentParser:
     def experiment_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
                        help="one of `python -m bench list`")
-        q.add_argument("--search-summary", type=Path, nargs="+", metavar="SEARCH_JSON",
+        q.add_argument("--search-summary", type=paths.text_path, nargs="+", metavar="SEARCH_JSON",
                        help="claim-b-*: each system's best micro-batch from these claim-b-search-* summaries")
-        q.add_argument("--model", default=MODEL, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
+        q.add_argument("--model", default=MODEL, choices=CONFIGS, help=f"model config (default {MODEL}; tiny: the driver on a CPU)")
         q.add_argument("--nodes", type=positive("--nodes", MAX_NODES), metavar="N",
                        help="every system as a job of N emulated nodes sharing this machine's GPU "
                             "(scripts/emulate-nodes: one rank a node, NCCL over sockets on lo)")
-        q.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",
+        q.add_argument("--command-limit", type=seconds(0), default=COMMAND_LIMIT_S, metavar="S",
                        help=f"seconds one command may run: the plan is cut into parts that fit (default "
                             f"{COMMAND_LIMIT_S}, the project's device machines'; 0: one command)")
 
     planning = sub.add_parser("plan", help="the runs, their estimated device time and commands; runs nothing")
     experiment_args(planning)
-    planning.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores (default: this machine's)")
+    planning.add_argument("--cores", type=positive("--cores", MAX_CORES), default=os.cpu_count(),
+                          help="CPU cores (default: this machine's)")
     planning.add_argument("--json", action="store_true", help=f"as JSON ({PLAN_SCHEMA})")
     running = sub.add_parser("run", help="run the experiment (on a GPU node), write its summary")
     experiment_args(running)
-    running.add_argument("--out", type=Path, required=True, help="directory for the summary and the raw archive")
+    running.add_argument("--out", type=output_dir, required=True, help="directory for the summary and the raw archive")
     how = running.add_mutually_exclusive_group()
     how.add_argument("--part", metavar="K/N", help="part K of the plan's N (default: every run)")
-    how.add_argument("--time-limit", type=float, metavar="S",
+    how.add_argument("--time-limit", type=seconds(RUN_START_MIN_S), metavar="S",
                      help="every run in one command of S seconds: runs start while a minute is left and are "
                           "stopped at the limit")
-    running.add_argument("--work", type=Path, default=Path("/tmp/bench-work"), help="the runs' directories")
+    running.add_argument("--work", type=output_dir, default="/tmp/bench-work", help="the runs' directories")
     running.add_argument("--limit", action="append", default=[], metavar="NAME=BYTES",
                          help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
     running.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
     merging = sub.add_parser("merge", help="join the parts' summaries into one")
     merging.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT")
-    merging.add_argument("parts", type=Path, nargs="+", metavar="PART_JSON")
-    merging.add_argument("--out", type=Path, required=True, help="the summary file")
-    merging.add_argument("--command-limit", type=float, default=COMMAND_LIMIT_S, metavar="S",
+    merging.add_argument("parts", type=paths.text_path, nargs="+", metavar="PART_JSON")
+    merging.add_argument("--out", type=lambda text: Path(paths.output_file(text)), required=True,
+                         help="the summary file")
+    merging.add_argument("--command-limit", type=seconds(0), default=COMMAND_LIMIT_S, metavar="S",
                          help="the limit the parts were cut by")
     sub.add_parser("table", help="the results table from bench/results (`python -m bench table --help`)",
                    add_help=False)
@@ -155,12 +189,21 @@ class OneLineParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Bad input found past argparse (a size read where a plan is built; libtransit, whose size
-    grammar the caps use, not built yet) is one line too."""
+    grammar the caps use, not built yet) is one line too, and so is what the system refused later."""
     try:
-        return dispatch(sys.argv[1:] if argv is None else argv)
+        code = dispatch(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except (UsageError, argparse.ArgumentTypeError) as exc:
         print(f"python -m bench: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`python -m bench list | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"python -m bench: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 def dispatch(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench.common import NON_ALLOCATOR_MARGIN_BYTES, SettleRule, parse_size
 from bench.model import config_by_name
+from transit.errors import UsageError
 
 MODEL = "bench"
 REPEATS = 3
@@ -395,9 +396,12 @@ def best_micro_batches(search_files: list[Path], gb: int) -> dict[str, int]:
     searches' summaries."""
     best: dict[str, tuple[float, int]] = {}
     for path in search_files:
-        doc = json.loads(path.read_text())
-        if not (doc.get("experiment") or "").startswith("claim-b-search-"):
-            raise SystemExit(f"--search-summary {path}: not a claim (b) micro-batch search's summary")
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not str(doc.get("experiment") or "").startswith("claim-b-search-"):
+            raise UsageError(f"--search-summary {path}: not a claim (b) micro-batch search's summary")
         for row in doc["systems"]:
             family = claim_b_family(row["name"])
             tflops = row["tflops_per_gpu"]["median"]
@@ -410,14 +414,14 @@ def resolve(args: argparse.Namespace) -> Experiment:
     experiment = EXPERIMENTS[args.experiment]
     if args.search_summary:
         if not experiment.name.startswith("claim-b") or experiment.search:
-            raise SystemExit("--search-summary picks claim (b)'s micro-batches: "
+            raise UsageError("--search-summary picks claim (b)'s micro-batches: "
                              f"{', '.join(n for n, e in EXPERIMENTS.items() if n.startswith('claim-b') and not e.search)} only")
         families = tuple(claim_b_family(s.name) for s in experiment.systems)
         gb, cores = experiment.systems[0].global_batch, experiment.systems[0].cores_per_rank
         found = best_micro_batches(args.search_summary, gb)
         missing = [f for f in families if f not in found]
         if missing:
-            raise SystemExit(f"--search-summary: no completed search run of {', '.join(missing)} at global batch {gb}")
+            raise UsageError(f"--search-summary: no completed search run of {', '.join(missing)} at global batch {gb}")
         experiment = replace(experiment, systems=claim_b_systems(families, gb, found, cores),
                              note=f"micro-batches from {', '.join(p.name for p in args.search_summary)}: "
                                   + ", ".join(f"{f} {found[f]}" for f in families))

@@ -30,6 +30,7 @@ from bench.experiments import (
     system_config,
     transit_limit,
 )
+from transit.errors import UsageError
 
 SUMMARY_SCHEMA = "transit.bench-summary/1"
 
@@ -310,13 +311,18 @@ def summary_doc(experiment: Experiment, runs: list[dict], parts: list[int], n_pa
 
 
 def merge(experiment: Experiment, files: list[Path], n_parts: int, out: Path | None) -> int:
-    docs = [json.loads(f.read_text()) for f in files]
-    for f, doc in zip(files, docs):
-        if doc.get("schema") != SUMMARY_SCHEMA or doc.get("experiment") != experiment.name:
-            raise SystemExit(f"--merge {f}: not a {SUMMARY_SCHEMA} part of {experiment.name}")
+    docs = []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA or doc.get("experiment") != experiment.name:
+            raise UsageError(f"--merge {f}: not a {SUMMARY_SCHEMA} part of {experiment.name}")
+        docs.append(doc)
     commits = sorted({c for doc in docs for c in doc["git_commits"]})
     if len(commits) > 1:
-        raise SystemExit(f"--merge: the parts ran at {', '.join(commits)}; one experiment runs at one commit")
+        raise UsageError(f"--merge: the parts ran at {', '.join(commits)}; one experiment runs at one commit")
     runs = [run for doc in docs for run in doc["runs"]]
     parts = [k for doc in docs for k in doc["parts"]]
     extra = {"merged_from": [f.name for f in files], "command": shlex.join([sys.executable, *sys.argv]),
@@ -325,7 +331,7 @@ def merge(experiment: Experiment, files: list[Path], n_parts: int, out: Path | N
                                for key in ("estimated", "actual")}}
     doc = summary_doc(experiment, runs, parts, n_parts, extra)
     if out is None:
-        raise SystemExit("--merge needs --out FILE")
+        raise UsageError("--merge needs --out FILE")
     write_json(out, doc)
     print_summary(doc)
     return 0

@@ -18,12 +18,15 @@ says so in one line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import statistics
 import sys
 from pathlib import Path
+
+from transit import paths
+from transit.cli import OneLineParser
+from transit.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench/results"
@@ -41,8 +44,10 @@ def summaries(only: list[str] | None = None, directory: Path | None = None) -> l
     those named in `only`, in that order."""
     out = []
     directory = directory or RESULTS
-    paths = [directory / f"{name}.json" for name in only] if only else sorted(directory.glob("*.json"))
-    for path in paths:
+    files = [directory / f"{name}.json" for name in only] if only else sorted(directory.glob("*.json"))
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"--only {path.stem[:80]!r}: no summary {path}; give file names of bench/results without .json")
         doc = json.loads(path.read_text())
         if (doc.get("schema") == SUMMARY_SCHEMA and not doc.get("pre_protocol") and doc.get("complete")
                 and not doc.get("search") and not doc.get("correctness")):
@@ -150,11 +155,17 @@ def file_block(text: str) -> str | None:
     return text[start:end + len(RESULTS_END)] if start >= 0 and end > start else None
 
 
+def _rewritable(text: str) -> Path:
+    """A text file this user can read and write back."""
+    paths.output_file(text)
+    return paths.text_path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n")[0])
+    p = OneLineParser(prog=COMMAND, description=__doc__.split("\n")[0])
     action = p.add_mutually_exclusive_group()
-    action.add_argument("--check", type=Path, metavar="FILE", help="exit 1 if FILE's block differs")
-    action.add_argument("--write", type=Path, metavar="FILE", help="replace FILE's block")
+    action.add_argument("--check", type=paths.text_path, metavar="FILE", help="exit 1 if FILE's block differs")
+    action.add_argument("--write", type=_rewritable, metavar="FILE", help="replace FILE's block")
     p.add_argument("--brief", action="store_true", help="device, model and protocol a line each; no commits")
     p.add_argument("--only", nargs="+", metavar="NAME", help="these summaries (bench/results/NAME.json), in this order")
     args = p.parse_args(argv)

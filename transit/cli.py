@@ -42,6 +42,9 @@ class OneLineParser(argparse.ArgumentParser):
     commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith(": expected one argument"):  # argparse took a value such as -1G for an option
+            option = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+            message += f"; a value that starts with '-' is given as {option}=VALUE"
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -61,13 +64,21 @@ def build_parser(command: str | None = None) -> OneLineParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand `argv` names: `transit simulate sweep`'s for its words."""
+    for word in argv:
+        choices = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+        parser = choices.get(word, parser)
+    return parser
+
+
 def run(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            parser.commands.get(args.command or "", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        if unknown:  # argparse would name `transit`, not the subcommand whose --help tells what it takes
+            _subparser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version, or the one line of a bad argument: its exit code
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):

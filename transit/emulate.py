@@ -193,11 +193,14 @@ def make_plan(args: argparse.Namespace, cmd: list[str], env: dict[str, str],
         if args.mem_limit is not None:
             _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
             limit = _native.parse_size(args.mem_limit, "--mem-limit")
-        out = os.path.abspath(args.out or run.DEFAULT_OUT)
-        _native.check_dir("--out", out)
+        given = run.DEFAULT_OUT if args.out is None else args.out
+        run.check_out("--out" if args.out is not None else "the default --out", given)
+        out = os.path.abspath(given)
         agent_env = run.build_env(args.transit, args.mem_limit, out, agent_env)
         envcheck.check(agent_env)
     check_fits(slots, free, args.transit is not None, limit)
+    if not cmd[0].startswith("-") and not os.path.exists(cmd[0]):  # python's options (-m MODULE) aside
+        raise UsageError(f"script '{_native.show(cmd[0])}' does not exist; give a Python script (or -m MODULE) after --")
     return Plan(args.nodes, args.nproc_per_node, gpus, slots, args.transit, limit, out, cmd), agent_env
 
 

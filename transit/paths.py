@@ -8,7 +8,9 @@ on its output, and a binary file given where text is expected never reaches a pa
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -26,6 +28,13 @@ def _refuse(path: str, why: str) -> PathError:
     return PathError(f"'{_native.show(path)}' {why}")
 
 
+def _given(path: str) -> Path:
+    """`path` as a Path; an empty one is refused (Path('') would be '.', the directory the user is in)."""
+    if not path:
+        raise _refuse(path, "is an empty path; give a file or directory name")
+    return Path(path)
+
+
 def _probe_dir(path: str, directory: Path) -> None:
     """Raises unless a new file can be created in `directory` (as this user: the kernel decides)."""
     if not directory.is_dir():
@@ -39,7 +48,7 @@ def _probe_dir(path: str, directory: Path) -> None:
 
 def output_file(path: str) -> str:
     """A file to write: not a directory, and its directory exists and takes new files."""
-    target = Path(path)
+    target = _given(path)
     if target.is_dir():
         raise _refuse(path, "is a directory; give a file name")
     if target.exists() and not os.access(target, os.W_OK):
@@ -59,7 +68,7 @@ def _exists(path: str, where: Path) -> bool:
 def output_dir(path: str) -> str:
     """A directory to write files into: it exists and takes new files, or it can be created (its
     nearest existing ancestor takes new entries)."""
-    target = Path(path)
+    target = _given(path)
     if _exists(path, target):
         _probe_dir(path, target)
         return path
@@ -72,7 +81,7 @@ def output_dir(path: str) -> str:
 
 def input_dir(path: str) -> str:
     """A directory to read: it exists and can be listed."""
-    target = Path(path)
+    target = _given(path)
     if not target.is_dir():
         raise _refuse(path, "is not a directory" if target.exists() else "does not exist")
     if not os.access(target, os.R_OK | os.X_OK):
@@ -82,14 +91,23 @@ def input_dir(path: str) -> str:
 
 def _open_regular(path: str) -> bytes:
     """The first bytes of a readable regular file."""
-    target = Path(path)
+    target = _given(path)
     if target.is_dir():
         raise _refuse(path, "is a directory; give a file")
     try:
-        with open(target, "rb") as handle:
+        with open(os.open(target, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                # a pipe would lose to this probe what its reader needs, a device may never end
+                raise _refuse(path, "is not a regular file (a pipe or a device); write it to a file first")
             return handle.read(TEXT_PROBE_BYTES)
     except OSError as exc:
         raise _refuse(path, f"cannot be read: {exc.strerror}") from exc
+
+
+def input_path(path: str) -> Path:
+    """A readable file of any content (its command's parser checks that), as a Path."""
+    _open_regular(path)
+    return Path(path)
 
 
 def text_file(path: str) -> str:
@@ -109,3 +127,12 @@ def text_path(path: str) -> Path:
     """text_file(), as a Path."""
     return Path(text_file(path))
 
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file (a symbolic link is followed). Anything else raises OSError rather
+    than being read: a FIFO would block for ever, a device such as /dev/zero never end."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return handle.read()

@@ -27,6 +27,9 @@ GIB = 1 << 30
 # The H200's measured rates (bench/README.md): prefetch HtoD, DtoH, fault-driven HtoD, zero-copy.
 DEFAULT_RATES_GBPS = {"prefetch": 47.7, "dtoh": 12.9, "fault": 5.9, "zero_copy": 51.0}
 DEFAULT_ITERATIONS = 4
+# Chunk touches (phases x the chunks each touches) one iteration may hold: 32 times the largest
+# recorded profile's (0.5 million, an H200 at global batch 64), and what a replay holds in memory.
+MAX_TOUCHES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Template:
 
 def load_profile(path: Path) -> dict:
     try:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc = json.loads(gzip.decompress(paths.read_regular(path)))
     except FileNotFoundError:
         raise UsageError(f"profile {path}: no such file") from None
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError):
@@ -66,9 +69,27 @@ def template(doc: dict, compute_s: float | None, index: int = 0) -> Template:
     window's last kernel bounded it, the last iteration's final phase also holds the drain
     iteration's records). A chunk's reuse is the profile's (its busiest profiled iteration's) where
     that is higher than this iteration's, as libtransit places by it. compute_s, when given, is
-    spread over the phases in proportion to their recorded kernel time."""
+    spread over the phases in proportion to their recorded kernel time. Raises ValueError, naming
+    what is wrong, for a document of the right schema that libtransit did not write so."""
+    try:
+        t = _template(doc, compute_s, index)
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"not a profile as TRANSIT_PROFILE=1 writes it ({type(exc).__name__}: {exc})") from None
+    counts = [*t.touch_offsets, *(n for pair in t.touch for n in pair), *t.compute_ns, *t.first_launch, t.launches,
+              t.window, *t.chunk_reuse.values()]
+    if not all(isinstance(n, int) and 0 <= n < 1 << 64 for n in counts):  # what replay.c takes: uint64_t
+        raise ValueError("not a profile as TRANSIT_PROFILE=1 writes it (a count or size that is not a whole "
+                         "number from 0)")
+    return t
+
+
+def _template(doc: dict, compute_s: float | None, index: int) -> Template:
     it = doc["iterations"][index]
     ph = it["phases"]
+    touches = sum(hi - lo + 1 for ranges in ph["touch"] for lo, hi in zip(ranges[::2], ranges[1::2]))
+    if not 0 <= touches <= MAX_TOUCHES:  # each touched chunk is expanded below
+        raise ValueError(f"not a profile as TRANSIT_PROFILE=1 writes it ({touches} chunk touches in one iteration; "
+                         f"at most {MAX_TOUCHES} are read)")
     offsets, touch, sizes = [0], [], []
     reuse: dict[int, int] = {}
     for ranges in ph["touch"]:
@@ -157,7 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "replay", help="predict a policy's migrations and step time from a recorded profile (CPU)",
         description="Run a placement policy's decisions over a profile recorded with TRANSIT_PROFILE=1 and "
         "predict, per iteration after warm-up, its PCIe bytes, faults, evictions and step time.")
-    p.add_argument("profile", type=Path, metavar="PROFILE", help="a rank*.profile.json.gz")
+    p.add_argument("profile", type=paths.input_path, metavar="PROFILE", help="a rank*.profile.json.gz")
     p.add_argument("--policy", required=True, help="the policy to replay, as `transit run --policy` names it "
                    "(base, prefetch, advise, hybrid)")
     p.add_argument("--limit", required=True, metavar="SIZE", help="L, the device capacity to replay at, e.g. 25.5G")
@@ -195,9 +216,12 @@ def check(args: argparse.Namespace) -> dict[str, float]:
 def main(args: argparse.Namespace) -> int:
     rates = check(args)
     _native.policy_number(args.policy, "--policy")
-    limit = _native.parse_size(args.limit)
+    limit = _native.parse_size(args.limit, "--limit")
     doc = load_profile(args.profile)
-    t = template(doc, args.compute_s)
+    try:
+        t = template(doc, args.compute_s)
+    except ValueError as exc:
+        raise UsageError(f"profile {args.profile}: {exc}") from None
     check_limit(t, limit, f"--limit {args.limit}")
     rows = replay(t, args.policy, limit, args.iterations, rates, args.look_ahead)
     against = measured(args.against) if args.against else {}

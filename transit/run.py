@@ -74,7 +74,9 @@ def main_run(args: argparse.Namespace) -> int:
     if args.print_env:
         return _print_env(env, base, args.json)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:
-        raise UsageError(f"command '{_native.show(cmd[0])}' not found")
+        # a path names the file itself: one that is there can only lack the permission to run
+        there = os.sep in cmd[0] and os.path.exists(cmd[0])
+        raise UsageError(f"command '{_native.show(cmd[0])}' " + ("is not an executable file" if there else "not found"))
     for note in notes:
         if note:
             print(f"transit run: {note}", file=sys.stderr)
@@ -116,15 +118,21 @@ def _transit_env(args: argparse.Namespace, base: dict[str, str], policy: str | N
         _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
     shown = "--out" if args.out is not None else "TRANSIT_OUT" if out is not None else "the default --out"
     out = DEFAULT_OUT if out is None else out
-    # as typed, only made absolute: the message shows what the user gave
-    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    check_out(shown, out)
     env = build_env(policy, mem_limit, out, base)
     envcheck.check(env)
-    try:  # the stats files are written at the command's end: an unwritable place is refused now
+    return env
+
+
+def check_out(shown: str, out: str) -> None:
+    """A stats directory libtransit accepts and this user can write; UsageError names it as `shown`.
+    The stats files are written at the command's end: an unwritable place is refused before it starts."""
+    # as typed, only made absolute: the message shows what the user gave
+    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    try:
         paths.output_dir(out)
     except paths.PathError as exc:
         raise UsageError(f"{shown} {exc}") from None
-    return env
 
 
 def main_lib_path(args: argparse.Namespace) -> int:

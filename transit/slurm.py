@@ -43,13 +43,20 @@ class Allocation:
         return self.hostnames[0]
 
 
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    """What a failed Slurm command wrote to stderr, its lines joined into one (the cause is often
+    its last line, after lines of context)."""
+    return "; ".join(line.strip() for line in result.stderr.splitlines() if line.strip()) or \
+        f"exit code {result.returncode}"
+
+
 def expand_hostlist(nodelist: str) -> list[str]:
     """Expand a Slurm hostlist expression (``node[1-3]``) through ``scontrol show hostnames``."""
     result = subprocess.run(
         ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
-        raise UsageError(f"scontrol show hostnames {nodelist!r} failed: {result.stderr.strip()}")
+        raise UsageError(f"scontrol show hostnames {nodelist!r} failed: {said(result)}")
     return result.stdout.split()
 
 
@@ -61,8 +68,11 @@ def current_allocation(env: Mapping[str, str] | None = None) -> Allocation:
     if not job_id or not nodelist:
         raise UsageError("not inside a Slurm allocation (SLURM_JOB_ID/SLURM_JOB_NODELIST unset): "
                          "run under sbatch or salloc, or pass --dry-run with --nodes")
-    hostnames = tuple(expand_hostlist(nodelist))
     declared = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    if declared and not declared.isdigit():
+        raise UsageError(f"SLURM_JOB_NUM_NODES={declared[:80]!r} is not a node count; "
+                         "run under sbatch or salloc, which set it")
+    hostnames = tuple(expand_hostlist(nodelist))
     if declared and int(declared) != len(hostnames):
         raise UsageError(f"SLURM_JOB_NUM_NODES={declared} but SLURM_JOB_NODELIST={nodelist!r} "
                          f"expands to {len(hostnames)} hosts")
@@ -76,7 +86,7 @@ def node_address(hostname: str) -> str:
     for word in result.stdout.split():
         if word.startswith("NodeAddr="):
             return word.removeprefix("NodeAddr=")
-    raise UsageError(f"scontrol show node {hostname} gave no NodeAddr: {result.stderr.strip()}")
+    raise UsageError(f"scontrol show node {hostname} gave no NodeAddr: {said(result)}")
 
 
 def gpus_on_node(env: Mapping[str, str] | None = None) -> int | None:
@@ -124,7 +134,7 @@ def submit(command: Sequence[str]) -> str:
     """Run an ``sbatch --parsable`` command and return the job id."""
     result = subprocess.run(list(command), capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise UsageError(f"{shlex.join(command)} failed: {result.stderr.strip()}")
+        raise UsageError(f"{shlex.join(command)} failed: {said(result)}")
     return result.stdout.strip().split(";")[0]
 
 

@@ -13,6 +13,8 @@ import argparse
 import gzip
 import json
 import statistics
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -262,18 +264,18 @@ def test_claim_b_takes_each_systems_best_micro_batch_from_the_search(tmp_path):
     assert [s.name for s in experiment.systems] == ["transit-hybrid-gb64-mb2-10cores", "zero-offload-gb64-mb8-10cores",
                                                     "zero-infinity-gb64-mb16-10cores"]
     args.experiment = "claim-b-more-gb64"
-    with pytest.raises(SystemExit, match="no completed search run of transit-advise, zenflow at global batch 64"):
+    with pytest.raises(UsageError, match="no completed search run of transit-advise, zenflow at global batch 64"):
         experiments.resolve(args)
 
 
-def test_the_plan_as_json_and_a_bad_part_in_one_line(capsys):
+def test_the_plan_as_json_and_a_bad_part_in_one_line(capsys, tmp_path):
     assert cli.main(["plan", "transit-1gpu-advise-gb64", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "transit.bench-plan/1" and doc["fits"] and len(doc["parts"]) == 2
     assert doc["parts"][1]["command"].startswith("python3 -m bench run transit-1gpu-advise-gb64 --part 2/2 ")
     assert doc["estimated_s"] == sum(part["seconds"] for part in doc["parts"])
-    with pytest.raises(SystemExit, match=r"--part '3/2': this plan has 2 part\(s\)"):
-        cli.main(["run", "transit-1gpu-advise-gb64", "--part", "3/2", "--out", "/tmp/unused"])
+    assert cli.main(["run", "transit-1gpu-advise-gb64", "--part", "3/2", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "python -m bench: --part '3/2': this plan has 2 part(s) (K/2, K from 1)\n"
     # no command limit: one command
     assert cli.main(["plan", "transit-1gpu-advise-gb64", "--json", "--command-limit", "0"]) == 0
     assert len(json.loads(capsys.readouterr().out)["parts"]) == 1
@@ -296,7 +298,7 @@ def test_merge_refuses_parts_of_two_commits(tmp_path):
         doc["git_commits"] = [commit]
         files.append(tmp_path / f"part{k}.json")
         files[-1].write_text(json.dumps(doc))
-    with pytest.raises(SystemExit, match="the parts ran at aaaa, bbbb; one experiment runs at one commit"):
+    with pytest.raises(UsageError, match="the parts ran at aaaa, bbbb; one experiment runs at one commit"):
         summary.merge(experiment, files, 2, tmp_path / "out.json")
 
 
@@ -440,3 +442,52 @@ def test_a_run_on_a_machine_with_too_few_gpus_is_refused_in_one_line(monkeypatch
                                          r"lets it use 1 \(CUDA_VISIBLE_DEVICES=unset\)"):
         protocol.check_gpus(experiments.EXPERIMENTS["scale-in-4to2-gb8-gpus"])
     protocol.check_gpus(experiments.EXPERIMENTS["scale-in-4to2-gb8"])  # one GPU is enough
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["plan", "transit-2rank", "--model", "huge"],
+     "python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'small', 'bench')"),
+    (["plan", "transit-2rank", "--command-limit", "-5"],
+     "python -m bench plan: argument --command-limit: '-5': give a number of seconds from 0"),
+    (["plan", "transit-2rank", "--cores", "0"],
+     "python -m bench plan: argument --cores: --cores '0': expected a whole number from 1 to 4096"),
+    (["plan", "claim-b-gb8", "--search-summary", "missing.json"],
+     "python -m bench plan: argument --search-summary: 'missing.json' cannot be read: No such file or directory"),
+    (["plan", "claim-b-gb8", "--search-summary", "tests/fixtures/stats/rank-example.json"],
+     ("python -m bench: --search-summary tests/fixtures/stats/rank-example.json: not a claim (b) micro-batch "
+     "search's summary")),
+    (["run", "transit-2rank", "--model", "tiny", "--out", "bench/README.md/out"],
+     ("python -m bench run: argument --out: 'bench/README.md/out' cannot be written: bench/README.md is not a "
+     "directory")),
+    (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--work", "bench/README.md/work"],
+     ("python -m bench run: argument --work: 'bench/README.md/work' cannot be written: bench/README.md is not a "
+     "directory")),
+    (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--time-limit", "nan"],
+     "python -m bench run: argument --time-limit: 'nan': give a number of seconds from 60"),
+    (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--limit", "x=12Q"],
+     "python -m bench: --limit 'x=12Q': give NAME=VALUE, VALUE a int"),
+    (["merge", "transit-2rank", "tests", "--out", "m.json"],
+     "python -m bench merge: argument PART_JSON: 'tests' is a directory; give a file"),
+    (["merge", "transit-2rank", "tests/fixtures/sim/all_too_big.json", "--out", "m.json"],
+     ("python -m bench: --merge tests/fixtures/sim/all_too_big.json: not a transit.bench-summary/1 part of "
+     "transit-2rank")),
+    (["table", "--check", "missing.md"],
+     ("python -m bench table: argument --check: 'missing.md' cannot be read: No such file or directory "
+     "(see python -m bench table --help)")),
+    (["table", "--only", "missing"],
+     (f"python -m bench: --only 'missing': no summary {REPO}/bench/results/missing.json; give file names of "
+     "bench/results without .json")),
+])
+def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args: list[str], line: str) -> None:
+    """Before: tracebacks (an unknown model, a missing or directory file, an unwritable work directory),
+    negative limits taken as given, and the --part and --limit messages with exit code 1."""
+    r = subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [line])
+    assert not (REPO / "out").exists() and not (REPO / "m.json").exists()
+
+
+def test_a_closed_pipe_ends_the_listing_quietly() -> None:
+    r = subprocess.run(f"{sys.executable} -m bench list | true", shell=True, cwd=REPO, capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.stderr == ""

@@ -40,7 +40,6 @@ COMMAND_CHECKED = {
     (("run",), "--out"): "output_dir",
     (("report",), "targets"): "input_dir",
     (("doctor",), "--report-dir"): "doctor_check",
-    (("replay",), "profile"): "gzip_file",
     (("bench", "link"), "--from"): "text_file",
     (("plan",), "--hf-config"): "text_file",
     (("submit",), "--hf-config"): "text_file",
@@ -65,7 +64,7 @@ def path_options() -> list[tuple[tuple[str, ...], str, str]]:
             name = action.option_strings[-1] if action.option_strings else action.dest
             kind = getattr(action.type, "__name__", None)
             if action.type in (paths.output_file, paths.output_dir, paths.text_file, paths.text_path,
-                               paths.input_dir):
+                               paths.input_dir, paths.input_path):
                 found.append((command, name, kind))
             elif (command, name) in COMMAND_CHECKED:
                 found.append((command, name, COMMAND_CHECKED[(command, name)]))
@@ -100,7 +99,7 @@ CASES_BY_KIND = {
     "output_dir": ("unwritable", "under a file", "binary"),  # a missing one is created
     "text_file": ("missing", "unwritable", "under a file", "a directory", "binary"),
     "text_path": ("missing", "unwritable", "under a file", "a directory", "binary"),
-    "gzip_file": ("missing", "under a file", "a directory", "binary"),
+    "input_path": ("missing", "unwritable", "under a file", "a directory"),
     "input_dir": ("missing", "under a file", "binary"),
     "doctor_check": ("missing", "unwritable", "under a file", "binary"),
 }

@@ -4,7 +4,10 @@ agents with gloo on the CPU."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,10 +56,27 @@ def test_transit_ranks_must_fit_the_gpu_they_share() -> None:
     (["2", "--mem-limit", "4G", "--", "x.py"], "emulate-nodes: --mem-limit 4G needs --transit POLICY"),
     (["2", "--transit", "foo", "--", "x.py"],
      "emulate-nodes: --transit='foo' is not a policy; use base, prefetch, advise or hybrid"),
+    # before: torchrun started, and each rank's traceback came out of its agent
+    (["2", "--", "x.py"], "emulate-nodes: script 'x.py' does not exist; give a Python script (or -m MODULE) after --"),
+    # before: '' was taken for ./transit-out, a path under a file ran the job and lost its stats
+    (["2", "--transit", "advise", "--out", "", "--", str(ALLREDUCE)],
+     "emulate-nodes: --out='' is not usable; use a directory path of 1 to 4031 bytes without control characters"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(args, message) -> None:
     r = emulate(*args)
     assert (r.returncode, r.stdout, r.stderr.strip()) == (2, "", message)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory another user cannot write: needs root")
+def test_a_stats_directory_the_user_cannot_write_is_refused_before_the_job() -> None:
+    """Before: the job ran, and its ranks' stats files were lost at its end."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # root's, 0755: nobody may not write there
+        Path(shared).chmod(0o755)
+        r = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-m", "transit.emulate", "2",
+                            "--transit", "advise", "--out", f"{shared}/out", "--", str(ALLREDUCE)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"emulate-nodes: --out '{shared}/out' cannot be written: {shared}: Permission denied\n")
 
 
 def test_two_nodes_of_two_ranks_reduce_over_gloo_with_their_own_names(tmp_path: Path) -> None:
@@ -87,7 +107,7 @@ def test_a_failed_node_stops_the_others_and_fails_the_job(tmp_path: Path) -> Non
 
 def test_dry_run_under_transit_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     r = emulate("2", "--transit", "advise", "--mem-limit", "1G", "--out", str(tmp_path / "o"), "--dry-run",
-                "--json", "--", "x.py")
+                "--json", "--", str(ALLREDUCE))
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert (plan["policy"], plan["mem_limit_bytes"], plan["nodes"]) == ("advise", GIB, 2)

@@ -186,6 +186,25 @@ def test_bad_profile_gets_one_line(tmp_path: Path, content: bytes) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("garble", "why"), [
+    (lambda doc: doc.update(iterations=[1, 2]), "TypeError: 'int' object is not subscriptable"),
+    (lambda doc: doc["iterations"][0]["phases"].pop("touch"), "KeyError: 'touch'"),
+    (lambda doc: doc["window"].update(iterations=-3), "a count or size that is not a whole number from 0"),
+    (lambda doc: doc["iterations"][0]["phases"].update(touch=[[0, 1 << 50]]),
+     f"{(1 << 50) + 1} chunk touches in one iteration; at most 16777216 are read"),
+], ids=["iteration-not-an-object", "no-touch", "negative-window", "a-range-of-2-EiB"])
+def test_a_profile_of_the_schema_that_libtransit_did_not_write_gets_one_line(tmp_path: Path, garble, why: str) -> None:
+    """Before: a traceback (KeyError, TypeError, cffi's OverflowError), or a range of 2^50 chunks
+    expanded one by one until the kernel killed the process."""
+    path = profile(tmp_path)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    garble(doc)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    r = replay(str(path), "--policy", "base", "--limit", LIMIT)
+    assert (r.returncode, r.stderr) == (2, (f"transit replay: profile {path}: not a profile as TRANSIT_PROFILE=1 "
+                                           f"writes it ({why})\n"))
+
+
 OVERFLOW = 2 * MiB * (len(P) + len(G) + len(M) - TARGET_CHUNKS)  # what cannot stay on the device
 OPTIMIZER = STEP[4:]
 MICRO_BATCH = STEP[:2]

@@ -1068,3 +1068,35 @@ def test_a_directory_without_stats_or_step_files_is_not_called_a_cpu_only_job(tm
     out = run_json(capsys, str(tmp_path), code=1)
     assert out["no_stats_reason"] == (f"{tmp_path} holds no stats file (rank*.json) and no step file (step-*.json): "
                                       "it is not a job's stats directory, or nothing ran under TRANSIT there")
+
+
+def test_non_finite_numbers_in_a_file_read_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's json reads NaN and Infinity, which no stats file holds. Before, the text report died
+    converting NaN to an int, and --json wrote them back, which strict JSON readers refuse."""
+    def garble(rank: int, stats: dict[str, Any]) -> None:
+        if rank == 0:
+            stats["time"]["start_unix"] = float("inf")
+            stats["time"]["written_unix"] = float("nan")
+
+    directory = job(tmp_path, 2, garble)
+    run_text(capsys, str(directory))
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"--json wrote {constant}")
+
+    assert transit_main(["report", str(directory), "--json", "--no-slurm"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "/dev/zero"])
+def test_a_file_that_is_not_regular_is_left_out_unread(tmp_path: Path, planted: str) -> None:
+    """Before, a FIFO named like a stats file blocked the report for ever, and a link to /dev/zero
+    read until memory ran out."""
+    directory = job(tmp_path, 2)
+    odd = directory / "rank7.odd.1.json"
+    os.mkfifo(odd) if planted == "fifo" else odd.symlink_to(planted)
+    result = subprocess.run([sys.executable, "-m", "transit", "report", str(directory), "--no-slurm", "--json"],
+                            capture_output=True, text=True, cwd=REPO, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    messages = [w["message"] for w in json.loads(result.stdout)["warnings"] if w["code"] == "unreadable-file"]
+    assert messages == ["cannot read rank7.odd.1.json: not a regular file; its rank is left out"]

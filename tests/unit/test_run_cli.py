@@ -74,6 +74,14 @@ def test_run_bad_values_fail_before_the_command(clean_env, tmp_path, args, env, 
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(("command", "why"), [("./missing", "not found"), ("./docs", "is not an executable file"),
+                                             ("./README.md", "is not an executable file")])
+def test_a_command_that_cannot_run_is_named_with_why(clean_env, command: str, why: str) -> None:
+    """Before, a file that is there but not executable was "not found" too."""
+    r = run(["--", command], clean_env)
+    assert (r.returncode, r.stderr) == (2, f"transit run: command '{command}' {why}\n")
+
+
 def test_run_without_a_command(clean_env) -> None:
     r = run([], clean_env)
     assert r.returncode == 2 and "no command given" in r.stderr

@@ -168,7 +168,8 @@ def test_each_commands_json_carries_its_schema_and_matches_it(argv: list[str], s
 
 def test_the_emulated_nodes_layout_matches_its_schema(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "transit.emulate", "2", "--transit", "advise", "--mem-limit", "1G",
-                             "--out", str(tmp_path / "out"), "--dry-run", "--json", "--", "x.py"], cwd=ROOT,
+                             "--out", str(tmp_path / "out"), "--dry-run", "--json", "--",
+                             "tests/fixtures/emulate/allreduce.py"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
     check(json.loads(result.stdout))
 

@@ -163,6 +163,17 @@ def test_bad_input_is_a_usage_error(argv, message, capsys):
         run(argv, capsys)
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_factors_that_are_not_finite_are_refused(tmp_path, value: str, capsys) -> None:
+    """Python's json reads NaN: before, the replay ran on it and --json printed NaN for every change."""
+    factors = tmp_path / "factors.json"
+    factors.write_text(f'{{"schema": "transit.factors/1", "inter_to_intra_speedup": {value}, '
+                       '"intra_to_inter_slowdown": 0.2, "unchanged": 0}')
+    with pytest.raises(UsageError, match=f"^--factors {factors}: needs finite numbers .* \\(inter_to_intra_speedup "
+                                         f"is {float(value)}\\)$"):
+        run(["simulate", "--jobs", "40", "--racks", "2", "--factors", str(factors)], capsys)
+
+
 def test_parquet_without_pyarrow_is_refused_before_any_replay(capsys, tmp_path, monkeypatch):
     import importlib.util
 

@@ -291,6 +291,8 @@ def submit_plan(args: argparse.Namespace) -> dict:
 def check_sbatch_args(sbatch_args: list[str]) -> None:
     """An --sbatch-arg may not set what the plan sets (sbatch would take the later one silently)."""
     for arg in sbatch_args:
+        if not arg:  # sbatch would take the empty word for the script, and the script for its argument
+            raise UsageError("--sbatch-arg='' is empty; give an sbatch option, e.g. --sbatch-arg=--time=01:00:00")
         name = arg.split("=", 1)[0]
         option = next((o for o in SUBMIT_OWNS if name == o or (o == "-N" and name.startswith("-N"))), None)
         if option is not None:

@@ -67,6 +67,8 @@ def _console(no_color: bool, stderr: bool = False) -> Console:
 
 
 def _jobs(args: argparse.Namespace) -> list[Job]:
+    if args.user == "":
+        raise UsageError("-u '' is empty: give a user name of this system")
     if args.user and args.targets:
         raise UsageError("give job ids and directories, or -u USER, not both")
     if not args.user and not args.targets:

@@ -4,6 +4,7 @@ logs (libtransit), the step files (the SPANK plugin), the submit lines and Slurm
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import pwd
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transit import slurm
+from transit import paths, slurm
 
 RANK_SCHEMA = "transit.rank/1"
 RANK_FILE_PATTERN = "rank*.json"  # rank<R>.<host>.<pid>.json, R a number or "x"
@@ -57,7 +58,9 @@ def as_int(value: Any) -> int | None:
 
 
 def as_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number; NaN and infinities (which Python's json reads) read as missing, like a string."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def as_text(value: Any) -> str | None:
@@ -69,8 +72,11 @@ def read_document(path: Path, schema: str, what: str) -> tuple[dict[str, Any] | 
     """A JSON object with the given schema, or the warning that says why the file is not one.
     `what` is what the report leaves out without it ("its rank", "this step's record")."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = paths.read_regular(path).decode("utf-8")
+    except OSError as exc:
+        return None, ReportWarning(UNREADABLE_FILE, f"cannot read {path.name}: {exc.strerror or exc}; {what} is "
+                                   "left out", str(path))
+    except UnicodeDecodeError as exc:
         return None, ReportWarning(UNREADABLE_FILE, f"cannot read {path.name}: {exc}", str(path))
     if not text.strip():
         # libtransit and the plugin write through temp + rename, so an empty file means something odd
@@ -137,8 +143,7 @@ def read_tick_log(path: Path) -> TickLog:
     """libtransit's tick CSV (TRANSIT_TICK_LOG=1); raises OSError, csv.Error, KeyError, TypeError or
     ValueError on a file that is not one. A last line cut short (the process was killed while
     writing it) is left out."""
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = list(csv.DictReader(io.StringIO(paths.read_regular(path).decode("utf-8"), newline="")))
     if rows and None in rows[-1].values():
         rows.pop()
     return TickLog(

@@ -8,6 +8,7 @@ import itertools
 import math
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from rich.console import Console
@@ -39,14 +40,26 @@ SCHEMA = "transit.sim/3"
 SWEEP_SCHEMA = "transit.sim-sweep/3"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+# Upper bounds that keep a mistyped count from exhausting memory: twice Seren's 450,590 GPU jobs,
+# 320,000 GPUs of racks, and `transit plan`'s node limit.
+MAX_JOBS = 1_000_000
+MAX_RACKS = 10_000
+MAX_NODES = 100_000
+
+
+def _whole(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `least` (to `most`, when given)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {least}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{value} must be at most {most}")
+        return value
+    return parse
 
 
 def _number(text: str) -> float:
@@ -79,7 +92,10 @@ def _curve(text: str) -> tuple[tuple[float, float], ...]:
 
 def _list(kind):
     def parse(text: str) -> list:
-        return [kind(item) for item in text.split(",") if item]
+        items = [kind(item) for item in text.split(",") if item]
+        if not items:  # an empty list would make a sweep of no study
+            raise argparse.ArgumentTypeError(f"{text[:80]!r} has no value; give one or more, comma-separated")
+        return items
     return parse
 
 
@@ -94,11 +110,11 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replay only this cluster's jobs (sacct Cluster; ACME/Helios: the file's name)")
     source.add_argument("--workload", choices=sorted(synthetic.WORKLOADS), default="seren",
                         help="synthetic workload when there is no --trace (default seren)")
-    source.add_argument("--jobs", type=_positive_int, metavar="N",
-                        help="synthetic job count (default: the public trace's GPU-job count)")
-    source.add_argument("--seed", type=int, default=1, help="synthetic trace seed (default 1)")
+    source.add_argument("--jobs", type=_whole(1, MAX_JOBS), metavar="N",
+                        help=f"synthetic job count, at most {MAX_JOBS:,} (default: the public trace's GPU-job count)")
+    source.add_argument("--seed", type=_whole(0), default=1, help="synthetic trace seed, 0 or more (default 1)")
     model = parser.add_argument_group("model (docs/simulator.md gives each default's source)")
-    model.add_argument("--baseline-racks", type=_positive_int, metavar="N",
+    model.add_argument("--baseline-racks", type=_whole(1, MAX_RACKS), metavar="N",
                        help="replay the baseline on N racks instead (e.g. the full-size cluster)")
     model.add_argument("--backfill", action="store_true", help="EASY backfill instead of strict FIFO")
     model.add_argument("--backfill-interval", type=_number, default=0.0, metavar="S",
@@ -133,10 +149,11 @@ def register(subparsers) -> None:
         "simulate", help="simulate TRANSIT on a cluster trace (queue times, rack traffic)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_input_arguments(parser)
-    parser.add_argument("--racks", type=_positive_int, metavar="N",
-                        help=f"racks of {RACK_GPUS} GPUs (default: 72 Seren, 76 Kalos, {DEFAULT_RACKS} for a trace)")
-    parser.add_argument("--nodes", type=_positive_int, metavar="N",
-                        help="a cluster of N nodes instead of whole racks (a small cluster; the last rack is part-filled)")
+    parser.add_argument("--racks", type=_whole(1, MAX_RACKS), metavar="N",
+                        help=f"racks of {RACK_GPUS} GPUs, at most {MAX_RACKS:,} (default: 72 Seren, 76 Kalos, {DEFAULT_RACKS} for a trace)")
+    parser.add_argument("--nodes", type=_whole(1, MAX_NODES), metavar="N",
+                        help=f"a cluster of N nodes (at most {MAX_NODES:,}) instead of whole racks (a small cluster; the last rack is "
+                        "part-filled)")
     parser.add_argument("--gpus-per-node", type=int, choices=GPUS_PER_NODE_CHOICES, default=8)
     parser.add_argument("--reduction", type=_reduction, default=0.5, metavar="R",
                         help="fraction of nodes an eligible job gives up (default 0.5)")
@@ -151,7 +168,7 @@ def register(subparsers) -> None:
     sweep = actions.add_parser("sweep", help="one study per combination of settings, in parallel processes",
                                description="Run one study per combination of the listed settings.")
     _add_input_arguments(sweep)
-    sweep.add_argument("--racks", dest="racks_list", type=_list(_positive_int), metavar="N,N",
+    sweep.add_argument("--racks", dest="racks_list", type=_list(_whole(1, MAX_RACKS)), metavar="N,N",
                        help="rack counts (default: the workload's full size)")
     sweep.add_argument("--gpus-per-node", dest="gpn_list", type=_list(int), default=[4, 8], metavar="4,8")
     sweep.add_argument("--reductions", type=_list(_reduction), default=[0.25, 0.5], metavar="R,R")
@@ -160,7 +177,7 @@ def register(subparsers) -> None:
                        help="inter->intra-rack throughput gains to try (default: the one factor)")
     sweep.add_argument("--slowdowns", type=_list(_number), metavar="Y,Y",
                        help="intra->inter-rack throughput losses to try (default: the one factor)")
-    sweep.add_argument("--processes", type=_positive_int, metavar="N", help="worker processes (default: CPUs)")
+    sweep.add_argument("--processes", type=_whole(1), metavar="N", help="worker processes (default: CPUs)")
     sweep.add_argument("--json", action="store_true", help=f"print the results as JSON ({SWEEP_SCHEMA})")
     sweep.add_argument("--plot", metavar="PNG", type=paths.output_file, help="write a Figure-12-style bar chart of every study")
     sweep.add_argument("--markdown", metavar="FILE", type=paths.output_file, help="write the results table as Markdown")

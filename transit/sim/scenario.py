@@ -30,6 +30,7 @@ such, with efficiency 1.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -128,15 +129,22 @@ def read_factors(path: str) -> tuple[Factors, Efficiency | None]:
     if schema not in FACTORS_SCHEMAS:
         raise UsageError(f"--factors {path}: schema {schema!r}, expected one of {', '.join(FACTORS_SCHEMAS)}")
     source = str(document.get("source", path))
+
+    def number(key: str) -> float:
+        value = float(document[key])
+        if not math.isfinite(value):  # Python's json reads NaN and Infinity; no factor is either
+            raise ValueError(f"{key} is {value}")
+        return value
+
     try:
-        factors = Factors(float(document["inter_to_intra_speedup"]), float(document["intra_to_inter_slowdown"]),
-                          str(document.get("slowdown_reading", "throughput")), float(document["unchanged"]), source)
+        factors = Factors(number("inter_to_intra_speedup"), number("intra_to_inter_slowdown"),
+                          str(document.get("slowdown_reading", "throughput")), number("unchanged"), source)
         if schema == FACTORS_SCHEMAS[0]:
             efficiency = Efficiency(1.0, (), f"1 ({schema}: factors already relative to the no-offload baseline)")
         else:
-            efficiency = Efficiency(float(document["per_gpu_efficiency"]), (), source)
+            efficiency = Efficiency(number("per_gpu_efficiency"), (), source)
     except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"--factors {path}: needs numeric inter_to_intra_speedup, intra_to_inter_slowdown, "
+        raise UsageError(f"--factors {path}: needs finite numbers inter_to_intra_speedup, intra_to_inter_slowdown, "
                          f"unchanged (and per_gpu_efficiency in /2) ({exc})") from exc
     factors.check()
     efficiency.check()
