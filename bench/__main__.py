@@ -36,6 +36,7 @@ from bench.planning import (
 from bench.protocol import check_gpus, execute
 from bench.summary import merge
 from transit import paths
+from transit.cli import OneLineParser
 from transit.emulate import MAX_NODES, positive
 from transit.errors import UsageError
 
@@ -177,14 +178,6 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("table", help="the results table from bench/results (`python -m bench table --help`)",
                    add_help=False)
     return p
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A bad argument is one line, without the usage block (its subcommands' parsers are of this class too)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        print(f"{self.prog}: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> int:

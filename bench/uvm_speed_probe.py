@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import GIB, host_resident_bytes, provenance, write_json
 from transit.bench_link import CU_MEM_ADVISE_SET_ACCESSED_BY, CU_MEM_ATTACH_GLOBAL, _Driver
+from transit.cli import OneLineParser
 
 SCHEMA = "transit.uvm-speed-probe/1"
 CHUNK = 2 << 20
@@ -60,12 +61,6 @@ def bounded(kind, low, high, name: str):
             raise argparse.ArgumentTypeError(f"{name} {text!r}: expected {what} from {low:g} to {high:g}")
         return value
     return parse
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        print(f"{self.prog}: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -113,12 +113,12 @@ def probe(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["--out", "p.json", "--gib", "0"], ("uvm_speed_probe.py: argument --gib: --gib '0': expected a whole number "
-                                          "from 1 to 1024\n")),
+                                          "from 1 to 1024 (see uvm_speed_probe.py --help)\n")),
     (["--out", "p.json", "--repeats", "x"], ("uvm_speed_probe.py: argument --repeats: --repeats 'x': expected a "
-                                             "whole number from 1 to 100\n")),
+                                             "whole number from 1 to 100 (see uvm_speed_probe.py --help)\n")),
     (["--out", "p.json", "--mover-rate", "0"], ("uvm_speed_probe.py: argument --mover-rate: --mover-rate '0': "
-                                                "expected a number from 1 to 100000\n")),
-    ([], "uvm_speed_probe.py: the following arguments are required: --out\n"),
+                                                "expected a number from 1 to 100000 (see uvm_speed_probe.py --help)\n")),
+    ([], "uvm_speed_probe.py: the following arguments are required: --out (see uvm_speed_probe.py --help)\n"),
 ])
 def test_the_probe_refuses_bad_arguments_in_one_line(argv: list[str], line: str):
     result = probe(*argv)

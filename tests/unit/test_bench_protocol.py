@@ -378,7 +378,7 @@ def test_nodes_runs_every_system_on_emulated_nodes_or_refuses_in_one_line(capsys
         cli.main(["plan", "controls-1gpu", "--nodes", "0"])
     assert bad.value.code == 2
     assert capsys.readouterr().err == ("python -m bench plan: argument --nodes: --nodes '0': expected a whole "
-                                       "number from 1 to 64\n")
+                                       "number from 1 to 64 (see python -m bench plan --help)\n")
 
 
 def test_zenflows_losses_are_compared_with_exact_adamw_in_the_same_repeat():
@@ -446,28 +446,34 @@ def test_a_run_on_a_machine_with_too_few_gpus_is_refused_in_one_line(monkeypatch
 
 @pytest.mark.parametrize(("args", "line"), [
     (["plan", "transit-2rank", "--model", "huge"],
-     "python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'small', 'bench')"),
+     ("python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'small', 'bench') "
+     "(see python -m bench plan --help)")),
     (["plan", "transit-2rank", "--command-limit", "-5"],
-     "python -m bench plan: argument --command-limit: '-5': give a number of seconds from 0"),
+     ("python -m bench plan: argument --command-limit: '-5': give a number of seconds from 0 (see python -m "
+     "bench plan --help)")),
     (["plan", "transit-2rank", "--cores", "0"],
-     "python -m bench plan: argument --cores: --cores '0': expected a whole number from 1 to 4096"),
+     ("python -m bench plan: argument --cores: --cores '0': expected a whole number from 1 to 4096 (see python "
+     "-m bench plan --help)")),
     (["plan", "claim-b-gb8", "--search-summary", "missing.json"],
-     "python -m bench plan: argument --search-summary: 'missing.json' cannot be read: No such file or directory"),
+     ("python -m bench plan: argument --search-summary: 'missing.json' cannot be read: No such file or directory "
+     "(see python -m bench plan --help)")),
     (["plan", "claim-b-gb8", "--search-summary", "tests/fixtures/stats/rank-example.json"],
      ("python -m bench: --search-summary tests/fixtures/stats/rank-example.json: not a claim (b) micro-batch "
      "search's summary")),
     (["run", "transit-2rank", "--model", "tiny", "--out", "bench/README.md/out"],
      ("python -m bench run: argument --out: 'bench/README.md/out' cannot be written: bench/README.md is not a "
-     "directory")),
+     "directory (see python -m bench run --help)")),
     (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--work", "bench/README.md/work"],
      ("python -m bench run: argument --work: 'bench/README.md/work' cannot be written: bench/README.md is not a "
-     "directory")),
+     "directory (see python -m bench run --help)")),
     (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--time-limit", "nan"],
-     "python -m bench run: argument --time-limit: 'nan': give a number of seconds from 60"),
+     ("python -m bench run: argument --time-limit: 'nan': give a number of seconds from 60 (see python -m bench "
+     "run --help)")),
     (["run", "transit-2rank", "--model", "tiny", "--out", "out", "--limit", "x=12Q"],
      "python -m bench: --limit 'x=12Q': give NAME=VALUE, VALUE a int"),
     (["merge", "transit-2rank", "tests", "--out", "m.json"],
-     "python -m bench merge: argument PART_JSON: 'tests' is a directory; give a file"),
+     ("python -m bench merge: argument PART_JSON: 'tests' is a directory; give a file (see python -m bench merge "
+     "--help)")),
     (["merge", "transit-2rank", "tests/fixtures/sim/all_too_big.json", "--out", "m.json"],
      ("python -m bench: --merge tests/fixtures/sim/all_too_big.json: not a transit.bench-summary/1 part of "
      "transit-2rank")),

@@ -81,8 +81,8 @@ PROFILE = "tests/fixtures/profile/h200-gb8-advise.profile.json.gz"
     (["replay", "--policy", "advise", "--limit", "4G", ""],
      "transit replay: argument PROFILE: '' is an empty path; give a file or directory name (see transit replay --help)"),
     (["report", "--no-slurm", ""],
-     ("transit report: '' is neither a directory nor a job id: give a job id (1234), an array task (1234_7) or a "
-     "job's stats directory")),
+     ("transit report: '' is neither a directory nor a job id: give a job id (1234), an array task (1234_7), a "
+     "heterogeneous job's component (1234+1) or a job's stats directory")),
     (["report", "-u", ""], "transit report: -u '' is empty: give a user name of this system"),
     (["report", "--no-slurm", "--plot", "", "tests/fixtures/report/jobs/4322"],
      "transit report: argument --plot: '' is an empty path; give a file or directory name (see transit report --help)"),
