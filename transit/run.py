@@ -118,17 +118,23 @@ def _transit_env(args: argparse.Namespace, base: dict[str, str], policy: str | N
         _native.check_value("TRANSIT_MEM_LIMIT", "--mem-limit", args.mem_limit)
     shown = "--out" if args.out is not None else "TRANSIT_OUT" if out is not None else "the default --out"
     out = DEFAULT_OUT if out is None else out
-    check_out(shown, out)
+    check_out_name(shown, out)
     env = build_env(policy, mem_limit, out, base)
-    envcheck.check(env)
+    envcheck.check(env)  # the user's TRANSIT_* values, then whether the stats can be written (as srun)
+    check_out(shown, out)
     return env
+
+
+def check_out_name(shown: str, out: str) -> None:
+    """A stats directory name libtransit accepts; UsageError names it as `shown`."""
+    # as typed, only made absolute: the message shows what the user gave
+    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
 
 
 def check_out(shown: str, out: str) -> None:
     """A stats directory libtransit accepts and this user can write; UsageError names it as `shown`.
     The stats files are written at the command's end: an unwritable place is refused before it starts."""
-    # as typed, only made absolute: the message shows what the user gave
-    _native.check_dir(shown, os.path.join(os.getcwd(), out) if out else out)
+    check_out_name(shown, out)
     try:
         paths.output_dir(out)
     except paths.PathError as exc:
