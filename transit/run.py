@@ -121,7 +121,7 @@ def _transit_env(args: argparse.Namespace, base: dict[str, str], policy: str | N
     check_out_name(shown, out)
     env = build_env(policy, mem_limit, out, base)
     envcheck.check(env)  # the user's TRANSIT_* values, then whether the stats can be written (as srun)
-    check_out(shown, out)
+    check_out_writable(shown, out)
     return env
 
 
@@ -135,6 +135,10 @@ def check_out(shown: str, out: str) -> None:
     """A stats directory libtransit accepts and this user can write; UsageError names it as `shown`.
     The stats files are written at the command's end: an unwritable place is refused before it starts."""
     check_out_name(shown, out)
+    check_out_writable(shown, out)
+
+
+def check_out_writable(shown: str, out: str) -> None:
     try:
         paths.output_dir(out)
     except paths.PathError as exc:

@@ -79,21 +79,16 @@ def all_runs(request, tmp_path_factory) -> dict[str, dict]:
                          "root": root / name, "native": native, "policies": {}}
         if isinstance(native, dict):
             layouts[name]["limit"] = int(min(reserved_peaks(native)) / L_DIVISOR) // MIB * MIB
-    planned = {f"{name}/{policy}": run["ranks"] * (run["limit"] + RANK_DEVICE_OVERHEAD_BYTES)
+    planned = {(name, policy): run["ranks"] * (run["limit"] + RANK_DEVICE_OVERHEAD_BYTES)
                for name, run in layouts.items() if "limit" in run for policy in POLICIES}
 
-    def start(key: str) -> subprocess.Popen:
-        name, policy = key.split("/")
-        run = layouts[name]
+    def start(key: tuple[str, str]) -> subprocess.Popen:
+        run, policy = layouts[key[0]], key[1]
         return emulate(run["nodes"], run["per_node"], run["tp"], run["root"] / policy, policy, run["limit"])
 
-    def finish(key: str, proc: subprocess.Popen) -> dict | str:
-        name, policy = key.split("/")
-        return outcome(proc, layouts[name]["root"] / policy)
-
     free = free_gpu_memory()[int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])]
-    for key, result in side_by_side(planned, start, finish, free).items():
-        name, policy = key.split("/")
+    done = side_by_side(planned, start, lambda key, proc: outcome(proc, layouts[key[0]]["root"] / key[1]), free)
+    for (name, policy), result in done.items():
         layouts[name]["policies"][policy] = result
     return layouts
 
