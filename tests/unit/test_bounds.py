@@ -35,6 +35,8 @@ BAD_INPUTS = [
     ([*PLAN, "--scale-in", "0"], "--scale-in must be more than 0, got 0"),
     ([*PLAN, "--scale-in", "0.5,inf"], "--scale-in must be a finite number, got inf"),
     ([*PLAN, "--scale-in", "-0.5"], "--scale-in must be more than 0, got -0.5"),
+    ([*PLAN, "--scale-in", "0.5,,0.25"], "--scale-in has an empty value in '0.5,,0.25'; give numbers separated by"),
+    ([*PLAN, "--candidates", "12,"], "--candidates has an empty value in '12,'; give numbers separated by commas"),
     # plan: batch
     ([*PLAN, "--global-batch", "0"], "--global-batch must be at least 1, got 0"),
     ([*PLAN, "--global-batch", "1e23"], "--global-batch must be an integer in [1, 1000000000], got '1e23'"),

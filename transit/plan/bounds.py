@@ -111,9 +111,11 @@ def parse_value(name: str, text: str, bound: Bound | None = None) -> int | float
 
 def parse_list(name: str, text: str, bound: Bound | None = None) -> list[int | float]:
     """A comma-separated list (`--candidates 16,12,8`), each member checked as `name` (or `bound`) allows."""
-    items = [item for item in str(text).split(",") if item.strip()]
-    if not items:
+    items = [item.strip() for item in str(text).split(",")]
+    if not any(items):
         raise UsageError(f"{name} needs at least one value, got {_shown(text, quoted=True)}")
+    if "" in items:  # `0.5,,0.25` or a trailing comma: a value lost in editing, not one to guess
+        raise UsageError(f"{name} has an empty value in {_shown(text, quoted=True)}; give numbers separated by commas")
     if len(items) > MAX_LIST_ITEMS:
         raise UsageError(f"{name} takes at most {MAX_LIST_ITEMS} values, got {len(items)}")
     return [parse_value(name, item, bound) for item in items]
