@@ -12,6 +12,7 @@ bench/README.md says what each experiment measures and how the protocol runs it.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -127,6 +128,15 @@ def seconds(least: float) -> Callable[[str], float]:
     return parse
 
 
+def experiment_name(text: str) -> str:
+    """An experiment's name; a wrong one is told the closest names, not all fifty."""
+    if text in EXPERIMENTS:
+        return text
+    close = difflib.get_close_matches(text, EXPERIMENTS, n=3, cutoff=0.6)
+    hint = f"closest: {', '.join(close)}; " if close else ""
+    raise argparse.ArgumentTypeError(f"no experiment {text[:60]!r} ({hint}`python -m bench list` names them all)")
+
+
 def output_dir(text: str) -> Path:
     """A directory this user can write (or create): checked before any run starts."""
     return Path(paths.output_dir(text))
@@ -139,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help=f"as JSON ({LIST_SCHEMA})")
 
     def experiment_args(q: argparse.ArgumentParser) -> None:
-        q.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
+        q.add_argument("experiment", type=experiment_name, metavar="EXPERIMENT",
                        help="one of `python -m bench list`")
         q.add_argument("--search-summary", type=paths.text_path, nargs="+", metavar="SEARCH_JSON",
                        help="claim-b-*: each system's best micro-batch from these claim-b-search-* summaries")
@@ -169,7 +179,7 @@ def parser() -> argparse.ArgumentParser:
                          help="a capped TRANSIT system's calibrated L (printed by the part that calibrated it)")
     running.add_argument("--transit-profile", action="store_true", help="TRANSIT_PROFILE=1 for the TRANSIT runs")
     merging = sub.add_parser("merge", help="join the parts' summaries into one")
-    merging.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT")
+    merging.add_argument("experiment", type=experiment_name, metavar="EXPERIMENT")
     merging.add_argument("parts", type=paths.text_path, nargs="+", metavar="PART_JSON")
     merging.add_argument("--out", type=lambda text: Path(paths.output_file(text)), required=True,
                          help="the summary file")

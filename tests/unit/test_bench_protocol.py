@@ -449,6 +449,13 @@ def test_a_run_on_a_machine_with_too_few_gpus_is_refused_in_one_line(monkeypatch
 
 
 @pytest.mark.parametrize(("args", "line"), [
+    (["plan", "scale-in-4to2-gb6"],
+     ("python -m bench plan: argument EXPERIMENT: no experiment 'scale-in-4to2-gb6' (closest: scale-in-4to2-gb8, "
+      "scale-in-2to1-gb8, scale-in-4to2-gb8-gpus; `python -m bench list` names them all) (see python -m bench plan "
+      "--help)")),
+    (["merge", "nonsense", "part.json", "--out", "x.json"],
+     ("python -m bench merge: argument EXPERIMENT: no experiment 'nonsense' (`python -m bench list` names them all) "
+      "(see python -m bench merge --help)")),
     (["plan", "transit-2rank", "--model", "huge"],
      ("python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'small', 'bench') "
      "(see python -m bench plan --help)")),
