@@ -123,6 +123,13 @@ def text_file(path: str) -> str:
     return path
 
 
+def batch_script(path: str) -> str:
+    """A file sbatch will take: readable text whose first line is an interpreter (sbatch's own rule)."""
+    if not text_file(path) or not _open_regular(path).startswith(b"#!"):
+        raise _refuse(path, "is not a batch script: its first line is not #!INTERPRETER")
+    return path
+
+
 def text_path(path: str) -> Path:
     """text_file(), as a Path."""
     return Path(text_file(path))

@@ -210,10 +210,18 @@ def test_launch_takes_any_planned_count_and_refuses_others(cluster, env):
     assert "2 nodes is not a count transit submit planned global batch 16 for (TRANSIT_CANDIDATES=4,3)" in result.stderr
 
 
-def test_submit_dry_run_shrinks_the_node_count(cluster, env):
+def batch_script(directory: Path) -> Path:
+    """A job.sh that sbatch would take, in `directory` (where the dry runs run, so the line says job.sh)."""
+    script = directory / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    return script
+
+
+def test_submit_dry_run_shrinks_the_node_count(cluster, env, tmp_path):
     # 10 nodes of 8 GPUs -> 7: lcm(80, 56) = 560 sequences
+    batch_script(tmp_path)
     result = cluster.run(["transit", "submit", "--nodes", "10", "--scale-in", "0.3", "--global-batch", "560",
-                          "--dry-run", "job.sh", "a", "--b"], env=env)
+                          "--dry-run", "job.sh", "a", "--b"], env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ("sbatch --parsable --nodes=7 --transit=advise --export=ALL,TRANSIT_GLOBAL_BATCH=560,"
                                      "TRANSIT_LOCAL_BATCH=1,TRANSIT_TP=1,TRANSIT_PP=1,TRANSIT_CANDIDATES=10:7 "
@@ -221,8 +229,7 @@ def test_submit_dry_run_shrinks_the_node_count(cluster, env):
 
 
 def test_submit_refuses_a_batch_the_counts_cannot_share_and_queues_nothing(cluster, env, tmp_path):
-    script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\ntrue\n")  # a job sbatch would take
+    script = batch_script(tmp_path)
     name = unique_job_name()
     result = cluster.run(["transit", "submit", "--nodes", "16", "--scale-in", "0.25", "--global-batch", "128",
                           f"--sbatch-arg=--job-name={name}", str(script)], env=env)
@@ -233,21 +240,20 @@ def test_submit_refuses_a_batch_the_counts_cannot_share_and_queues_nothing(clust
 
 
 def test_submit_names_what_sbatch_said(cluster, env, tmp_path):
-    script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\ntrue\n")
+    script = batch_script(tmp_path)
     result = cluster.run(["transit", "submit", "--nodes", "4", "--scale-in", "0.5", "--sbatch-arg=--partition=nope",
                           str(script)], env=env)
     assert result.returncode == 2
     assert "failed: sbatch: error: invalid partition specified: nope" in result.stderr
 
 
-def test_submit_to_min_uses_the_plan(cluster, env):
+def test_submit_to_min_uses_the_plan(cluster, env, tmp_path):
     # Llama3-70B on 4-GPU H100 nodes with 400 GiB of DRAM under prefetch, at the target of 24
     # sequences: 5 nodes (25% fewer) spill 8.5 GiB per GPU and keep 60% of 6 nodes' tokens per GPU;
     # 3 nodes (50% fewer) keep 32%, over twice the per-token cost; no count below 6 keeps 80%
     result = cluster.run(["transit", "submit", "--nodes", "6", "--to-min", "--model", "llama3-70b",
                           "--gpus-per-node", "4", "--host-dram-gib", "400", "--transit", "prefetch",
-                          "--dry-run", "--json", "job.sh"], env=env)
+                          "--dry-run", "--json", "job.sh"], env=env, cwd=batch_script(tmp_path).parent)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert (summary["counts"], summary["nodes"]) == ([6, 5], 5)
@@ -273,8 +279,9 @@ def test_submit_runs_sbatch_with_transit_on_fewer_nodes(env, tmp_path):
     (["--scale-in", "1.0"], "--scale-in must be less than 1, got 1.0"),
     ([], "give --scale-in FRACTION, --candidates N,N or --to-min"),
 ])
-def test_submit_rejects_bad_shrinking(cluster, env, args, message):
-    result = cluster.run(["transit", "submit", "--nodes", "4", *args, "--dry-run", "job.sh"], env=env)
+def test_submit_rejects_bad_shrinking(cluster, env, args, message, tmp_path):
+    result = cluster.run(["transit", "submit", "--nodes", "4", *args, "--dry-run", "job.sh"], env=env,
+                         cwd=batch_script(tmp_path).parent)
     assert result.returncode == 2 and message in result.stderr
 
 

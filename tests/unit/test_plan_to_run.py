@@ -16,7 +16,7 @@ def no_plan_env(monkeypatch):
 
 
 def submitted_export(capsys, *argv):
-    assert cli.main(["submit", *argv, "--dry-run", "--json", "job.sh"]) == 0
+    assert cli.main(["submit", *argv, "--dry-run", "--json", "tests/fixtures/job.sh"]) == 0
     command = json.loads(capsys.readouterr().out)["command"]
     export = next(a for a in command if a.startswith("--export="))
     return dict(item.split("=", 1) for item in export.removeprefix("--export=ALL,").split(","))
@@ -54,8 +54,8 @@ def test_submit_without_transit_plans_only_counts_without_a_spill(no_plan_env, c
     # Llama3-70B on 4-GPU H100 nodes: 6 nodes hold it in HBM (within the margin), 4 spill 21.6 GiB per GPU
     argv = ["submit", "--nodes", "8", "--model", "llama3-70b", "--gpus-per-node", "4", "--transit", "off",
             "--dry-run", "--json"]
-    assert cli.main([*argv, "--to-min", "job.sh"]) == 0
+    assert cli.main([*argv, "--to-min", "tests/fixtures/job.sh"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"] == [8, 6]
-    assert cli.main([*argv, "--candidates", "4", "job.sh"]) == 2
+    assert cli.main([*argv, "--candidates", "4", "tests/fixtures/job.sh"]) == 2
     assert capsys.readouterr().err == ("transit submit: 4 nodes spill 21.6 GiB per GPU, which only TRANSIT holds: "
                                        "--transit off needs counts that fit in HBM\n")

@@ -143,7 +143,7 @@ COMMANDS = [
     (["launch", "--nodes", "2", "--nproc-per-node", "2", "--global-batch", "8", "--dry-run", "--json", "train.py"],
      "transit.launch/1"),
     (["submit", "--nodes", "4", "--scale-in", "0.5", "--model", "llama3-8b", "--global-batch", "64", "--dry-run",
-      "--json", "job.sh"], "transit.submit/1"),
+      "--json", "tests/fixtures/job.sh"], "transit.submit/1"),
     (["report", "--no-slurm", "--json", str(CAPTURED / "2")], "transit.report/1"),
     (["report", "--no-slurm", "--json", str(CAPTURED / "2"), str(CAPTURED / "3")], "transit.report-list/1"),
     (["simulate", "--trace", SIM_TRACE, "--racks", "4", "--json"], "transit.sim/3"),

@@ -96,7 +96,7 @@ def register_launch(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch command instead of running it")
     parser.add_argument("--json", action="store_true")
     add_model_arguments(parser)
-    parser.add_argument("script", help="batch script")
+    parser.add_argument("script", help="batch script (sbatch's: its first line #!...)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     parser.set_defaults(func=submit_main)
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-from transit import slurm
+from transit import paths, slurm
 from transit.errors import UsageError
 from transit.plan import bounds, planner
 from transit.plan.arguments import config_from_args
@@ -300,6 +300,7 @@ def check_sbatch_args(sbatch_args: list[str]) -> None:
 
 
 def submit_main(args: argparse.Namespace) -> int:
+    paths.batch_script(args.script)  # sbatch reads it only when submitting: a dry run would pass a missing one
     bounds.check_args(args)
     check_sbatch_args(args.sbatch_arg)
     planned = submit_plan(args)
