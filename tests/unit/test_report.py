@@ -662,6 +662,10 @@ def test_report_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     from transit.report import jobs
 
     option, env, dev = tmp_path / "option", tmp_path / "env", tmp_path / "dev"
+    monkeypatch.setenv("TRANSIT_REPORT_DIR", str(env))
+    with pytest.raises(UsageError, match=f"^TRANSIT_REPORT_DIR={env}: no such directory"):
+        default_report_dir(None, use_slurm=False)
+    env.mkdir()
     dev.mkdir()
     monkeypatch.setattr(jobs, "DEV_CLUSTER_REPORT_DIR", dev)
     monkeypatch.setenv("TRANSIT_REPORT_DIR", str(env))

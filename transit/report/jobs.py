@@ -59,9 +59,12 @@ def default_report_dir(option: str | None, use_slurm: bool) -> Path | None:
     $TRANSIT_REPORT_DIR, report_dir= of spank_transit.so in the running cluster's plugstack.conf
     (unless use_slurm is off), the dev cluster's <repo>/.dev-cluster/reports; None when none is."""
     if option:
-        return Path(option)
-    if os.environ.get("TRANSIT_REPORT_DIR"):
-        return Path(os.environ["TRANSIT_REPORT_DIR"])
+        return Path(option)  # argparse checked that it exists
+    from_env = os.environ.get("TRANSIT_REPORT_DIR")
+    if from_env:
+        if not Path(from_env).is_dir():  # named by the user: a typo there would read as "unknown job"
+            raise UsageError(f"TRANSIT_REPORT_DIR={from_env[:120]}: no such directory (give the plugin's report_dir=)")
+        return Path(from_env)
     from_plugstack = slurm.plugstack_arguments().get("report_dir") if use_slurm else None
     if from_plugstack:
         return Path(from_plugstack)
