@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import tables
+from bench.common import check_tree_commit
 from bench.estimates import estimator, recorded_runs
 from bench.experiments import EXPERIMENTS, MACHINES, MODEL, Experiment, resolve, system_config
 from bench.model import CONFIGS
@@ -242,6 +243,7 @@ def dispatch(argv: list[str]) -> int:
     parts = split_parts(runs, seconds, args.command_limit)
     k, n = parse_part(args.part, len(parts)) if args.part else (0, 0)
     limits = parse_assignments(args.limit, "--limit", int)
+    check_tree_commit()
     return execute(experiment, parts[k - 1] if k else runs, k, n, args, limits, seconds)
 
 

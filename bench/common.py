@@ -832,6 +832,25 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def check_tree_commit(repo: Path = REPO_ROOT) -> None:
+    """A summary names one commit, so `bench run` refuses a tree whose tracked files differ from
+    git's HEAD (local edits, or a device's copy of the tree under a stale .git, which once recorded
+    an earlier session's commit) unless BENCH_GIT_COMMIT names the commit the tree is at."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                             check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no git here: the summary records no commit
+    changed = out.stdout.splitlines()
+    if out.returncode == 0 and changed:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], check=False,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        raise UsageError(f"{len(changed)} tracked files differ from git's HEAD {head} ({changed[0][3:]}, ...): "
+                         "commit them, or set BENCH_GIT_COMMIT=<the commit this tree is at>")
+
+
 def provenance() -> dict:
     """Command, commit and device: what every result file carries."""
     device = None

@@ -508,3 +508,23 @@ def test_a_closed_pipe_ends_the_listing_quietly() -> None:
     r = subprocess.run(f"{sys.executable} -m bench list | true", shell=True, cwd=REPO, capture_output=True,
                        text=True, timeout=120, check=False)
     assert r.stderr == ""
+
+
+def test_a_run_refuses_a_tree_that_is_not_at_its_commit(tmp_path, monkeypatch):
+    """One commit per summary: a tree whose tracked files differ from HEAD (local edits, or a copy
+    under a stale .git) is refused unless BENCH_GIT_COMMIT names its commit."""
+    from bench.common import check_tree_commit
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "train.py").write_text("steps = 6\n")
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    monkeypatch.delenv("BENCH_GIT_COMMIT", raising=False)
+    check_tree_commit(tmp_path)
+    (tmp_path / "train.py").write_text("steps = 7\n")
+    with pytest.raises(UsageError, match=r"^1 tracked files differ from git's HEAD [0-9a-f]{7} \(train.py, \.\.\.\): "
+                                         r"commit them, or set BENCH_GIT_COMMIT="):
+        check_tree_commit(tmp_path)
+    monkeypatch.setenv("BENCH_GIT_COMMIT", "0123456")
+    check_tree_commit(tmp_path)
