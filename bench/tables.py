@@ -94,7 +94,8 @@ def row_cells(row: dict, best: dict[int, float]) -> tuple[str, ...]:
         verdict += f" by {statistics.median(last):.3f} at the last step"
     if losses.get("checks"):
         verdict += f" ({losses['reference'].split(' ')[0]})"
-    ranks = f"{row['ranks']} ({row['emulated_nodes']} nodes)" if row.get("emulated_nodes") else str(row["ranks"])
+    nodes = row.get("emulated_nodes")
+    ranks = f"{row['ranks']} ({nodes} node{'s' if nodes > 1 else ''})" if nodes else str(row["ranks"])
     return (row["name"], ranks, str(row["micro_batch"]), f"{row['tokens_per_step']:,}", tflops, _spread(tokens, ",.0f"),
             ratio, peaks, traffic, verdict)
 
