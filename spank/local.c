@@ -4,6 +4,7 @@
  * user's own TRANSIT_* environment, which the tasks inherit, is checked here too, as libtransit
  * will read it in the tasks: with what the plugin sets in their place.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,36 +178,45 @@ oom:
     return -1;
 }
 
+/* An option as a refusal names it: with where it came from, when that is not the command line. */
+static void option_name(char *buf, size_t len, const char *option, enum transit_source from)
+{
+    const char *before = from == TRANSIT_FROM_SCRIPT ? "#SBATCH " : from == TRANSIT_FROM_JOB ? "the job's " : "";
+    snprintf(buf, len, "%s%s%s", before, option, from == TRANSIT_FROM_JOB ? " (from sbatch or salloc)" : "");
+}
+
 int transit_local_post_opt(spank_t sp)
 {
     (void)sp;
     char err[TRANSIT_ERR_MAX];
     char **envp = NULL;
 
+    /* an option the command got from the job has nothing to act on in a step without TRANSIT,
+     * and was checked when the job was submitted */
+    char sub[96], off[96]; /* "the job's --transit-report-dir (from sbatch or salloc)" */
+    bool limit = transit_opts.mem_limit[0] && transit_opts.mem_limit_from != TRANSIT_FROM_JOB;
+    bool dir = transit_opts.report_dir[0] && transit_opts.report_dir_from != TRANSIT_FROM_JOB;
+    enum transit_source sub_from = limit ? transit_opts.mem_limit_from : transit_opts.report_dir_from;
+    if (limit || dir)
+        option_name(sub, sizeof(sub), limit ? "--transit-mem-limit" : "--transit-report-dir", sub_from);
     if (!transit_opts.requested) {
         char shown[TRANSIT_SHOW_MAX];
-        bool limit = transit_opts.mem_limit[0] != '\0';
-        if (!limit && !transit_opts.report_dir[0])
+        if (!limit && !dir)
             return 0;
         transit_show(limit ? transit_opts.mem_limit : transit_opts.report_dir, shown, sizeof(shown));
-        return transit_refuse("--transit-%s='%s' needs --transit (e.g. --transit=advise)",
-                              limit ? "mem-limit" : "report-dir", shown);
+        return transit_refuse("%s='%s' needs --transit (e.g. --transit=advise)", sub, shown);
     }
-    /* an option srun inherited from the job has nothing to act on in a step without TRANSIT; only
-     * one given with the off conflicts with it */
-    const char *own = transit_opts.mem_limit[0] && !transit_opts.mem_limit_inherited       ? "mem-limit"
-                      : transit_opts.report_dir[0] && !transit_opts.report_dir_inherited ? "report-dir"
-                                                                                          : NULL;
-    if (transit_opts.off) {
-        if (own && transit_opts.off_inherited)
-            return transit_refuse("the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
-                                  "--transit-%s has nothing to act on; give this srun --transit=POLICY too, "
-                                  "or drop --transit-%s", own, own);
-        if (own)
-            return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
-                                  "drop one of them", own);
+    /* an off overrides the weaker values of the other options, as a command line overrides the
+     * script's (they go unused); one given with it, or overriding it, conflicts */
+    if (transit_opts.off && (limit || dir) && sub_from >= transit_opts.off_from) {
+        option_name(off, sizeof(off), "--transit=off", transit_opts.off_from);
+        if (sub_from == transit_opts.off_from)
+            return transit_refuse("%s runs no TRANSIT, so %s has nothing to act on; drop one of them", off, sub);
+        return transit_refuse("%s runs no TRANSIT, so %s has nothing to act on; give this %s --transit=POLICY "
+                              "too, or drop %s", off, sub, program_invocation_short_name, sub);
+    }
+    if (transit_opts.off)
         return 0;
-    }
 
     read_exports();
     const char *env_policy = task_getenv("TRANSIT_POLICY"), *env_limit = task_getenv("TRANSIT_MEM_LIMIT");
@@ -215,9 +225,9 @@ int transit_local_post_opt(spank_t sp)
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
-        if (own)
-            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
-                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option", own);
+        if (limit || dir)
+            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so %s has nothing "
+                                  "to act on; unset TRANSIT_POLICY or drop the option", sub);
         return 0;
     }
 

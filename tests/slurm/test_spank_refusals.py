@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,66 @@ def test_a_steps_own_option_in_a_job_with_transit_off_is_refused(cluster: Cluste
          "--transit-mem-limit"),
         "refused: 1"]
     assert not (tmp_path / "ran").exists()
+
+
+def _sbatch_script(cluster: Cluster, tmp_path: Path, directives: list[str], options: list[str],
+                   body: str = "true\n") -> tuple[str, subprocess.CompletedProcess[str]]:
+    """`sbatch --wait OPTIONS job.sh` as the test user, job.sh holding DIRECTIVES as #SBATCH lines:
+    the job's name and sbatch's result."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + body)
+    name = unique_job_name()
+    return name, cluster.run(["sbatch", "--parsable", "--wait", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"),
+                              *options, str(script)], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("directives", [
+    ["--transit-mem-limit=40G"],
+    ["--transit-report-dir={reports}"],
+    ["--transit=advise", "--transit-mem-limit=40G", "--transit-report-dir={reports}"],
+])
+def test_sbatchs_own_off_leaves_the_scripts_options_unused(cluster: Cluster, tmp_path: Path,
+                                                          directives: list[str]) -> None:
+    """`sbatch --transit=off job.sh` turns TRANSIT off for this submission: the command line
+    overrides the script's #SBATCH lines, as for every sbatch option, and the script's other
+    TRANSIT options have nothing to act on. Neither the batch script nor its step gets TRANSIT."""
+    show = "env | grep ^TRANSIT_; echo \"preload=${LD_PRELOAD-}\""
+    _, out = _sbatch_script(cluster, tmp_path, [d.format(reports=tmp_path / "reports") for d in directives], ["--transit=off"],
+                            f"{show}\nsrun bash -c '{show}'\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    assert (tmp_path / "out.txt").read_text().splitlines() == ["preload=", "preload="]
+    assert not (tmp_path / "reports").exists()
+    assert not (cluster.report_dir / out.stdout.strip().split(";")[0]).exists()
+
+
+@pytest.mark.parametrize(("directives", "options", "message"), [
+    (["--transit=off", "--transit-mem-limit=40G"], [],
+     "#SBATCH --transit=off runs no TRANSIT, so #SBATCH --transit-mem-limit has nothing to act on; drop one of them"),
+    (["--transit=off", "--transit-report-dir=/tmp"], [],
+     "#SBATCH --transit=off runs no TRANSIT, so #SBATCH --transit-report-dir has nothing to act on; drop one of them"),
+    (["--transit=off"], ["--transit-mem-limit=40G"],
+     ("#SBATCH --transit=off runs no TRANSIT, so --transit-mem-limit has nothing to act on; give this sbatch "
+      "--transit=POLICY too, or drop --transit-mem-limit")),
+    (["--transit-mem-limit=40G"], [], "#SBATCH --transit-mem-limit='40G' needs --transit (e.g. --transit=advise)"),
+])
+def test_the_scripts_off_with_another_option_is_refused_saying_where_each_came_from(
+        cluster: Cluster, tmp_path: Path, directives: list[str], options: list[str], message: str) -> None:
+    name, out = _sbatch_script(cluster, tmp_path, directives, options)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"sbatch: error: transit: {message}"]
+    assert cluster.jobs_named(name) == []
+
+
+def test_sbatchs_own_policy_overrides_the_scripts_off(cluster: Cluster, tmp_path: Path) -> None:
+    """What the refusal above offers: the command line's --transit=POLICY over the script's off."""
+    _, out = _sbatch_script(cluster, tmp_path, ["--transit=off"], ["--transit=advise", "--transit-mem-limit=40G"],
+                            "srun echo step-output\n")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "step-output",
+        f"srun: transit: step {job}.0: advise, limit 40G; stats in {cluster.report_dir}/{job}/; transit report {job}"]
 
 
 @pytest.mark.parametrize(("option", "value"), [("transit-mem-limit", "40G"), ("transit-report-dir", "/tmp")])
