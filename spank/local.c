@@ -59,12 +59,16 @@ static char *env_entry(const char *name, const char *value)
 /*
  * --export decides what of the user's environment the tasks get: all of it with ALL (or without
  * --export), else only the variables it names; and its NAME=value items go over it. Slurm builds
- * the tasks' environment from it after the plugin ran, so the option is read here from the command
- * line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the variable that
- * stands for it (SLURM_EXPORT_ENV for srun, SBATCH_EXPORT for sbatch). Its TRANSIT_ items are kept,
- * NAME=value and bare NAME alike. slurmstepd checks the environment Slurm really built as well
- * (step.c).
+ * the tasks' environment from it after the plugin ran, and keeps the option from plugins. sbatch
+ * works it out from its command line, else SBATCH_EXPORT, else the script's #SBATCH lines, and
+ * puts it in SLURM_EXPORT_ENV (for the job's sruns) unless it is ALL: that is read here, unless the
+ * variable was set when sbatch started (sbatch leaves it then). Otherwise the option is read from
+ * the command line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the
+ * variable that stands for it (srun: SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV; sbatch: SBATCH_EXPORT).
+ * Its TRANSIT_ items are kept, NAME=value and bare NAME alike. slurmstepd checks the environment
+ * Slurm really built as well (step.c).
  */
+bool transit_export_env_preset;
 #define EXPORTS_MAX 64
 static char exports_buf[EXPORT_BYTES_MAX];
 static const char *exports[EXPORTS_MAX];
@@ -95,6 +99,12 @@ static void read_exports(void)
 {
     size_t len;
     bool given = false;
+    if (!strcmp(program_invocation_short_name, "sbatch") && !transit_export_env_preset) {
+        const char *worked_out = getenv("SLURM_EXPORT_ENV");
+        if (worked_out)
+            add_exports(worked_out);
+        return;
+    }
     const char *cmdline = transit_command_line(&len);
     for (const char *arg = len ? cmdline + strlen(cmdline) + 1 : cmdline; arg < cmdline + len;
          arg += strlen(arg) + 1) {
@@ -109,7 +119,9 @@ static void read_exports(void)
             continue;
         given = true;
     }
-    const char *from_env = getenv(spank_context() == S_CTX_LOCAL ? "SLURM_EXPORT_ENV" : "SBATCH_EXPORT");
+    const char *from_env = spank_context() != S_CTX_LOCAL ? getenv("SBATCH_EXPORT")
+                           : getenv("SRUN_EXPORT_ENV")    ? getenv("SRUN_EXPORT_ENV")
+                                                          : getenv("SLURM_EXPORT_ENV");
     if (!given && from_env)
         add_exports(from_env);
 }

@@ -105,6 +105,10 @@ const char *transit_effective_report_dir(const struct transit_opts *opts, const 
  * grows until the whole value fits. 0, or -1 on failure. */
 int transit_getenv_alloc(spank_t sp, const char *name, char **out);
 
+/* local.c: sbatch found SLURM_EXPORT_ENV set when it started (init.c records it), so that variable
+ * does not tell the --export sbatch worked out. */
+extern bool transit_export_env_preset;
+
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */
 int transit_local_post_opt(spank_t sp);                     /* local.c */

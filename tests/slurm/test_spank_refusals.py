@@ -231,6 +231,62 @@ def test_the_users_environment_that_export_leaves_out_is_not_checked(cluster: Cl
         "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
 
 
+SHELL_POLCY = "TRANSIT_POLCY is not a TRANSIT variable (did you mean TRANSIT_POLICY?); fix or unset it"
+
+
+@pytest.mark.parametrize(("directives", "options", "env", "message"), [
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], [], {}, EXPORTS[0][1]),
+    (["--export=PATH,TRANSIT_POLCY"], [], {"TRANSIT_POLCY": "x"}, SHELL_POLCY),
+    (["--export=NONE"], ["--export=ALL"], {"TRANSIT_POLCY": "x"}, SHELL_POLCY),  # the command line's wins
+    (["--export=NONE"], [], {"TRANSIT_POLCY": "x", "SBATCH_EXPORT": "ALL"}, SHELL_POLCY),  # SBATCH_EXPORT wins
+    # a SLURM_EXPORT_ENV sbatch found (an srun's, a job's) is not its --export: it passes all
+    ([], [], {"TRANSIT_POLCY": "x", "SLURM_EXPORT_ENV": "NONE"}, SHELL_POLCY),
+])
+def test_the_scripts_export_is_checked_where_sbatch_uses_it(cluster: Cluster, tmp_path: Path, directives: list[str],
+                                                            options: list[str], env: dict[str, str],
+                                                            message: str) -> None:
+    """sbatch takes --export from its command line, else SBATCH_EXPORT, else the script's #SBATCH
+    lines: what that passes on to the tasks is checked at submission."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "srun true\n")
+    name = unique_job_name()
+    out = cluster.run(["sbatch", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"), "--transit=advise", *options,
+                       str(script)], env=cluster.env(**env), cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"sbatch: error: transit: {message}"]
+    assert cluster.jobs_named(name) == []
+
+
+@pytest.mark.parametrize(("directives", "options", "env"), [
+    (["--export=NONE"], [], {}),
+    (["--export=PATH"], [], {}),
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], ["--export=NONE"], {}),  # the command line's wins
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], [], {"SBATCH_EXPORT": "NONE"}),  # SBATCH_EXPORT wins
+])
+def test_what_the_scripts_export_leaves_out_is_not_checked(cluster: Cluster, tmp_path: Path, directives: list[str],
+                                                           options: list[str], env: dict[str, str]) -> None:
+    """The shell's TRANSIT_POLCY=x (or the script's item) that sbatch's --export keeps from the tasks
+    refuses nothing, and the tasks get TRANSIT's variables alone."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "srun /usr/bin/env\n")
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-N1", "-o", str(tmp_path / "out.txt"), "--transit=advise",
+                       *options, str(script)], env=cluster.env(TRANSIT_POLCY="x", **env), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert [line for line in (tmp_path / "out.txt").read_text().splitlines() if "TRANSIT_" in line] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{job}/"]
+
+
+def test_srun_export_env_wins_over_slurm_export_env(cluster: Cluster) -> None:
+    """srun takes --export from SRUN_EXPORT_ENV before SLURM_EXPORT_ENV (which a job of sbatch
+    --export=... holds): NONE there keeps the shell's TRANSIT_POLCY=x from the tasks."""
+    out = cluster.run(["srun", "-N1", "--transit=advise", "/usr/bin/env"],
+                      env=cluster.env(TRANSIT_POLCY="x", SRUN_EXPORT_ENV="NONE", SLURM_EXPORT_ENV="ALL"))
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("TRANSIT_")] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
+
+
 def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> None:
     name = unique_job_name()
     out = cluster.run(["srun", "-J", name, "-N1", "--export=PATH,TRANSIT_POLCY", "--transit=advise", "true"],
