@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "spank_transit.h"
@@ -88,7 +89,7 @@ static void add_exports(const char *value)
     char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
     used += len + 1;
     for (char *item = strtok_r(copy, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
-        if (!strcmp(item, "ALL"))
+        if (!strcasecmp(item, "ALL")) /* as Slurm reads it */
             user_env_exported = true;
         else if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && nexports < EXPORTS_MAX)
             exports[nexports++] = item;

@@ -287,6 +287,19 @@ def test_srun_export_env_wins_over_slurm_export_env(cluster: Cluster) -> None:
         "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
 
 
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+def test_export_all_in_any_case_passes_the_users_environment_on(cluster: Cluster, command: str) -> None:
+    """Slurm reads ALL in --export in any case: --export=all,... gives the tasks the user's own
+    variables, so a bad one is refused at submission."""
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, "-N1", "--export=all,PATH", "--transit=advise", *tail],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"{command}: error: transit: {SHELL_POLCY}"]
+    assert cluster.jobs_named(name) == []
+
+
 def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> None:
     name = unique_job_name()
     out = cluster.run(["srun", "-J", name, "-N1", "--export=PATH,TRANSIT_POLCY", "--transit=advise", "true"],
