@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "spank_transit.h"
@@ -22,9 +23,11 @@ int transit_init(spank_t sp, int ac, char **av)
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR && ctx != S_CTX_REMOTE)
         return 0;
     /* sbatch (the allocator that reads a script) opens the script before any option callback */
-    if (ctx == S_CTX_ALLOCATOR && !strcmp(program_invocation_short_name, "sbatch") &&
-        transit_check_command_line(true) < 0)
-        return -1;
+    if (ctx == S_CTX_ALLOCATOR && !strcmp(program_invocation_short_name, "sbatch")) {
+        if (transit_check_command_line(true) < 0)
+            return -1;
+        transit_export_env_preset = getenv("SLURM_EXPORT_ENV") != NULL;
+    }
     for (struct spank_option *opt = transit_option_table; opt->name; opt++) {
         spank_err_t rc = spank_option_register(sp, opt);
         if (rc != ESPANK_SUCCESS) {

@@ -4,9 +4,11 @@
  * user's own TRANSIT_* environment, which the tasks inherit, is checked here too, as libtransit
  * will read it in the tasks: with what the plugin sets in their place.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "spank_transit.h"
@@ -58,12 +60,16 @@ static char *env_entry(const char *name, const char *value)
 /*
  * --export decides what of the user's environment the tasks get: all of it with ALL (or without
  * --export), else only the variables it names; and its NAME=value items go over it. Slurm builds
- * the tasks' environment from it after the plugin ran, so the option is read here from the command
- * line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the variable that
- * stands for it (SLURM_EXPORT_ENV for srun, SBATCH_EXPORT for sbatch). Its TRANSIT_ items are kept,
- * NAME=value and bare NAME alike. slurmstepd checks the environment Slurm really built as well
- * (step.c).
+ * the tasks' environment from it after the plugin ran, and keeps the option from plugins. sbatch
+ * works it out from its command line, else SBATCH_EXPORT, else the script's #SBATCH lines, and
+ * puts it in SLURM_EXPORT_ENV (for the job's sruns) unless it is ALL: that is read here, unless the
+ * variable was set when sbatch started (sbatch leaves it then). Otherwise the option is read from
+ * the command line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the
+ * variable that stands for it (srun: SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV; sbatch: SBATCH_EXPORT).
+ * Its TRANSIT_ items are kept, NAME=value and bare NAME alike. slurmstepd checks the environment
+ * Slurm really built as well (step.c).
  */
+bool transit_export_env_preset;
 #define EXPORTS_MAX 64
 static char exports_buf[EXPORT_BYTES_MAX];
 static const char *exports[EXPORTS_MAX];
@@ -83,7 +89,7 @@ static void add_exports(const char *value)
     char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
     used += len + 1;
     for (char *item = strtok_r(copy, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
-        if (!strcmp(item, "ALL"))
+        if (!strcasecmp(item, "ALL")) /* as Slurm reads it */
             user_env_exported = true;
         else if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && nexports < EXPORTS_MAX)
             exports[nexports++] = item;
@@ -94,6 +100,12 @@ static void read_exports(void)
 {
     size_t len;
     bool given = false;
+    if (!strcmp(program_invocation_short_name, "sbatch") && !transit_export_env_preset) {
+        const char *worked_out = getenv("SLURM_EXPORT_ENV");
+        if (worked_out)
+            add_exports(worked_out);
+        return;
+    }
     const char *cmdline = transit_command_line(&len);
     for (const char *arg = len ? cmdline + strlen(cmdline) + 1 : cmdline; arg < cmdline + len;
          arg += strlen(arg) + 1) {
@@ -108,7 +120,9 @@ static void read_exports(void)
             continue;
         given = true;
     }
-    const char *from_env = getenv(spank_context() == S_CTX_LOCAL ? "SLURM_EXPORT_ENV" : "SBATCH_EXPORT");
+    const char *from_env = spank_context() != S_CTX_LOCAL ? getenv("SBATCH_EXPORT")
+                           : getenv("SRUN_EXPORT_ENV")    ? getenv("SRUN_EXPORT_ENV")
+                                                          : getenv("SLURM_EXPORT_ENV");
     if (!given && from_env)
         add_exports(from_env);
 }
@@ -177,36 +191,45 @@ oom:
     return -1;
 }
 
+/* An option as a refusal names it: with where it came from, when that is not the command line. */
+static void option_name(char *buf, size_t len, const char *option, enum transit_source from)
+{
+    const char *before = from == TRANSIT_FROM_SCRIPT ? "#SBATCH " : from == TRANSIT_FROM_JOB ? "the job's " : "";
+    snprintf(buf, len, "%s%s%s", before, option, from == TRANSIT_FROM_JOB ? " (from sbatch or salloc)" : "");
+}
+
 int transit_local_post_opt(spank_t sp)
 {
     (void)sp;
     char err[TRANSIT_ERR_MAX];
     char **envp = NULL;
 
+    /* an option the command got from the job has nothing to act on in a step without TRANSIT,
+     * and was checked when the job was submitted */
+    char sub[96], off[96]; /* "the job's --transit-report-dir (from sbatch or salloc)" */
+    bool limit = transit_opts.mem_limit[0] && transit_opts.mem_limit_from != TRANSIT_FROM_JOB;
+    bool dir = transit_opts.report_dir[0] && transit_opts.report_dir_from != TRANSIT_FROM_JOB;
+    enum transit_source sub_from = limit ? transit_opts.mem_limit_from : transit_opts.report_dir_from;
+    if (limit || dir)
+        option_name(sub, sizeof(sub), limit ? "--transit-mem-limit" : "--transit-report-dir", sub_from);
     if (!transit_opts.requested) {
         char shown[TRANSIT_SHOW_MAX];
-        bool limit = transit_opts.mem_limit[0] != '\0';
-        if (!limit && !transit_opts.report_dir[0])
+        if (!limit && !dir)
             return 0;
         transit_show(limit ? transit_opts.mem_limit : transit_opts.report_dir, shown, sizeof(shown));
-        return transit_refuse("--transit-%s='%s' needs --transit (e.g. --transit=advise)",
-                              limit ? "mem-limit" : "report-dir", shown);
+        return transit_refuse("%s='%s' needs --transit (e.g. --transit=advise)", sub, shown);
     }
-    /* an option srun inherited from the job has nothing to act on in a step without TRANSIT; only
-     * one given with the off conflicts with it */
-    const char *own = transit_opts.mem_limit[0] && !transit_opts.mem_limit_inherited       ? "mem-limit"
-                      : transit_opts.report_dir[0] && !transit_opts.report_dir_inherited ? "report-dir"
-                                                                                          : NULL;
-    if (transit_opts.off) {
-        if (own && transit_opts.off_inherited)
-            return transit_refuse("the job's --transit=off (from sbatch or salloc) runs no TRANSIT, so "
-                                  "--transit-%s has nothing to act on; give this srun --transit=POLICY too, "
-                                  "or drop --transit-%s", own, own);
-        if (own)
-            return transit_refuse("--transit=off runs no TRANSIT, so --transit-%s has nothing to act on; "
-                                  "drop one of them", own);
+    /* an off overrides the weaker values of the other options, as a command line overrides the
+     * script's (they go unused); one given with it, or overriding it, conflicts */
+    if (transit_opts.off && (limit || dir) && sub_from >= transit_opts.off_from) {
+        option_name(off, sizeof(off), "--transit=off", transit_opts.off_from);
+        if (sub_from == transit_opts.off_from)
+            return transit_refuse("%s runs no TRANSIT, so %s has nothing to act on; drop one of them", off, sub);
+        return transit_refuse("%s runs no TRANSIT, so %s has nothing to act on; give this %s --transit=POLICY "
+                              "too, or drop %s", off, sub, program_invocation_short_name, sub);
+    }
+    if (transit_opts.off)
         return 0;
-    }
 
     read_exports();
     const char *env_policy = task_getenv("TRANSIT_POLICY"), *env_limit = task_getenv("TRANSIT_MEM_LIMIT");
@@ -215,9 +238,9 @@ int transit_local_post_opt(spank_t sp)
     const char *mem_limit = transit_opts.mem_limit[0] ? transit_opts.mem_limit : env_limit;
     const char *report_dir = transit_effective_report_dir(&transit_opts, &transit_conf);
     if (policy && !strcmp(policy, TRANSIT_OFF)) { /* TRANSIT_POLICY=off: as --transit=off */
-        if (own)
-            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so --transit-%s "
-                                  "has nothing to act on; unset TRANSIT_POLICY or drop the option", own);
+        if (limit || dir)
+            return transit_refuse("TRANSIT_POLICY=off from the environment runs no TRANSIT, so %s has nothing "
+                                  "to act on; unset TRANSIT_POLICY or drop the option", sub);
         return 0;
     }
 

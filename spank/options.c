@@ -174,17 +174,34 @@ static bool is_bare(const char *optarg, int remote)
     return remote || (inherited && !strcmp(inherited, optarg));
 }
 
-/* True when srun got this value of option `opt` from the job's variable (its name with '_' for
- * '-'), not from its own command line: Slurm (spank_process_env_options) passes the variable's own
- * string, as getenv returns it, to the callback, before srun reads its command line, whose values
- * are other strings. */
+/* True when this value of option `opt` came from the job's variable (its name with '_' for '-'):
+ * Slurm (spank_process_env_options, in srun, sbatch and salloc) passes the variable's own string,
+ * as getenv returns it, to the callback. */
 static bool from_job(const char *opt, const char *optarg)
 {
     char name[TRANSIT_WORD_MAX];
     snprintf(name, sizeof(name), "%s%s", TRANSIT_ALLOC_ENV_PREFIX, opt);
     for (char *c = name + strlen(TRANSIT_ALLOC_ENV_PREFIX); *c; c++)
         *c = *c == '-' ? '_' : *c;
-    return spank_context() == S_CTX_LOCAL && optarg && optarg == getenv(name);
+    return optarg == getenv(name);
+}
+
+/* Where the value `optarg` of option `opt` came from. Slurm passes each callback the string it
+ * parsed: a word of the command line itself (getopt's optarg points into the process's arguments,
+ * which start at argv[0], program_invocation_name), the job's variable (from_job), or in sbatch a
+ * word of an #SBATCH line, which sbatch copies out of the script into memory of its own (and
+ * passes before the command line's). */
+static enum transit_source source_of(const char *opt, const char *optarg)
+{
+    size_t len;
+    if (!is_local() || !optarg)
+        return TRANSIT_FROM_COMMAND_LINE;
+    if (from_job(opt, optarg))
+        return TRANSIT_FROM_JOB;
+    transit_command_line(&len);
+    uintptr_t at = (uintptr_t)optarg, args = (uintptr_t)program_invocation_name;
+    bool in_args = at >= args && at < args + len;
+    return !in_args && spank_context() == S_CTX_ALLOCATOR ? TRANSIT_FROM_SCRIPT : TRANSIT_FROM_COMMAND_LINE;
 }
 
 #define CMDLINE_MAX (1u << 20) /* the whole command line, as /proc/self/cmdline holds it */
@@ -275,7 +292,7 @@ int transit_opt_policy(int val, const char *optarg, int remote)
     }
     if (!strcmp(optarg, TRANSIT_OFF)) {
         next.off = true; /* nothing to check: the tasks are left alone */
-        next.off_inherited = from_job("transit", optarg);
+        next.off_from = source_of("transit", optarg);
         transit_opts = next;
         return 0;
     }
@@ -293,7 +310,7 @@ int transit_opt_mem_limit(int val, const char *optarg, int remote)
     if (store(next.mem_limit, sizeof(next.mem_limit), "transit-mem-limit", "TRANSIT_MEM_LIMIT", "",
               optarg ? optarg : "", remote) < 0)
         return -1;
-    next.mem_limit_inherited = from_job("transit-mem-limit", optarg);
+    next.mem_limit_from = source_of("transit-mem-limit", optarg);
     transit_opts = next;
     return 0;
 }
@@ -344,7 +361,7 @@ int transit_opt_report_dir(int val, const char *optarg, int remote)
     /* DIR/ names DIR: the job's directory is DIR/<jobid>/, not DIR//<jobid>/ */
     for (size_t len = strlen(next.report_dir); len > 1 && next.report_dir[len - 1] == '/'; len--)
         next.report_dir[len - 1] = '\0';
-    next.report_dir_inherited = from_job("transit-report-dir", optarg);
+    next.report_dir_from = source_of("transit-report-dir", optarg);
     transit_opts = next;
     return 0;
 }

@@ -32,6 +32,15 @@ struct transit_conf {
     mode_t job_dir_mode;        /* report_dir_mode=: mode of each job's directory */
 };
 
+/* Where a value of the user's options came from (srun, sbatch, salloc), weakest first, as Slurm
+ * ranks them for every option: the job's options (in the environment) override sbatch's script, the
+ * command line overrides both. An off leaves the weaker values of the other options unused. */
+enum transit_source {
+    TRANSIT_FROM_SCRIPT,       /* sbatch: an #SBATCH line of the script */
+    TRANSIT_FROM_JOB,          /* the job's option (sbatch/salloc), inherited by a command run in it */
+    TRANSIT_FROM_COMMAND_LINE, /* this command's own; in slurmstepd, what srun forwarded */
+};
+
 /* What the user asked for with --transit, --transit-mem-limit and --transit-report-dir. */
 struct transit_opts {
     bool requested;             /* --transit was given (with any value, including off) */
@@ -39,9 +48,7 @@ struct transit_opts {
     char policy[TRANSIT_WORD_MAX];  /* "" = a bare --transit */
     char mem_limit[TRANSIT_WORD_MAX]; /* "" = not given */
     char report_dir[PATH_MAX];  /* "" = not given: the site's report_dir= */
-    /* srun: the value came from the job (sbatch/salloc's option, which srun inherits), not from
-     * srun's own command line; the step's own --transit=off then leaves it unused */
-    bool off_inherited, mem_limit_inherited, report_dir_inherited;
+    enum transit_source off_from, mem_limit_from, report_dir_from; /* of the values given */
 };
 
 /* In slurmstepd: what this step gets, worked out once per node (step.c), used by task.c. */
@@ -97,6 +104,10 @@ const char *transit_effective_report_dir(const struct transit_opts *opts, const 
 /* task.c: the job's or task's value of `name` in *out (malloc'd, NULL when unset); the buffer
  * grows until the whole value fits. 0, or -1 on failure. */
 int transit_getenv_alloc(spank_t sp, const char *name, char **out);
+
+/* local.c: sbatch found SLURM_EXPORT_ENV set when it started (init.c records it), so that variable
+ * does not tell the --export sbatch worked out. */
+extern bool transit_export_env_preset;
 
 /* One function per context; the dispatcher in plugin.c calls them. */
 int transit_init(spank_t sp, int ac, char **av);            /* init.c */

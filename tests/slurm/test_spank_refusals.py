@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,66 @@ def test_a_steps_own_option_in_a_job_with_transit_off_is_refused(cluster: Cluste
     assert not (tmp_path / "ran").exists()
 
 
+def _sbatch_script(cluster: Cluster, tmp_path: Path, directives: list[str], options: list[str],
+                   body: str = "true\n") -> tuple[str, subprocess.CompletedProcess[str]]:
+    """`sbatch --wait OPTIONS job.sh` as the test user, job.sh holding DIRECTIVES as #SBATCH lines:
+    the job's name and sbatch's result."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + body)
+    name = unique_job_name()
+    return name, cluster.run(["sbatch", "--parsable", "--wait", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"),
+                              *options, str(script)], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("directives", [
+    ["--transit-mem-limit=40G"],
+    ["--transit-report-dir={reports}"],
+    ["--transit=advise", "--transit-mem-limit=40G", "--transit-report-dir={reports}"],
+])
+def test_sbatchs_own_off_leaves_the_scripts_options_unused(cluster: Cluster, tmp_path: Path,
+                                                          directives: list[str]) -> None:
+    """`sbatch --transit=off job.sh` turns TRANSIT off for this submission: the command line
+    overrides the script's #SBATCH lines, as for every sbatch option, and the script's other
+    TRANSIT options have nothing to act on. Neither the batch script nor its step gets TRANSIT."""
+    show = "env | grep ^TRANSIT_; echo \"preload=${LD_PRELOAD-}\""
+    _, out = _sbatch_script(cluster, tmp_path, [d.format(reports=tmp_path / "reports") for d in directives], ["--transit=off"],
+                            f"{show}\nsrun bash -c '{show}'\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    assert (tmp_path / "out.txt").read_text().splitlines() == ["preload=", "preload="]
+    assert not (tmp_path / "reports").exists()
+    assert not (cluster.report_dir / out.stdout.strip().split(";")[0]).exists()
+
+
+@pytest.mark.parametrize(("directives", "options", "message"), [
+    (["--transit=off", "--transit-mem-limit=40G"], [],
+     "#SBATCH --transit=off runs no TRANSIT, so #SBATCH --transit-mem-limit has nothing to act on; drop one of them"),
+    (["--transit=off", "--transit-report-dir=/tmp"], [],
+     "#SBATCH --transit=off runs no TRANSIT, so #SBATCH --transit-report-dir has nothing to act on; drop one of them"),
+    (["--transit=off"], ["--transit-mem-limit=40G"],
+     ("#SBATCH --transit=off runs no TRANSIT, so --transit-mem-limit has nothing to act on; give this sbatch "
+      "--transit=POLICY too, or drop --transit-mem-limit")),
+    (["--transit-mem-limit=40G"], [], "#SBATCH --transit-mem-limit='40G' needs --transit (e.g. --transit=advise)"),
+])
+def test_the_scripts_off_with_another_option_is_refused_saying_where_each_came_from(
+        cluster: Cluster, tmp_path: Path, directives: list[str], options: list[str], message: str) -> None:
+    name, out = _sbatch_script(cluster, tmp_path, directives, options)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"sbatch: error: transit: {message}"]
+    assert cluster.jobs_named(name) == []
+
+
+def test_sbatchs_own_policy_overrides_the_scripts_off(cluster: Cluster, tmp_path: Path) -> None:
+    """What the refusal above offers: the command line's --transit=POLICY over the script's off."""
+    _, out = _sbatch_script(cluster, tmp_path, ["--transit=off"], ["--transit=advise", "--transit-mem-limit=40G"],
+                            "srun echo step-output\n")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "step-output",
+        f"srun: transit: step {job}.0: advise, limit 40G; stats in {cluster.report_dir}/{job}/; transit report {job}"]
+
+
 @pytest.mark.parametrize(("option", "value"), [("transit-mem-limit", "40G"), ("transit-report-dir", "/tmp")])
 @pytest.mark.parametrize("command", ["srun", "sbatch"])
 def test_an_option_without_transit_is_refused_by_name(cluster: Cluster, tmp_path: Path, command: str, option: str,
@@ -168,6 +229,75 @@ def test_the_users_environment_that_export_leaves_out_is_not_checked(cluster: Cl
     assert out.returncode == 0, out.stderr
     assert [line for line in out.stdout.splitlines() if line.startswith("TRANSIT_")] == [
         "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
+
+
+SHELL_POLCY = "TRANSIT_POLCY is not a TRANSIT variable (did you mean TRANSIT_POLICY?); fix or unset it"
+
+
+@pytest.mark.parametrize(("directives", "options", "env", "message"), [
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], [], {}, EXPORTS[0][1]),
+    (["--export=PATH,TRANSIT_POLCY"], [], {"TRANSIT_POLCY": "x"}, SHELL_POLCY),
+    (["--export=NONE"], ["--export=ALL"], {"TRANSIT_POLCY": "x"}, SHELL_POLCY),  # the command line's wins
+    (["--export=NONE"], [], {"TRANSIT_POLCY": "x", "SBATCH_EXPORT": "ALL"}, SHELL_POLCY),  # SBATCH_EXPORT wins
+    # a SLURM_EXPORT_ENV sbatch found (an srun's, a job's) is not its --export: it passes all
+    ([], [], {"TRANSIT_POLCY": "x", "SLURM_EXPORT_ENV": "NONE"}, SHELL_POLCY),
+])
+def test_the_scripts_export_is_checked_where_sbatch_uses_it(cluster: Cluster, tmp_path: Path, directives: list[str],
+                                                            options: list[str], env: dict[str, str],
+                                                            message: str) -> None:
+    """sbatch takes --export from its command line, else SBATCH_EXPORT, else the script's #SBATCH
+    lines: what that passes on to the tasks is checked at submission."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "srun true\n")
+    name = unique_job_name()
+    out = cluster.run(["sbatch", "-J", name, "-N1", "-o", str(tmp_path / "out.txt"), "--transit=advise", *options,
+                       str(script)], env=cluster.env(**env), cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"sbatch: error: transit: {message}"]
+    assert cluster.jobs_named(name) == []
+
+
+@pytest.mark.parametrize(("directives", "options", "env"), [
+    (["--export=NONE"], [], {}),
+    (["--export=PATH"], [], {}),
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], ["--export=NONE"], {}),  # the command line's wins
+    (["--export=ALL,TRANSIT_WARMUP_ITERS=0"], [], {"SBATCH_EXPORT": "NONE"}),  # SBATCH_EXPORT wins
+])
+def test_what_the_scripts_export_leaves_out_is_not_checked(cluster: Cluster, tmp_path: Path, directives: list[str],
+                                                           options: list[str], env: dict[str, str]) -> None:
+    """The shell's TRANSIT_POLCY=x (or the script's item) that sbatch's --export keeps from the tasks
+    refuses nothing, and the tasks get TRANSIT's variables alone."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "srun /usr/bin/env\n")
+    out = cluster.run(["sbatch", "--parsable", "--wait", "-N1", "-o", str(tmp_path / "out.txt"), "--transit=advise",
+                       *options, str(script)], env=cluster.env(TRANSIT_POLCY="x", **env), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert [line for line in (tmp_path / "out.txt").read_text().splitlines() if "TRANSIT_" in line] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{job}/"]
+
+
+def test_srun_export_env_wins_over_slurm_export_env(cluster: Cluster) -> None:
+    """srun takes --export from SRUN_EXPORT_ENV before SLURM_EXPORT_ENV (which a job of sbatch
+    --export=... holds): NONE there keeps the shell's TRANSIT_POLCY=x from the tasks."""
+    out = cluster.run(["srun", "-N1", "--transit=advise", "/usr/bin/env"],
+                      env=cluster.env(TRANSIT_POLCY="x", SRUN_EXPORT_ENV="NONE", SLURM_EXPORT_ENV="ALL"))
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("TRANSIT_")] == [
+        "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{_job_of(out.stderr)}/"]
+
+
+@pytest.mark.parametrize("command", ["srun", "sbatch"])
+def test_export_all_in_any_case_passes_the_users_environment_on(cluster: Cluster, command: str) -> None:
+    """Slurm reads ALL in --export in any case: --export=all,... gives the tasks the user's own
+    variables, so a bad one is refused at submission."""
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, "-N1", "--export=all,PATH", "--transit=advise", *tail],
+                      env=cluster.env(TRANSIT_POLCY="x"))
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"{command}: error: transit: {SHELL_POLCY}"]
+    assert cluster.jobs_named(name) == []
 
 
 def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> None:
