@@ -125,7 +125,8 @@ def text_file(path: str) -> str:
 
 def batch_script(path: str) -> str:
     """A file sbatch will take: readable text whose first line is an interpreter (sbatch's own rule)."""
-    if not text_file(path) or not _open_regular(path).startswith(b"#!"):
+    text_file(path)
+    if not _open_regular(path).startswith(b"#!"):
         raise _refuse(path, "is not a batch script: its first line is not #!INTERPRETER")
     return path
 
