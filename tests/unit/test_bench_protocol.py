@@ -231,11 +231,11 @@ def test_estimates_name_the_recorded_run_they_scale():
                                                          model="small", nodes=2), history)
     assert basis.startswith("scale-in-4to2-gb8.json transit-hybrid-2node-gb8 (small, 1 GPU(s), 2 emulated nodes")
     # prefetch on the small model, never recorded: the small model's native steps on 2 emulated nodes
-    # (scale-in-sizing.json) times prefetch's steps over native's on the bench model
+    # (the 2 -> 1 scale-in's native runs) times prefetch's steps over native's on the bench model
     _, basis = estimates.estimate_run(experiments.System("t", "transit", 1, 8, 2, cap="5.5G", policy="prefetch",
                                                          model="small", nodes=2), history)
     assert basis.startswith("compare-gb8-h200x2.summary.json transit-prefetch (bench, 1 GPU(s), global batch 8")
-    assert "scale-in-sizing.json fsdp2-2node-gb8-uncapped" in basis
+    assert "native small 1.10 s a step (scale-in-2to1-gb8.json fsdp2-2node-gb8 (small, 1 GPU(s), 2 emulated" in basis
 
 
 def test_plan_prints_every_experiments_runs_and_device_time(capsys):
