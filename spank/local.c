@@ -16,7 +16,6 @@
 extern char **environ;
 
 #define ENV_PREFIX "TRANSIT_"
-#define EXPORT_BYTES_MAX 65536 /* the --export values kept */
 
 /* What srun's step runs with, for the line at its end (transit_local_exit). */
 static struct {
@@ -40,148 +39,181 @@ static void note(const char *before, const char *name, const char *value, const 
     slurm_info("transit: note: %s%s='%s' from the environment%s", before, name, shown, after);
 }
 
-/* True when the "NAME=value" string `entry` sets `name`. */
-static bool sets(const char *entry, const char *name)
+/* "NAME=value" for the name in the first `n` bytes of `name`, malloc'd; NULL when out of memory. */
+static char *env_entry(const char *name, size_t n, const char *value)
 {
-    size_t n = strlen(name);
-    return strncmp(entry, name, n) == 0 && entry[n] == '=';
-}
-
-/* One "NAME=value" string, malloc'd; NULL when out of memory. */
-static char *env_entry(const char *name, const char *value)
-{
-    size_t n = strlen(name) + 1 + strlen(value) + 1;
-    char *s = malloc(n);
+    size_t size = n + 1 + strlen(value) + 1;
+    char *s = malloc(size);
     if (s)
-        snprintf(s, n, "%s=%s", name, value);
+        snprintf(s, size, "%.*s=%s", (int)n, name, value);
     return s;
 }
 
 /*
- * --export decides what of the user's environment the tasks get: all of it with ALL (or without
- * --export), else only the variables it names; and its NAME=value items go over it. Slurm builds
- * the tasks' environment from it after the plugin ran, and keeps the option from plugins. sbatch
- * works it out from its command line, else SBATCH_EXPORT, else the script's #SBATCH lines, and
- * puts it in SLURM_EXPORT_ENV (for the job's sruns) unless it is ALL: that is read here, unless the
- * variable was set when sbatch started (sbatch leaves it then). Otherwise the option is read from
- * the command line (`--export=V`, `--export V`; the last one counts, as in Slurm), else from the
- * variable that stands for it (srun: SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV; sbatch: SBATCH_EXPORT).
- * Its TRANSIT_ items are kept, NAME=value and bare NAME alike. slurmstepd checks the environment
- * Slurm really built as well (step.c).
+ * --export decides what of the user's environment the tasks get. Slurm builds the tasks'
+ * environment from it after the plugin ran, and keeps the option from plugins, so it is read here
+ * and the TRANSIT_* part built as Slurm builds it. sbatch works it out from its command line, else
+ * SBATCH_EXPORT, else the script's #SBATCH lines, and puts it in SLURM_EXPORT_ENV (for the job's
+ * sruns) unless it is ALL: that is read here, unless the variable was set when sbatch started
+ * (sbatch leaves it then). Otherwise the option is read from the command line (`--export=V`,
+ * `--export V`; the last one counts, as in Slurm), else from the variable that stands for it
+ * (srun: SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV; sbatch: SBATCH_EXPORT). slurmstepd checks the
+ * environment Slurm really built as well (step.c).
+ *
+ * Without --export the tasks get all of the user's environment. A list goes item by item, a later
+ * item over an earlier one: NAME=value sets NAME, a bare NAME gives the user's value where there is
+ * one. srun and sbatch (Slurm 22.05, as measured on the dev cluster) differ in ALL and NONE (in any
+ * case): srun ignores NONE and what follows it, and an ALL before it puts the user's environment
+ * over all the items; sbatch reads NONE as a variable's name (NONE alone: no variables), and an ALL
+ * puts the user's environment over the items before it only. sbatch's list is the job's
+ * environment, which each of its steps' sruns filters again with SLURM_EXPORT_ENV.
  */
 bool transit_export_env_preset;
-#define EXPORTS_MAX 64
-static char exports_buf[EXPORT_BYTES_MAX];
-static const char *exports[EXPORTS_MAX];
-static size_t nexports;
-static bool user_env_exported = true; /* ALL, or no --export */
+static char *export_buf;      /* the --export that counts, split in place */
+static char **export_items;   /* its items (srun: up to NONE), NULL-terminated; NULL: no --export */
+static bool export_by_srun;   /* read as srun reads it, else as sbatch does */
 
-static void add_exports(const char *value)
+/* The next item of the --export list at *rest, NUL-terminated in place, as Slurm splits the list:
+ * at a comma outside quotes, an item wholly in quotes without them. NULL at the end. */
+static char *next_item(char **rest)
 {
-    static size_t used;
-    size_t len = strlen(value);
-    nexports = 0;
-    user_env_exported = false;
-    if (used + len + 1 > sizeof(exports_buf)) {
-        user_env_exported = true; /* past 64 KiB of --export: slurmstepd still checks what Slurm builds */
-        return;
+    char *s = *rest;
+    bool in_single = false, in_double = false;
+    size_t i = 0;
+    if (!*s)
+        return NULL;
+    for (; s[i] && (s[i] != ',' || in_single || in_double); i++) {
+        if (s[i] == '\'')
+            in_single = !in_single;
+        else if (s[i] == '"')
+            in_double = !in_double;
     }
-    char *copy = memcpy(exports_buf + used, value, len + 1), *rest = NULL;
-    used += len + 1;
-    for (char *item = strtok_r(copy, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
-        if (!strcasecmp(item, "ALL")) /* as Slurm reads it */
-            user_env_exported = true;
-        else if (!strncmp(item, ENV_PREFIX, strlen(ENV_PREFIX)) && nexports < EXPORTS_MAX)
-            exports[nexports++] = item;
+    *rest = s[i] ? s + i + 1 : s + i;
+    s[i] = '\0';
+    /* closed quotes: s[0] opened one and a later byte closed it, so i >= 2 */
+    if (!in_single && !in_double && (s[0] == '\'' || s[0] == '"') && s[i - 1] == s[0]) {
+        s[i - 1] = '\0';
+        return s + 1;
     }
+    return s;
 }
 
-static void read_exports(void)
+/* Reads the --export that counts into export_items. 0, or -1 when out of memory. */
+static int read_exports(void)
 {
-    size_t len;
-    bool given = false;
+    const char *list = NULL;
+    free(export_buf);
+    free(export_items);
+    export_buf = NULL;
+    export_items = NULL;
+    export_by_srun = spank_context() == S_CTX_LOCAL;
     if (!strcmp(program_invocation_short_name, "sbatch") && !transit_export_env_preset) {
-        const char *worked_out = getenv("SLURM_EXPORT_ENV");
-        if (worked_out)
-            add_exports(worked_out);
-        return;
+        list = getenv("SLURM_EXPORT_ENV");
+    } else {
+        size_t len;
+        const char *cmdline = transit_command_line(&len);
+        for (const char *arg = len ? cmdline + strlen(cmdline) + 1 : cmdline; arg < cmdline + len;
+             arg += strlen(arg) + 1) {
+            if (!strcmp(arg, "--"))
+                break;
+            const char *next = arg + strlen(arg) + 1;
+            if (!strncmp(arg, "--export=", 9))
+                list = arg + 9;
+            else if (!strcmp(arg, "--export") && next < cmdline + len)
+                list = next;
+        }
+        if (!list)
+            list = !export_by_srun               ? getenv("SBATCH_EXPORT")
+                   : getenv("SRUN_EXPORT_ENV") ? getenv("SRUN_EXPORT_ENV")
+                                               : getenv("SLURM_EXPORT_ENV");
     }
-    const char *cmdline = transit_command_line(&len);
-    for (const char *arg = len ? cmdline + strlen(cmdline) + 1 : cmdline; arg < cmdline + len;
-         arg += strlen(arg) + 1) {
-        if (!strcmp(arg, "--"))
+    if (!list)
+        return 0;
+    size_t count = 2; /* items, at most one more than the commas; the NULL */
+    for (const char *c = list; *c; c++)
+        count += *c == ',';
+    export_buf = strdup(list);
+    export_items = calloc(count, sizeof(*export_items));
+    if (!export_buf || !export_items)
+        return -1;
+    size_t n = 0;
+    for (char *rest = export_buf, *item; (item = next_item(&rest)) != NULL;) {
+        if (export_by_srun && !strcasecmp(item, "NONE"))
             break;
-        const char *next = arg + strlen(arg) + 1;
-        if (!strncmp(arg, "--export=", 9))
-            add_exports(arg + 9);
-        else if (!strcmp(arg, "--export") && next < cmdline + len)
-            add_exports(next);
-        else
-            continue;
-        given = true;
+        export_items[n++] = item;
     }
-    const char *from_env = spank_context() != S_CTX_LOCAL ? getenv("SBATCH_EXPORT")
-                           : getenv("SRUN_EXPORT_ENV")    ? getenv("SRUN_EXPORT_ENV")
-                                                          : getenv("SLURM_EXPORT_ENV");
-    if (!given && from_env)
-        add_exports(from_env);
+    return 0;
 }
 
-/* True when --export gives the tasks the user's own value of the variable that the NAME or
- * NAME=value string `entry` names. */
-static bool user_var_exported(const char *entry)
+/* The user's value of the variable whose name is the first `n` bytes of `name`, or NULL. */
+static const char *user_value(const char *name, size_t n)
 {
-    size_t n = strcspn(entry, "=");
-    if (user_env_exported)
-        return true;
-    for (size_t i = 0; i < nexports; i++)
-        if (!strncmp(exports[i], entry, n) && exports[i][n] == '\0')
-            return true;
-    return false;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
 }
 
-/* NAME's value in the tasks' environment before the plugin's own: --export's, else the user's. */
+/* The value Slurm gives the tasks, before the plugin's own, of the variable whose name is the
+ * first `n` bytes of `name`: from --export and the user's environment; NULL when none. */
+static const char *task_value(const char *name, size_t n)
+{
+    const char *user = user_value(name, n), *value = NULL;
+    bool all = false;
+    if (!export_items)
+        return user;
+    for (char **item = export_items; *item; item++) {
+        if (!strcasecmp(*item, "ALL")) {
+            all = true;
+            if (user && !export_by_srun) /* sbatch: the user's over the items before */
+                value = user;
+        } else if (!strncmp(*item, name, n) && (*item)[n] == '=') {
+            value = *item + n + 1;
+        } else if (!strncmp(*item, name, n) && (*item)[n] == '\0' && user) {
+            value = user;
+        }
+    }
+    if (all && export_by_srun && user) /* srun: the user's over all the items */
+        return user;
+    return value;
+}
+
 static const char *task_getenv(const char *name)
 {
-    for (size_t i = nexports; i-- > 0;)
-        if (sets(exports[i], name))
-            return exports[i] + strlen(name) + 1;
-    return user_var_exported(name) ? getenv(name) : NULL;
+    return task_value(name, strlen(name));
 }
 
-/* True when --export sets the variable of the NAME=value string `entry` itself. */
-static bool exported(const char *entry)
-{
-    size_t n = strcspn(entry, "=");
-    for (size_t i = 0; i < nexports; i++)
-        if (!strncmp(exports[i], entry, n) && exports[i][n] == '=')
-            return true;
-    return false;
-}
-
-/* The TRANSIT_* part of the environment the tasks will get: the user's variables and --export's
- * (over them), except those the plugin sets, then the plugin's. 0, or -1 when out of memory. */
+/* The TRANSIT_* part of the environment the tasks will get: the variables of the user's
+ * environment and of --export as Slurm passes them on, except those the plugin sets, then the
+ * plugin's. 0, or -1 when out of memory. */
 static int task_environment(const char *policy, const char *mem_limit, const char *report_dir, char ***out)
 {
-    size_t n = 0, count = nexports;
+    const char *own[][2] = {{"TRANSIT_POLICY", policy}, {"TRANSIT_MEM_LIMIT", mem_limit}, {"TRANSIT_OUT", report_dir}};
+    size_t n = 0, nitems = 0, count = 0, nown = sizeof(own) / sizeof(own[0]);
     for (char **e = environ; *e; e++)
         count++;
-    char **envp = calloc(count + 4, sizeof(*envp));
+    for (char **item = export_items; item && *item; item++)
+        nitems++;
+    count += nitems;
+    char **envp = calloc(count + nown + 1, sizeof(*envp));
     if (!envp)
         return -1;
     for (size_t i = 0; i < count; i++) {
-        const char *e = i < nexports ? exports[i] : environ[i - nexports];
-        if (strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !strchr(e, '=') ||
-            (policy && sets(e, "TRANSIT_POLICY")) || (mem_limit && sets(e, "TRANSIT_MEM_LIMIT")) ||
-            (report_dir && sets(e, "TRANSIT_OUT")) || (i >= nexports && (exported(e) || !user_var_exported(e))))
+        const char *e = i < nitems ? export_items[i] : environ[i - nitems], *value;
+        size_t len = strcspn(e, "=");
+        bool skip = strncmp(e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0 || !e[len];
+        for (size_t k = 0; k < nown && !skip; k++) /* the plugin sets these itself */
+            skip = own[k][1] && len == strlen(own[k][0]) && !strncmp(e, own[k][0], len);
+        for (size_t k = 0; k < n && !skip; k++) /* each variable once */
+            skip = !strncmp(envp[k], e, len + 1);
+        if (skip || !(value = task_value(e, len)))
             continue;
-        if (!(envp[n++] = strdup(e)))
+        if (!(envp[n++] = env_entry(e, len, value)))
             goto oom;
     }
-    if ((policy && !(envp[n++] = env_entry("TRANSIT_POLICY", policy))) ||
-        (mem_limit && !(envp[n++] = env_entry("TRANSIT_MEM_LIMIT", mem_limit))) ||
-        (report_dir && !(envp[n++] = env_entry("TRANSIT_OUT", report_dir))))
-        goto oom;
+    for (size_t k = 0; k < nown; k++)
+        if (own[k][1] && !(envp[n++] = env_entry(own[k][0], strlen(own[k][0]), own[k][1])))
+            goto oom;
     *out = envp;
     return 0;
 oom:
@@ -231,7 +263,8 @@ int transit_local_post_opt(spank_t sp)
     if (transit_opts.off)
         return 0;
 
-    read_exports();
+    if (read_exports() < 0)
+        return transit_refuse("out of memory reading --export");
     const char *env_policy = task_getenv("TRANSIT_POLICY"), *env_limit = task_getenv("TRANSIT_MEM_LIMIT");
     const char *env_out = task_getenv("TRANSIT_OUT");
     const char *policy = transit_effective_policy(&transit_opts, env_policy, &transit_conf);

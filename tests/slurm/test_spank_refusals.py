@@ -310,15 +310,80 @@ def test_a_variable_export_names_is_the_users_and_checked(cluster: Cluster) -> N
     assert cluster.jobs_named(name) == []
 
 
-def test_the_step_line_says_the_policy_the_tasks_get_without_the_users_environment(cluster: Cluster) -> None:
-    """A bare --transit takes $TRANSIT_POLICY from the tasks' environment: not the user's with
-    --export=NONE, so the tasks (and the line) get the site default."""
-    out = cluster.run(["srun", "-N1", "--export=NONE", "--transit", "/usr/bin/printenv", "TRANSIT_POLICY"],
+# What Slurm 22.05 gives the tasks from --export's items, measured on the dev cluster (the shell
+# holding TRANSIT_WARMUP_ITERS=5): both go through the list in order, a later item over an earlier
+# one, NAME=value setting NAME and a bare NAME taking the shell's value. srun stops at NONE (in any
+# case), and an ALL before it puts the shell's environment over every item; sbatch reads NONE as a
+# variable's name and passes the rest on to the job, and its ALL goes over the items before it only.
+PASSED_ON = [
+    ("srun", "TRANSIT_WARMUP_ITERS=0,NONE"),
+    ("srun", "TRANSIT_WARMUP_ITERS,TRANSIT_WARMUP_ITERS=0"),
+    ("srun", "'TRANSIT_WARMUP_ITERS=0',PATH"),  # Slurm takes a quoted item without its quotes
+    ("sbatch", "NONE,TRANSIT_WARMUP_ITERS=0"),
+    ("sbatch", "none,PATH,TRANSIT_WARMUP_ITERS=0"),
+    ("sbatch", "ALL,TRANSIT_WARMUP_ITERS=0"),
+]
+NOT_PASSED_ON = [
+    ("srun", "NONE,TRANSIT_WARMUP_ITERS=0", []),
+    ("srun", "none,TRANSIT_WARMUP_ITERS=0", []),
+    ("srun", "PATH,NONE,TRANSIT_WARMUP_ITERS=0", []),
+    ("srun", "ALL,NONE,TRANSIT_WARMUP_ITERS=0", ["TRANSIT_WARMUP_ITERS=5"]),
+    ("srun", "ALL,TRANSIT_WARMUP_ITERS=0", ["TRANSIT_WARMUP_ITERS=5"]),
+    ("srun", "TRANSIT_WARMUP_ITERS=0,TRANSIT_WARMUP_ITERS", ["TRANSIT_WARMUP_ITERS=5"]),
+    ("sbatch", "TRANSIT_WARMUP_ITERS=0,ALL", ["TRANSIT_WARMUP_ITERS=5"]),
+    ("sbatch", "TRANSIT_WARMUP_ITERS=0,TRANSIT_WARMUP_ITERS", ["TRANSIT_WARMUP_ITERS=5"]),
+]
+
+
+@pytest.mark.parametrize(("command", "export"), PASSED_ON)
+def test_an_item_slurm_passes_on_is_refused_at_submission(cluster: Cluster, tmp_path: Path, command: str,
+                                                         export: str) -> None:
+    name = unique_job_name()
+    tail = ["true"] if command == "srun" else ["--wrap", "true"]
+    out = cluster.run([command, "-J", name, "-N1", f"--export={export}", "--transit=advise", *tail],
+                      env=cluster.env(TRANSIT_WARMUP_ITERS="5"), cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.splitlines() == [f"{command}: error: transit: {EXPORTS[0][1]}"]
+    assert cluster.jobs_named(name) == []
+
+
+@pytest.mark.parametrize(("command", "export", "passed"), NOT_PASSED_ON)
+def test_an_item_slurm_does_not_pass_on_refuses_nothing(cluster: Cluster, tmp_path: Path, command: str, export: str,
+                                                        passed: list[str]) -> None:
+    """srun's tasks, or sbatch's job (its batch script, whose environment its steps start from),
+    get the shell's TRANSIT_WARMUP_ITERS=5 or none, never the item's 0."""
+    env = cluster.env(TRANSIT_WARMUP_ITERS="5")
+    if command == "srun":
+        out = cluster.run(["srun", "-N1", f"--export={export}", "--transit=advise", "/usr/bin/env"], env=env)
+        assert out.returncode == 0, out.stderr
+        job, lines = _job_of(out.stderr), out.stdout.splitlines()
+        passed = [*passed, "TRANSIT_POLICY=advise", f"TRANSIT_OUT={cluster.report_dir}/{job}/"]
+    else:
+        script = tmp_path / "job.sh"
+        script.write_text("#!/bin/bash\n/usr/bin/env\n")
+        out = cluster.run(["sbatch", "--wait", "-N1", "-o", str(tmp_path / "out.txt"), f"--export={export}",
+                           "--transit=advise", str(script)], env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert sorted(line for line in lines if line.startswith("TRANSIT_")) == sorted(passed)
+
+
+@pytest.mark.parametrize(("export", "policy"), [
+    ("NONE", "base"),
+    ("NONE,TRANSIT_POLICY=advise", "base"),  # srun stops at NONE
+    ("TRANSIT_POLICY=advise,NONE", "advise"),
+    ("ALL,TRANSIT_POLICY=advise", "prefetch"),  # srun's ALL: the shell's over the item
+])
+def test_the_step_line_says_the_policy_the_tasks_get(cluster: Cluster, export: str, policy: str) -> None:
+    """A bare --transit takes $TRANSIT_POLICY from the tasks' environment as --export builds it from
+    the shell's TRANSIT_POLICY=prefetch: the tasks and the line get the same one (else the site
+    default)."""
+    out = cluster.run(["srun", "-N1", f"--export={export}", "--transit", "/usr/bin/printenv", "TRANSIT_POLICY"],
                       env=cluster.env(TRANSIT_POLICY="prefetch"))
     assert out.returncode == 0, out.stderr
     job = _job_of(out.stderr)
-    assert out.stdout == "base\n"
-    assert out.stderr.splitlines() == [(f"srun: transit: step {job}.0: base, physical mode; stats in "
+    assert out.stdout == f"{policy}\n"
+    assert out.stderr.splitlines() == [(f"srun: transit: step {job}.0: {policy}, physical mode; stats in "
                                        f"{cluster.report_dir}/{job}/; transit report {job}")]
 
 
