@@ -40,6 +40,9 @@ class ModelConfig:
 CONFIGS: dict[str, ModelConfig] = {
     # CPU tests: a few seconds per step with gloo.
     "tiny": ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192, vocab_size=256, seq_len=32),
+    # 56M parameters, about 1 GiB a rank on 2 ranks: the GPU tier's multi-rank checks, where up to 16
+    # ranks share one GPU in limit mode, spilling a third of their data (tests/gpu/test_emulated_nodes.py).
+    "mini": ModelConfig(dim=512, n_layers=6, n_heads=8, n_kv_heads=4, ffn_dim=2048, vocab_size=32000, seq_len=1024),
     # Fits one H200 many times over: the overhead benchmark and the GPU smoke test.
     "small": ModelConfig(dim=1024, n_layers=12, n_heads=16, n_kv_heads=8, ffn_dim=4096, vocab_size=32000,
                          seq_len=2048),

@@ -457,7 +457,7 @@ def test_a_run_on_a_machine_with_too_few_gpus_is_refused_in_one_line(monkeypatch
      ("python -m bench merge: argument EXPERIMENT: no experiment 'nonsense' (`python -m bench list` names them all) "
       "(see python -m bench merge --help)")),
     (["plan", "transit-2rank", "--model", "huge"],
-     ("python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'small', 'bench') "
+     ("python -m bench plan: argument --model: invalid choice: 'huge' (choose from 'tiny', 'mini', 'small', 'bench') "
      "(see python -m bench plan --help)")),
     (["plan", "transit-2rank", "--command-limit", "-5"],
      ("python -m bench plan: argument --command-limit: '-5': give a number of seconds from 0 (see python -m "
