@@ -283,7 +283,7 @@ def _gpus_losses() -> tuple[System, ...]:
 # besides them, and the canary's 2.25 GB if the allocator cannot reuse freed blocks for it: 29.57 GB.
 # Hybrid places L x 31/32 (TRANSIT_EVICT_TARGET), so L >= 29.57 x 32/31 = 30.52 GB: 28.5 GiB (30.60 GB).
 CAUSE_SETTLE = SettleRule(first=5, max_start=5, timed=5)
-CAUSE_READINGS = ("--canary", "--pcie-split")
+CAUSE_READINGS = ("--canary", "--pcie-split", "--host-set")
 CAUSE_L, MOMENTS_ONLY_L = "25.5G", "28.5G"
 GUARD_OFF = (("TRANSIT_HYBRID_GUARD", "0"),)
 

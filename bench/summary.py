@@ -71,6 +71,8 @@ def compact_result(result: dict, rule: SettleRule | None) -> dict:
         "canary": canary_summary(result.get("canary_rank0"), first, len(window)),
         # under TRANSIT, after the last step: each kind of state's bytes on the host (pagemap)
         "host_bytes_by_state": result.get("managed_host_resident_by_state"),
+        # bench/train.py --host-set: the same after every step (warm-up included)
+        "host_bytes_by_state_each_step": result.get("host_by_state_each_step_rank0"),
     }
 
 

@@ -56,6 +56,14 @@ def test_the_summary_splits_pcie_bytes_at_the_optimizer_and_takes_the_timed_cana
     assert row["sm_clock_mhz_min"] == 1755 and row["slowing_reasons_seen"] == ["sw_power_cap"]
 
 
+def test_the_summary_keeps_each_steps_host_set():
+    step = {"params": {"host_bytes": 0, "bytes": 4 << 20}, "optimizer": {"host_bytes": 8 << 20, "bytes": 8 << 20},
+            "other_host_bytes": 2 << 20}
+    result = {"step_time": {"all_s": [2.0, 1.0], "warmup_steps": 1}, "config": {"tokens_per_step": 8, "world_size": 1},
+              "flops_per_step": 10, "host_by_state_each_step_rank0": [step, step]}
+    assert summary.compact_result(result, None)["host_bytes_by_state_each_step"] == [step, step]
+
+
 def test_the_cause_experiments_run_ten_steps_at_fixed_l_with_the_readings():
     for name in CAUSE:
         experiment = experiments.EXPERIMENTS[name]
@@ -64,7 +72,7 @@ def test_the_cause_experiments_run_ten_steps_at_fixed_l_with_the_readings():
             assert system.settle == SettleRule(first=5, max_start=5, timed=5) and system.settle.max_steps == 10
             assert (system.global_batch, system.local_batch) == (8, 8)
             argv, env = protocol.run_command(system, system.settle, Path("/tmp/r"), system.mem_limit_bytes, False)
-            assert "--canary" in argv and "--pcie-split" in argv and "--deterministic" not in argv
+            assert {"--canary", "--pcie-split", "--host-set"} <= set(argv) and "--deterministic" not in argv
             if system.policy == "hybrid":
                 assert env["TRANSIT_HYBRID_GUARD"] == "0"
             if system.transit:
