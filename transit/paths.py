@@ -110,8 +110,8 @@ def input_path(path: str) -> Path:
     return Path(path)
 
 
-def text_file(path: str) -> str:
-    """A readable file of UTF-8 text (JSON, CSV, a trace)."""
+def _text_head(path: str) -> bytes:
+    """The first bytes of a readable file of UTF-8 text; refuses anything else."""
     head = _open_regular(path)
     try:
         head.decode("utf-8")
@@ -120,13 +120,18 @@ def text_file(path: str) -> str:
             raise _refuse(path, f"is not a text file (byte {exc.start} is not UTF-8)") from exc
     if b"\0" in head:
         raise _refuse(path, "is not a text file (it holds NUL bytes)")
+    return head
+
+
+def text_file(path: str) -> str:
+    """A readable file of UTF-8 text (JSON, CSV, a trace)."""
+    _text_head(path)
     return path
 
 
 def batch_script(path: str) -> str:
     """A file sbatch will take: readable text whose first line is an interpreter (sbatch's own rule)."""
-    text_file(path)
-    if not _open_regular(path).startswith(b"#!"):
+    if not _text_head(path).startswith(b"#!"):
         raise _refuse(path, "is not a batch script: its first line is not #!INTERPRETER")
     return path
 
